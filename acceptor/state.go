@@ -1,0 +1,65 @@
+package acceptor
+
+import (
+	"github.com/safekeeper/safekeeper/proto"
+)
+
+// State is the persisted control state of one timeline on one safekeeper
+// (Neon's TimelinePersistentState). Every decision the acceptor makes is
+// recorded here and made durable before any reply that depends on it.
+type State struct {
+	TenantID   proto.ID
+	TimelineID proto.ID
+
+	// Fixed at creation from the first ServerInfo.
+	SystemID   uint64 // the primary's database system identifier
+	PgVersion  uint32 // PG_VERSION_NUM of the primary at creation
+	WalSegSize uint32 // bytes
+	PgTimeline uint32 // PostgreSQL TLI
+
+	// VotedFor is the highest ballot this safekeeper voted for (term 0: never).
+	VotedFor proto.NodeID
+	// History is the term history adopted from the last ProposerElected.
+	History proto.TermHistory
+	// TimelineStartLSN is where this timeline's WAL starts (0: no WAL yet).
+	TimelineStartLSN proto.LSN
+	// FlushLSN is the end of the last complete WAL record that is durable.
+	// WAL above it is discarded on restart.
+	FlushLSN proto.LSN
+	// CommitLSN is the highest LSN known committed on a quorum; ≤ FlushLSN,
+	// never decreases.
+	CommitLSN proto.LSN
+	// TruncateLSN is the proposer's horizon: WAL below it is on every
+	// safekeeper and no longer needed for recovery among them.
+	TruncateLSN proto.LSN
+	// RemovedUpTo is the start of the oldest WAL still retained (WAL below it
+	// was removed by retention); 0 if nothing was removed.
+	RemovedUpTo proto.LSN
+}
+
+// Clone returns a deep copy of s.
+func (s State) Clone() State {
+	s.History = s.History.Clone()
+	return s
+}
+
+// LastLogTerm is the term of the last history entry that starts at or below
+// FlushLSN (0 if none): the term of the WAL this safekeeper ends with.
+func (s *State) LastLogTerm() uint64 {
+	return s.History.Upto(s.FlushLSN).LastTerm()
+}
+
+// Storage is what the acceptor needs from the disk of one timeline. WAL writes
+// and truncations are staged; Commit makes them and the state durable in one
+// atomic step. A crash before Commit returns loses staged changes entirely; a
+// crash after keeps them entirely.
+type Storage interface {
+	// WriteWAL stages data at lsn. Writes are contiguous: lsn is always the
+	// end of the previous write or truncation. data may be reused by the
+	// caller after WriteWAL returns.
+	WriteWAL(lsn proto.LSN, data []byte) error
+	// TruncateWAL stages removal of all WAL at and above lsn.
+	TruncateWAL(lsn proto.LSN) error
+	// Commit durably stores everything staged and s (fsync) before it returns.
+	Commit(s State) error
+}
