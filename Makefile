@@ -1,0 +1,32 @@
+# safekeeper — see README.md.
+GO      ?= go
+BIN     := bin/safekeeper
+PKGS    := ./...
+
+.PHONY: build test test-unit test-race fuzz-seeds vet fmt bench clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/safekeeper
+
+# Every test: unit, fuzz seed corpora (go test runs them as ordinary tests),
+# real-PostgreSQL and socket-level integration tests, all under the race
+# detector. The integration tests build bin/safekeeper themselves.
+test: build
+	$(GO) vet $(PKGS)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+test-unit:
+	$(GO) test -short -count=1 $(PKGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./storage/ ./proto/... ./acceptor/
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf bin

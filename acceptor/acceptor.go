@@ -1,0 +1,321 @@
+package acceptor
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/xlog"
+)
+
+// Config is the fixed configuration of an acceptor.
+type Config struct {
+	// NodeID is this safekeeper's configured node id, reported in
+	// SafeKeeperInfo.safekeeper_id.
+	NodeID uint64
+}
+
+// Acceptor is the state machine of one timeline on one safekeeper: the
+// acceptor of the WAL push protocol, rules 1–8 of wal-push-protocol.md. It is
+// not safe for concurrent use: one owner goroutine per timeline drives it.
+//
+// Durability order: every method that answers with a decision (a vote, a
+// state report, a truncation) first commits all staged WAL and the new state
+// through Storage.Commit and only then returns the reply. Append only stages
+// WAL; its SafeKeeperResponse comes from Flush, after the commit.
+type Acceptor struct {
+	cfg   Config
+	store Storage
+	st    State // durable state: what the last Commit stored
+
+	dec      *xlog.Decoder // record boundaries of staged WAL; nil until the timeline has WAL
+	writeLSN proto.LSN     // end of staged WAL in the current term
+	// proposerCommit is the highest commit_lsn a proposer of the current term
+	// sent; the durable CommitLSN follows it as far as FlushLSN allows.
+	proposerCommit proto.LSN
+	truncateLSN    proto.LSN // highest truncate_lsn sent
+	pending        int       // SafeKeeperRequests staged since the last Flush
+	dirty          bool      // staged WAL or state not yet committed
+	failed         error     // set after a storage failure; sticky
+}
+
+// NewState returns the initial state of a timeline created by m (rule 1).
+func NewState(m *proto.ServerInfo) State {
+	return State{
+		TenantID:   m.TenantID,
+		TimelineID: m.TimelineID,
+		SystemID:   m.SystemID,
+		PgVersion:  m.PgVersion,
+		WalSegSize: m.WalSegSize,
+		PgTimeline: m.PgTimeline,
+	}
+}
+
+// New rebuilds an acceptor from the durable state st of its timeline (after
+// creation or a reboot). WAL above st.FlushLSN — an incomplete record or
+// bytes never acknowledged — is discarded, durably, before New returns.
+func New(cfg Config, st State, store Storage) (*Acceptor, error) {
+	a := &Acceptor{cfg: cfg, store: store, st: st.Clone()}
+	if st.CommitLSN > st.FlushLSN {
+		return nil, fmt.Errorf("%w: persisted commit_lsn %s above flush_lsn %s", ErrStorage, st.CommitLSN, st.FlushLSN)
+	}
+	a.resetWAL(st.FlushLSN)
+	a.proposerCommit = st.CommitLSN
+	a.truncateLSN = st.TruncateLSN
+	if err := store.TruncateWAL(st.FlushLSN); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrStorage, err)
+	}
+	if err := store.Commit(a.st.Clone()); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrStorage, err)
+	}
+	return a, nil
+}
+
+func (a *Acceptor) resetWAL(at proto.LSN) {
+	a.writeLSN = at
+	a.dec = nil
+	if a.st.TimelineStartLSN != 0 {
+		a.dec = xlog.NewDecoder(at, uint64(a.st.WalSegSize))
+	}
+}
+
+// State returns a copy of the durable state.
+func (a *Acceptor) State() State { return a.st.Clone() }
+
+// WriteLSN returns the end of the WAL staged in the current term (the
+// position the next SafeKeeperRequest must begin at).
+func (a *Acceptor) WriteLSN() proto.LSN { return a.writeLSN }
+
+// Pending returns how many SafeKeeperRequests await the next Flush.
+func (a *Acceptor) Pending() int { return a.pending }
+
+// Info is the SafeKeeperInfo for the durable state.
+func (a *Acceptor) Info() *proto.SafeKeeperInfo {
+	return &proto.SafeKeeperInfo{
+		ProtocolVersion:  proto.ProtocolVersion,
+		SafekeeperID:     a.cfg.NodeID,
+		VotedFor:         a.st.VotedFor,
+		LastLogTerm:      a.st.LastLogTerm(),
+		FlushLSN:         a.st.FlushLSN,
+		CommitLSN:        a.st.CommitLSN,
+		TruncateLSN:      a.st.TruncateLSN,
+		TimelineStartLSN: a.st.TimelineStartLSN,
+		History:          a.st.History.Upto(a.st.FlushLSN).Clone(),
+	}
+}
+
+// ServerInfo handles a proposer's greeting (rule 1): it checks that m matches
+// the timeline and answers with the current state. The timeline itself is
+// created by the caller (see NewState) before the acceptor exists.
+func (a *Acceptor) ServerInfo(m *proto.ServerInfo) (*proto.SafeKeeperInfo, error) {
+	if err := a.flushStaged(); err != nil {
+		return nil, err
+	}
+	if err := a.CheckServerInfo(m); err != nil {
+		return nil, err
+	}
+	return a.Info(), nil
+}
+
+// CheckServerInfo reports whether m describes this timeline: same tenant and
+// timeline ids, system_id, PostgreSQL major version, wal_seg_size and TLI.
+// Errors wrap ErrIncompatible.
+func (a *Acceptor) CheckServerInfo(m *proto.ServerInfo) error {
+	s := &a.st
+	switch {
+	case m.TenantID != s.TenantID || m.TimelineID != s.TimelineID:
+		return fmt.Errorf("%w: ServerInfo for %s/%s sent to timeline %s/%s", ErrIncompatible, m.TenantID, m.TimelineID, s.TenantID, s.TimelineID)
+	case m.SystemID != s.SystemID:
+		return fmt.Errorf("%w: system_id %d differs from the timeline's %d", ErrIncompatible, m.SystemID, s.SystemID)
+	case m.PgVersion/10000 != s.PgVersion/10000:
+		return fmt.Errorf("%w: PostgreSQL major version %d differs from the timeline's %d", ErrIncompatible, m.PgVersion/10000, s.PgVersion/10000)
+	case m.WalSegSize != s.WalSegSize:
+		return fmt.Errorf("%w: wal_seg_size %d differs from the timeline's %d", ErrIncompatible, m.WalSegSize, s.WalSegSize)
+	case m.PgTimeline != s.PgTimeline:
+		return fmt.Errorf("%w: pg_timeline %d differs from the timeline's %d", ErrIncompatible, m.PgTimeline, s.PgTimeline)
+	}
+	return nil
+}
+
+// RequestVote handles a vote request (rule 2). All staged WAL is made durable
+// first. The vote is granted iff the candidate's term is above voted_for's, or
+// the candidate is voted_for itself (the same proposer reconnecting); a grant
+// is committed before RequestVote returns. Granted: the verdict (equal to the
+// candidate) and the fresh state the proposer must elect with. Refused: the
+// verdict (the stored voted_for) and an error wrapping ErrVoteRefused.
+func (a *Acceptor) RequestVote(m *proto.RequestVote) (*proto.VoteResponse, *proto.SafeKeeperInfo, error) {
+	if err := a.flushStaged(); err != nil {
+		return nil, nil, err
+	}
+	c := m.Candidate
+	if c.Term == 0 {
+		return nil, nil, fmt.Errorf("%w: RequestVote for term 0", ErrProtocol)
+	}
+	if c.Term <= a.st.VotedFor.Term && c != a.st.VotedFor {
+		return &proto.VoteResponse{VotedFor: a.st.VotedFor}, nil,
+			fmt.Errorf("%w: candidate %s, already voted for %s", ErrVoteRefused, c, a.st.VotedFor)
+	}
+	if c != a.st.VotedFor {
+		next := a.st.Clone()
+		next.VotedFor = c
+		if err := a.commit(next); err != nil {
+			return nil, nil, err
+		}
+	}
+	return &proto.VoteResponse{VotedFor: c}, a.Info(), nil
+}
+
+// ProposerElected handles the elected proposer's first message (rule 4).
+// from is the ballot the connection was granted. The acceptor recomputes the
+// common point of its WAL with the proposer's history and refuses a
+// start_streaming_at that differs (ErrCommonPointMismatch) or lies below
+// commit_lsn (ErrTruncateCommitted); otherwise it truncates its WAL at
+// start_streaming_at, adopts the history and commits both in one step.
+func (a *Acceptor) ProposerElected(from proto.NodeID, m *proto.ProposerElected) error {
+	if err := a.flushStaged(); err != nil {
+		return err
+	}
+	if err := a.checkTerm(from, m.Term, "ProposerElected"); err != nil {
+		return err
+	}
+	if err := m.History.Validate(); err != nil || len(m.History) == 0 || m.History.LastTerm() != m.Term {
+		return fmt.Errorf("%w: ProposerElected history must ascend and end with term %d", ErrProtocol, m.Term)
+	}
+	if m.TimelineStartLSN == 0 || m.History[0].StartLSN != m.TimelineStartLSN {
+		return fmt.Errorf("%w: ProposerElected timeline_start_lsn %s must be non-zero and equal the history's first start_lsn %s",
+			ErrProtocol, m.TimelineStartLSN, m.History[0].StartLSN)
+	}
+	if a.st.TimelineStartLSN != 0 && m.TimelineStartLSN != a.st.TimelineStartLSN {
+		return fmt.Errorf("%w: ProposerElected timeline_start_lsn %s, this timeline starts at %s",
+			ErrProtocol, m.TimelineStartLSN, a.st.TimelineStartLSN)
+	}
+	cp := CommonPoint(a.st.History.Upto(a.st.FlushLSN), a.st.FlushLSN, m.History)
+	if a.st.TimelineStartLSN == 0 {
+		cp = m.TimelineStartLSN // no WAL yet: everything starts at the timeline start
+	}
+	if cp != m.StartStreamingAt {
+		return fmt.Errorf("%w: start_streaming_at %s, but this safekeeper's WAL agrees with the proposer's history up to %s",
+			ErrCommonPointMismatch, m.StartStreamingAt, cp)
+	}
+	if m.StartStreamingAt < a.st.CommitLSN {
+		return fmt.Errorf("%w: start_streaming_at %s is below commit_lsn %s", ErrTruncateCommitted, m.StartStreamingAt, a.st.CommitLSN)
+	}
+	next := a.st.Clone()
+	next.History = m.History.Clone()
+	next.TimelineStartLSN = m.TimelineStartLSN
+	next.FlushLSN = m.StartStreamingAt
+	next.TruncateLSN = min(next.TruncateLSN, next.CommitLSN)
+	if err := a.store.TruncateWAL(m.StartStreamingAt); err != nil {
+		return a.fail(err)
+	}
+	if err := a.commit(next); err != nil {
+		return err
+	}
+	a.resetWAL(m.StartStreamingAt)
+	a.proposerCommit = a.st.CommitLSN
+	return nil
+}
+
+// checkTerm checks that a message of term from a connection granted ballot
+// from may act on this timeline now.
+func (a *Acceptor) checkTerm(from proto.NodeID, term uint64, what string) error {
+	v := a.st.VotedFor
+	switch {
+	case term < v.Term:
+		return fmt.Errorf("%w: %s of term %d, this safekeeper voted for term %d", ErrStaleTerm, what, term, v.Term)
+	case term > v.Term:
+		return fmt.Errorf("%w: %s of term %d, which this safekeeper did not vote for (voted for %s)", ErrProtocol, what, term, v)
+	case from != v:
+		return fmt.Errorf("%w: %s from %s, but term %d belongs to %s", ErrProtocol, what, from, term, v)
+	}
+	return nil
+}
+
+// Append stages one SafeKeeperRequest (rule 5). Its SafeKeeperResponse comes
+// from the next Flush. A sender from a lower term is deposed: nothing is
+// written and the response (from Flush as well, so responses stay in order)
+// carries the higher term.
+func (a *Acceptor) Append(m *proto.SafeKeeperRequest) error {
+	if a.failed != nil {
+		return a.failed
+	}
+	if m.Sender.Term < a.st.VotedFor.Term {
+		a.pending++ // deposed: answered with the higher term, nothing written
+		return nil
+	}
+	if err := a.checkTerm(m.Sender, m.Sender.Term, "SafeKeeperRequest"); err != nil {
+		return err
+	}
+	if a.st.History.LastTerm() != a.st.VotedFor.Term || a.dec == nil {
+		return fmt.Errorf("%w: SafeKeeperRequest before ProposerElected of term %d", ErrProtocol, a.st.VotedFor.Term)
+	}
+	if m.EndLSN != m.BeginLSN {
+		if m.BeginLSN != a.writeLSN {
+			return fmt.Errorf("%w: SafeKeeperRequest begin_lsn %s, but the write position is %s", ErrProtocol, m.BeginLSN, a.writeLSN)
+		}
+		saved := *a.dec // Decoder is a value type: restore it if m is refused
+		if err := a.dec.Feed(m.WAL); err != nil {
+			*a.dec = saved
+			return fmt.Errorf("%w: SafeKeeperRequest %s..%s: %v", ErrProtocol, m.BeginLSN, m.EndLSN, err)
+		}
+		if err := a.store.WriteWAL(m.BeginLSN, m.WAL); err != nil {
+			return a.fail(err)
+		}
+		a.writeLSN = m.EndLSN
+	}
+	a.proposerCommit = max(a.proposerCommit, m.CommitLSN)
+	a.truncateLSN = max(a.truncateLSN, m.TruncateLSN)
+	a.pending++
+	a.dirty = true
+	return nil
+}
+
+// Flush commits all staged WAL together with the new flush_lsn, commit_lsn
+// and truncate_lsn in one durable step (rule 6) and returns the
+// SafeKeeperResponse that answers each of the n requests staged since the
+// last Flush, in order. n is 0 when nothing was staged.
+func (a *Acceptor) Flush() (resp *proto.SafeKeeperResponse, n int, err error) {
+	if err := a.flushStaged(); err != nil {
+		return nil, 0, err
+	}
+	n, a.pending = a.pending, 0
+	return &proto.SafeKeeperResponse{
+		Term:      a.st.VotedFor.Term,
+		FlushLSN:  a.st.FlushLSN,
+		CommitLSN: a.st.CommitLSN,
+	}, n, nil
+}
+
+// flushStaged commits what Append staged, if anything.
+func (a *Acceptor) flushStaged() error {
+	if a.failed != nil {
+		return a.failed
+	}
+	if !a.dirty {
+		return nil
+	}
+	next := a.st.Clone()
+	if a.dec != nil {
+		next.FlushLSN = max(next.FlushLSN, a.dec.RecordEnd())
+	}
+	next.CommitLSN = max(next.CommitLSN, min(a.proposerCommit, next.FlushLSN))
+	next.TruncateLSN = max(next.TruncateLSN, min(a.truncateLSN, next.CommitLSN))
+	return a.commit(next)
+}
+
+func (a *Acceptor) commit(next State) error {
+	if err := a.store.Commit(next.Clone()); err != nil {
+		return a.fail(err)
+	}
+	a.st = next
+	a.dirty = false
+	return nil
+}
+
+func (a *Acceptor) fail(err error) error {
+	if !errors.Is(err, ErrStorage) {
+		err = fmt.Errorf("%w: %v", ErrStorage, err)
+	}
+	a.failed = err
+	return err
+}

@@ -1,0 +1,533 @@
+package acceptor
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/xlog/xlogtest"
+)
+
+const segSize = 1 << 20
+
+// tlStart is where the test timelines' WAL starts: a segment boundary.
+const tlStart = proto.LSN(0x1000000)
+
+var testInfo = proto.ServerInfo{
+	ProtocolVersion: 1, PgVersion: 150018, SystemID: 7, PgTimeline: 1, WalSegSize: segSize,
+	TenantID: proto.ID{1}, TimelineID: proto.ID{2},
+}
+
+// hist builds a term history from (term, start_lsn) pairs.
+func hist(pairs ...any) proto.TermHistory {
+	var h proto.TermHistory
+	for i := 0; i < len(pairs); i += 2 {
+		h = append(h, proto.TermSwitch{Term: toU64(pairs[i]), StartLSN: proto.LSN(toU64(pairs[i+1]))})
+	}
+	return h
+}
+
+func toU64(v any) uint64 {
+	switch x := v.(type) {
+	case int:
+		return uint64(x)
+	case proto.LSN:
+		return uint64(x)
+	case uint64:
+		return x
+	}
+	panic(v)
+}
+
+func ballot(term uint64, b byte) proto.NodeID { return proto.NodeID{Term: term, UUID: proto.ID{b}} }
+
+type fixture struct {
+	t     *testing.T
+	store *MemStorage
+	a     *Acceptor
+	gen   *xlogtest.Generator
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	st := NewState(&testInfo)
+	f := &fixture{t: t, store: NewMemStorage(st)}
+	f.reboot()
+	f.gen = xlogtest.NewGenerator(tlStart, segSize, 1, 7)
+	return f
+}
+
+// reboot drops everything staged and rebuilds the acceptor from what is
+// durable, as a restart after kill -9 would.
+func (f *fixture) reboot() {
+	f.t.Helper()
+	f.store.Crash()
+	st, _, _ := f.store.Durable()
+	a, err := New(Config{NodeID: 9}, st, f.store)
+	if err != nil {
+		f.t.Fatalf("New: %v", err)
+	}
+	f.a = a
+}
+
+func (f *fixture) vote(b proto.NodeID) *proto.SafeKeeperInfo {
+	f.t.Helper()
+	v, info, err := f.a.RequestVote(&proto.RequestVote{Candidate: b})
+	if err != nil || v.VotedFor != b {
+		f.t.Fatalf("vote for %v: %v %v", b, v, err)
+	}
+	return info
+}
+
+// elect votes for b and sends ProposerElected with history h, starting where
+// the acceptor computes (the proposer's rule 3 from the fresh info).
+func (f *fixture) elect(b proto.NodeID, h proto.TermHistory) proto.LSN {
+	f.t.Helper()
+	info := f.vote(b)
+	start := h[0].StartLSN
+	if info.TimelineStartLSN != 0 {
+		start = CommonPoint(info.History, info.FlushLSN, h)
+	}
+	if err := f.a.ProposerElected(b, &proto.ProposerElected{Term: b.Term, StartStreamingAt: start, TimelineStartLSN: h[0].StartLSN, History: h}); err != nil {
+		f.t.Fatalf("ProposerElected: %v", err)
+	}
+	return start
+}
+
+// appendWAL stages wal from the write position and flushes it.
+func (f *fixture) appendWAL(b proto.NodeID, wal []byte, commit proto.LSN) *proto.SafeKeeperResponse {
+	f.t.Helper()
+	begin := f.a.WriteLSN()
+	if err := f.a.Append(&proto.SafeKeeperRequest{Sender: b, BeginLSN: begin, EndLSN: begin + proto.LSN(len(wal)), CommitLSN: commit, WAL: wal}); err != nil {
+		f.t.Fatalf("Append: %v", err)
+	}
+	resp, n, err := f.a.Flush()
+	if err != nil || n != 1 {
+		f.t.Fatalf("Flush: n=%d %v", n, err)
+	}
+	return resp
+}
+
+func TestRule1_ServerInfoMustMatchTimeline(t *testing.T) {
+	f := newFixture(t)
+	info, err := f.a.ServerInfo(&testInfo)
+	if err != nil || info.SafekeeperID != 9 || info.VotedFor.Term != 0 || info.TimelineStartLSN != 0 {
+		t.Fatalf("greeting: %+v %v", info, err)
+	}
+	for name, mut := range map[string]func(*proto.ServerInfo){
+		"system_id":    func(m *proto.ServerInfo) { m.SystemID++ },
+		"pg major":     func(m *proto.ServerInfo) { m.PgVersion = 160001 },
+		"wal_seg_size": func(m *proto.ServerInfo) { m.WalSegSize = 16 << 20 },
+		"pg_timeline":  func(m *proto.ServerInfo) { m.PgTimeline = 2 },
+		"timeline_id":  func(m *proto.ServerInfo) { m.TimelineID = proto.ID{3} },
+	} {
+		m := testInfo
+		mut(&m)
+		if _, err := f.a.ServerInfo(&m); !errors.Is(err, ErrIncompatible) {
+			t.Errorf("%s: err %v, want ErrIncompatible", name, err)
+		}
+	}
+	m := testInfo
+	m.PgVersion = 150002 // minor upgrade is fine
+	if _, err := f.a.ServerInfo(&m); err != nil {
+		t.Errorf("minor version change refused: %v", err)
+	}
+}
+
+func TestRule2_VoteStrictTermSameNodeRegranted(t *testing.T) {
+	f := newFixture(t)
+	f.vote(ballot(5, 1))
+	if st, _, _ := f.store.Durable(); st.VotedFor != ballot(5, 1) {
+		t.Fatalf("vote not durable when RequestVote returned: %v", st.VotedFor)
+	}
+	f.vote(ballot(5, 1)) // the same proposer reconnecting
+	for _, b := range []proto.NodeID{ballot(5, 2), ballot(5, 0), ballot(4, 9)} {
+		v, info, err := f.a.RequestVote(&proto.RequestVote{Candidate: b})
+		if !errors.Is(err, ErrVoteRefused) || info != nil || v.VotedFor != ballot(5, 1) {
+			t.Errorf("vote for %v: verdict %v info %v err %v; want refusal showing 5/01", b, v, info, err)
+		}
+	}
+	info := f.vote(ballot(6, 0))
+	if info.VotedFor != ballot(6, 0) {
+		t.Fatalf("fresh state after grant has voted_for %v", info.VotedFor)
+	}
+}
+
+func TestRule2_VoteMakesReceivedWALDurableFirst(t *testing.T) {
+	f := newFixture(t)
+	b := ballot(1, 1)
+	f.elect(b, hist(1, tlStart))
+	f.gen.Record(100)
+	_, end := f.gen.Record(200)
+	wal := f.gen.Take()
+	if err := f.a.Append(&proto.SafeKeeperRequest{Sender: b, BeginLSN: tlStart, EndLSN: tlStart + proto.LSN(len(wal)), WAL: wal}); err != nil {
+		t.Fatal(err)
+	}
+	info := f.vote(ballot(2, 2))
+	if info.FlushLSN != end {
+		t.Fatalf("vote reported flush_lsn %v, want %v (staged WAL made durable first)", info.FlushLSN, end)
+	}
+	if st, _, w := f.store.Durable(); st.FlushLSN != end || !bytes.Equal(w, wal) {
+		t.Fatalf("durable flush %v, %d bytes", st.FlushLSN, len(w))
+	}
+}
+
+func TestRule3_CommonPoint(t *testing.T) {
+	h := func(e ...uint64) proto.TermHistory {
+		var r proto.TermHistory
+		for i := 0; i < len(e); i += 2 {
+			r = append(r, proto.TermSwitch{Term: e[i], StartLSN: proto.LSN(e[i+1])})
+		}
+		return r
+	}
+	cases := []struct {
+		name  string
+		sk    proto.TermHistory
+		flush proto.LSN
+		prop  proto.TermHistory
+		want  proto.LSN
+	}{
+		{"empty safekeeper agrees at timeline start", nil, 0, h(1, 100, 3, 500), 100},
+		{"same last term: safekeeper's flush", h(1, 100), 400, h(1, 100, 3, 500), 400},
+		{"safekeeper ahead in old term: proposer's switch", h(1, 100), 700, h(1, 100, 3, 500), 500},
+		{"diverged term: end of last common", h(1, 100, 2, 300), 800, h(1, 100, 3, 500), 300},
+		{"diverged first term: timeline start", h(2, 100), 800, h(1, 100, 3, 500), 100},
+		{"same history as proposer's last term", h(1, 100, 3, 500), 900, h(1, 100, 3, 500), 900},
+		{"same term different start is not common", h(1, 100, 3, 600), 900, h(1, 100, 3, 500), 500},
+	}
+	for _, c := range cases {
+		if got := CommonPoint(c.sk, c.flush, c.prop); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestRule4_ProposerElectedTruncatesAtCommonPoint(t *testing.T) {
+	f := newFixture(t)
+	b1 := ballot(1, 1)
+	f.elect(b1, hist(1, tlStart))
+	_, end1 := f.gen.Record(100)
+	f.appendWAL(b1, f.gen.Take(), 0)
+	f.gen.Record(300)
+	f.appendWAL(b1, f.gen.Take(), 0) // the donor never got this one
+	// A new proposer whose donor ended at end1: this safekeeper must cut
+	// its WAL there.
+	b2 := ballot(2, 2)
+	f.vote(b2)
+	h := hist(1, tlStart, 2, end1)
+	pe := &proto.ProposerElected{Term: 2, StartStreamingAt: end1, TimelineStartLSN: tlStart, History: h}
+	if err := f.a.ProposerElected(b2, pe); err != nil {
+		t.Fatal(err)
+	}
+	st, start, wal := f.store.Durable()
+	if start+proto.LSN(len(wal)) != end1 || st.FlushLSN != end1 || !st.History.Equal(h) {
+		t.Fatalf("after truncation: WAL ends %v flush %v history %v; want end %v", start+proto.LSN(len(wal)), st.FlushLSN, st.History, end1)
+	}
+	if f.a.WriteLSN() != end1 {
+		t.Fatalf("write position %v", f.a.WriteLSN())
+	}
+}
+
+func TestRule4_ProposerElectedRefusesMismatchedStart(t *testing.T) {
+	f := newFixture(t)
+	b1 := ballot(1, 1)
+	f.elect(b1, hist(1, tlStart))
+	_, end := f.gen.Record(100)
+	f.appendWAL(b1, f.gen.Take(), 0)
+	before, _, walBefore := f.store.Durable()
+	// A duplicated or late ProposerElected of the same term must not cut
+	// the WAL back to its old start.
+	err := f.a.ProposerElected(b1, &proto.ProposerElected{Term: 1, StartStreamingAt: tlStart, TimelineStartLSN: tlStart, History: hist(1, tlStart)})
+	if !errors.Is(err, ErrCommonPointMismatch) {
+		t.Fatalf("err %v, want ErrCommonPointMismatch", err)
+	}
+	after, _, walAfter := f.store.Durable()
+	if after.FlushLSN != end || after.FlushLSN != before.FlushLSN || !bytes.Equal(walBefore, walAfter) {
+		t.Fatal("refused ProposerElected changed durable WAL")
+	}
+}
+
+func TestRule4_ProposerElectedRefusesTruncationBelowCommit(t *testing.T) {
+	f := newFixture(t)
+	b1 := ballot(1, 1)
+	f.elect(b1, hist(1, tlStart))
+	_, end1 := f.gen.Record(100)
+	_, end2 := f.gen.Record(100)
+	f.appendWAL(b1, f.gen.Take(), end2)
+	if st := f.a.State(); st.CommitLSN != end2 {
+		t.Fatalf("commit %v", st.CommitLSN)
+	}
+	b2 := ballot(2, 2)
+	f.vote(b2)
+	// A (buggy or hostile) proposer claiming the divergence at end1, below commit.
+	h := hist(1, tlStart, 2, end1)
+	err := f.a.ProposerElected(b2, &proto.ProposerElected{Term: 2, StartStreamingAt: end1, TimelineStartLSN: tlStart, History: h})
+	if !errors.Is(err, ErrTruncateCommitted) {
+		t.Fatalf("err %v, want ErrTruncateCommitted", err)
+	}
+	if st, _, _ := f.store.Durable(); st.FlushLSN != end2 {
+		t.Fatalf("flush %v after refusal", st.FlushLSN)
+	}
+}
+
+func TestRule4_ProposerElectedNeedsTheVote(t *testing.T) {
+	f := newFixture(t)
+	f.vote(ballot(3, 1))
+	pe := func(term uint64) *proto.ProposerElected {
+		return &proto.ProposerElected{Term: term, StartStreamingAt: tlStart, TimelineStartLSN: tlStart, History: hist(term, tlStart)}
+	}
+	if err := f.a.ProposerElected(ballot(2, 1), pe(2)); !errors.Is(err, ErrStaleTerm) {
+		t.Errorf("lower term: %v", err)
+	}
+	if err := f.a.ProposerElected(ballot(4, 1), pe(4)); !errors.Is(err, ErrProtocol) {
+		t.Errorf("term never voted for: %v", err)
+	}
+	if err := f.a.ProposerElected(ballot(3, 2), pe(3)); !errors.Is(err, ErrProtocol) {
+		t.Errorf("term owned by another uuid: %v", err)
+	}
+}
+
+func TestRule5_ContiguousAppendsOnly(t *testing.T) {
+	f := newFixture(t)
+	b := ballot(1, 1)
+	f.elect(b, hist(1, tlStart))
+	f.gen.Record(64)
+	wal := f.gen.Take()
+	end := tlStart + proto.LSN(len(wal))
+	for name, begin := range map[string]proto.LSN{"gap": tlStart + 8, "rewrite before": tlStart - 8} {
+		err := f.a.Append(&proto.SafeKeeperRequest{Sender: b, BeginLSN: begin, EndLSN: begin + proto.LSN(len(wal)), WAL: wal})
+		if !errors.Is(err, ErrProtocol) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	f.appendWAL(b, wal, 0)
+	if err := f.a.Append(&proto.SafeKeeperRequest{Sender: b, BeginLSN: tlStart, EndLSN: end, WAL: wal}); !errors.Is(err, ErrProtocol) {
+		t.Errorf("rewrite of acknowledged WAL: %v", err)
+	}
+	// A heartbeat's begin_lsn is not checked.
+	if err := f.a.Append(&proto.SafeKeeperRequest{Sender: b, BeginLSN: 5, EndLSN: 5, CommitLSN: end}); err != nil {
+		t.Errorf("heartbeat: %v", err)
+	}
+	if resp, n, _ := f.a.Flush(); n != 1 || resp.CommitLSN != end {
+		t.Errorf("heartbeat response %+v n=%d", resp, n)
+	}
+}
+
+func TestRule5_AppendBeforeElectedIsAViolation(t *testing.T) {
+	f := newFixture(t)
+	b := ballot(1, 1)
+	f.vote(b)
+	err := f.a.Append(&proto.SafeKeeperRequest{Sender: b, BeginLSN: tlStart, EndLSN: tlStart})
+	if !errors.Is(err, ErrProtocol) {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestRule5_CommitLSNRule(t *testing.T) {
+	f := newFixture(t)
+	b := ballot(1, 1)
+	f.elect(b, hist(1, tlStart))
+	_, end1 := f.gen.Record(100)
+	// commit above flush is capped at flush
+	resp := f.appendWAL(b, f.gen.Take(), end1+1000)
+	if resp.CommitLSN != end1 || resp.FlushLSN != end1 {
+		t.Fatalf("resp %+v, want commit = flush = %v", resp, end1)
+	}
+	// a lower commit from the proposer never lowers it
+	_, end2 := f.gen.Record(100)
+	resp = f.appendWAL(b, f.gen.Take(), tlStart)
+	if resp.CommitLSN != end2 {
+		t.Fatalf("commit %v, want %v (earlier proposer commit, capped at the new flush)", resp.CommitLSN, end2)
+	}
+	if st, _, _ := f.store.Durable(); st.CommitLSN != end2 {
+		t.Fatalf("commit_lsn not durable with the WAL: %v", st.CommitLSN)
+	}
+}
+
+func TestRule5_DeposedSenderGetsHigherTerm(t *testing.T) {
+	f := newFixture(t)
+	old := ballot(1, 1)
+	f.elect(old, hist(1, tlStart))
+	_, end := f.gen.Record(100)
+	f.appendWAL(old, f.gen.Take(), 0)
+	f.vote(ballot(2, 2))
+	f.gen.Record(100)
+	wal := f.gen.Take()
+	if err := f.a.Append(&proto.SafeKeeperRequest{Sender: old, BeginLSN: end, EndLSN: end + proto.LSN(len(wal)), WAL: wal}); err != nil {
+		t.Fatal(err)
+	}
+	resp, n, err := f.a.Flush()
+	if err != nil || n != 1 || resp.Term != 2 || resp.FlushLSN != end {
+		t.Fatalf("deposed response %+v n=%d err=%v", resp, n, err)
+	}
+	if _, start, w := f.store.Durable(); start+proto.LSN(len(w)) != end {
+		t.Fatal("deposed sender's WAL was written")
+	}
+}
+
+func TestRule5_SameTermOtherUUIDIsAViolation(t *testing.T) {
+	f := newFixture(t)
+	f.elect(ballot(1, 1), hist(1, tlStart))
+	err := f.a.Append(&proto.SafeKeeperRequest{Sender: ballot(1, 2), BeginLSN: tlStart, EndLSN: tlStart})
+	if !errors.Is(err, ErrProtocol) {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestRule6_FlushLSNIsRecordAligned(t *testing.T) {
+	f := newFixture(t)
+	b := ballot(1, 1)
+	f.elect(b, hist(1, tlStart))
+	_, end1 := f.gen.Record(50)
+	_, end2 := f.gen.Record(20000) // spans pages
+	wal := f.gen.Take()
+	cut := int(end1-tlStart) + 100 // inside the second record
+	resp := f.appendWAL(b, wal[:cut], 0)
+	if resp.FlushLSN != end1 {
+		t.Fatalf("flush %v with a partial record, want %v", resp.FlushLSN, end1)
+	}
+	resp = f.appendWAL(b, wal[cut:], 0)
+	if resp.FlushLSN != end2 {
+		t.Fatalf("flush %v, want %v", resp.FlushLSN, end2)
+	}
+}
+
+func TestRule6_OneResponsePerRequest(t *testing.T) {
+	f := newFixture(t)
+	b := ballot(1, 1)
+	f.elect(b, hist(1, tlStart))
+	for i := 0; i < 5; i++ {
+		f.gen.Record(40 + i)
+		wal := f.gen.Take()
+		begin := f.a.WriteLSN()
+		if err := f.a.Append(&proto.SafeKeeperRequest{Sender: b, BeginLSN: begin, EndLSN: begin + proto.LSN(len(wal)), WAL: wal}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commits := f.store.Commits()
+	resp, n, err := f.a.Flush()
+	if err != nil || n != 5 || resp.FlushLSN != f.gen.Pos() {
+		t.Fatalf("n=%d flush=%v err=%v", n, resp.FlushLSN, err)
+	}
+	if f.store.Commits() != commits+1 {
+		t.Fatalf("group commit took %d commits, want 1", f.store.Commits()-commits)
+	}
+}
+
+func TestRule8_ViolationChangesNothingDurable(t *testing.T) {
+	f := newFixture(t)
+	b := ballot(1, 1)
+	f.elect(b, hist(1, tlStart))
+	f.gen.Record(100)
+	f.appendWAL(b, f.gen.Take(), 0)
+	before, _, wal := f.store.Durable()
+	zeros := make([]byte, 64) // xl_tot_len 0 where a record must start
+	begin := f.a.WriteLSN()
+	if err := f.a.Append(&proto.SafeKeeperRequest{Sender: b, BeginLSN: begin, EndLSN: begin + 64, WAL: zeros}); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("invalid WAL: err %v, want ErrProtocol", err)
+	}
+	if _, _, err := f.a.Flush(); err != nil {
+		t.Fatalf("acceptor unusable after a refused request: %v", err)
+	}
+	f.reboot()
+	after, _, wal2 := f.store.Durable()
+	if after.FlushLSN != before.FlushLSN || !bytes.Equal(wal, wal2) {
+		t.Fatal("durable WAL changed")
+	}
+}
+
+func TestStorageFailureIsSticky(t *testing.T) {
+	f := newFixture(t)
+	b := ballot(1, 1)
+	f.elect(b, hist(1, tlStart))
+	f.gen.Record(100)
+	wal := f.gen.Take()
+	if err := f.a.Append(&proto.SafeKeeperRequest{Sender: b, BeginLSN: tlStart, EndLSN: tlStart + proto.LSN(len(wal)), WAL: wal}); err != nil {
+		t.Fatal(err)
+	}
+	f.store.FailCommit = errors.New("disk full")
+	if _, _, err := f.a.Flush(); !errors.Is(err, ErrStorage) {
+		t.Fatalf("err %v", err)
+	}
+	if _, _, err := f.a.RequestVote(&proto.RequestVote{Candidate: ballot(2, 1)}); !errors.Is(err, ErrStorage) {
+		t.Fatalf("after failure: %v", err)
+	}
+	if st, _, _ := f.store.Durable(); st.FlushLSN != tlStart {
+		t.Fatal("failed commit acknowledged")
+	}
+}
+
+func TestLastLogTermAndHistoryCutAtFlush(t *testing.T) {
+	f := newFixture(t)
+	b1 := ballot(1, 1)
+	f.elect(b1, hist(1, tlStart))
+	_, end := f.gen.Record(100)
+	f.appendWAL(b1, f.gen.Take(), 0)
+	info := f.vote(ballot(4, 2))
+	if info.LastLogTerm != 1 || len(info.History) != 1 {
+		t.Fatalf("info %+v", info)
+	}
+	// Adopt a history whose last term starts above this safekeeper's WAL:
+	// it is cut from reports until WAL reaches it.
+	h := hist(1, tlStart, 4, end)
+	if err := f.a.ProposerElected(ballot(4, 2), &proto.ProposerElected{Term: 4, StartStreamingAt: end, TimelineStartLSN: tlStart, History: h}); err != nil {
+		t.Fatal(err)
+	}
+	info = f.a.Info()
+	if info.LastLogTerm != 4 || !info.History.Equal(h) {
+		t.Fatalf("after election at own flush: %+v", info)
+	}
+}
+
+func TestRebootKeepsVoteAndTruncation(t *testing.T) {
+	f := newFixture(t)
+	b1 := ballot(1, 1)
+	f.elect(b1, hist(1, tlStart))
+	_, end1 := f.gen.Record(100)
+	f.appendWAL(b1, f.gen.Take(), 0)
+	f.gen.Record(100)
+	f.appendWAL(b1, f.gen.Take(), 0)
+	b2 := ballot(2, 2)
+	f.vote(b2)
+	h := hist(1, tlStart, 2, end1)
+	if err := f.a.ProposerElected(b2, &proto.ProposerElected{Term: 2, StartStreamingAt: end1, TimelineStartLSN: tlStart, History: h}); err != nil {
+		t.Fatal(err)
+	}
+	f.reboot()
+	// no double vote in term 2
+	if _, _, err := f.a.RequestVote(&proto.RequestVote{Candidate: ballot(2, 3)}); !errors.Is(err, ErrVoteRefused) {
+		t.Fatalf("after reboot a second proposer got term 2: %v", err)
+	}
+	// no forgotten truncation
+	st, start, wal := f.store.Durable()
+	if st.FlushLSN != end1 || start+proto.LSN(len(wal)) != end1 || !st.History.Equal(h) {
+		t.Fatalf("after reboot: flush %v WAL end %v history %v", st.FlushLSN, start+proto.LSN(len(wal)), st.History)
+	}
+	if f.a.WriteLSN() != end1 {
+		t.Fatalf("write position %v", f.a.WriteLSN())
+	}
+}
+
+func TestRebootDiscardsWALPastFlush(t *testing.T) {
+	f := newFixture(t)
+	b := ballot(1, 1)
+	f.elect(b, hist(1, tlStart))
+	_, end1 := f.gen.Record(100)
+	f.gen.Record(30000)
+	wal := f.gen.Take()
+	f.appendWAL(b, wal[:int(end1-tlStart)+500], 0) // durable, but a partial record past flush
+	if _, start, w := f.store.Durable(); start+proto.LSN(len(w)) == end1 {
+		t.Fatal("setup: partial record should be durable")
+	}
+	f.reboot()
+	st, start, w := f.store.Durable()
+	if st.FlushLSN != end1 || start+proto.LSN(len(w)) != end1 || f.a.WriteLSN() != end1 {
+		t.Fatalf("after reboot: flush %v WAL end %v write %v, want all %v", st.FlushLSN, start+proto.LSN(len(w)), f.a.WriteLSN(), end1)
+	}
+	// The proposer resumes from flush_lsn after re-election.
+	f.elect(ballot(1, 1), hist(1, tlStart))
+	if f.a.WriteLSN() != end1 {
+		t.Fatalf("resume at %v", f.a.WriteLSN())
+	}
+}

@@ -1,0 +1,182 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	"github.com/safekeeper/safekeeper/acceptor"
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/storage"
+)
+
+// TimelineKey names a timeline: Neon's (tenant_id, timeline_id).
+type TimelineKey struct {
+	Tenant, Timeline proto.ID
+}
+
+func (k TimelineKey) String() string { return k.Tenant.String() + "/" + k.Timeline.String() }
+
+// maxBatch bounds how many queued events one group commit takes, so that a
+// steady stream still gets a SafeKeeperResponse well within 100 ms.
+const maxBatch = 64
+
+// eventQueue is the capacity of a timeline's inbound queue: at most this many
+// requests (≤ 128 KiB of WAL each) wait in memory for the owner.
+const eventQueue = 64
+
+// event is one thing for the timeline owner to do: a message, or the end of
+// a connection's stream (end is then its final item: the end after CopyDone,
+// or the error that ended it). Either way the owner first makes durable and
+// answers everything staged (rule 7: a dropped connection flushes too).
+type event struct {
+	conn *pushConn
+	msg  proto.Message // decoded from a private copy of the payload
+	end  *outItem
+}
+
+// timeline is one timeline's owner: a goroutine that alone drives the
+// acceptor, fed by the connections' reader goroutines through a bounded
+// queue. Readers of state use the snapshot.
+type timeline struct {
+	key TimelineKey
+	log *slog.Logger
+	in  chan event
+
+	mu      sync.Mutex
+	state   acceptor.State // durable state after the owner's last step
+	changed chan struct{}  // closed and replaced whenever state changes
+	store   *storage.Timeline
+
+	stopped chan struct{}
+}
+
+// Status returns the durable state and a channel closed at its next change.
+func (t *timeline) Status() (acceptor.State, <-chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.state.Clone(), t.changed
+}
+
+func (t *timeline) publish(st acceptor.State) {
+	t.mu.Lock()
+	t.state = st
+	close(t.changed)
+	t.changed = make(chan struct{})
+	t.mu.Unlock()
+}
+
+// run is the owner loop. It returns when ctx is done and every connection
+// has left (the server closes them first).
+func (t *timeline) run(ctx context.Context, acc *acceptor.Acceptor) {
+	defer close(t.stopped)
+	o := owner{t: t, acc: acc}
+	for {
+		select {
+		case <-ctx.Done():
+			o.flush()
+			return
+		case ev := <-t.in:
+			o.handle(ev)
+		drain:
+			for i := 1; i < maxBatch; i++ {
+				select {
+				case ev := <-t.in:
+					o.handle(ev)
+				default:
+					break drain
+				}
+			}
+			o.flush()
+		}
+	}
+}
+
+// owner is the state of the owner goroutine.
+type owner struct {
+	t   *timeline
+	acc *acceptor.Acceptor
+	// waiting lists, in order, the connection of every staged request.
+	waiting []*pushConn
+}
+
+// flush commits staged WAL and sends every waiting SafeKeeperResponse.
+func (o *owner) flush() {
+	resp, n, err := o.acc.Flush()
+	if err != nil {
+		o.storageFailed(err)
+		return
+	}
+	if n != len(o.waiting) {
+		panic("server: acceptor staged count differs from waiting connections")
+	}
+	for _, c := range o.waiting {
+		c.send(resp)
+	}
+	o.waiting = o.waiting[:0]
+	o.t.publish(o.acc.State())
+}
+
+// storageFailed ends every waiting connection: nothing they sent since the
+// last commit is acknowledged.
+func (o *owner) storageFailed(err error) {
+	o.t.log.Error("storage failed; timeline stops accepting WAL", "err", err)
+	for _, c := range o.waiting {
+		c.fail(err)
+	}
+	o.waiting = o.waiting[:0]
+}
+
+func (o *owner) handle(ev event) {
+	c := ev.conn
+	if c.dead() && ev.end == nil {
+		return // after an error nothing more from this connection is processed
+	}
+	if _, isAppend := ev.msg.(*proto.SafeKeeperRequest); !isAppend {
+		// Any other step replies at once: everything staged before it is
+		// made durable and answered first, so replies stay in order.
+		o.flush()
+	}
+	if ev.end != nil {
+		c.enqueue(*ev.end)
+		return
+	}
+	switch m := ev.msg.(type) {
+	case *proto.ServerInfo:
+		info, err := o.acc.ServerInfo(m)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		c.send(info)
+	case *proto.RequestVote:
+		verdict, info, err := o.acc.RequestVote(m)
+		if verdict != nil {
+			c.send(verdict)
+		}
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		c.ballot = m.Candidate
+		c.send(info)
+	case *proto.ProposerElected:
+		if err := o.acc.ProposerElected(c.ballot, m); err != nil {
+			c.fail(err)
+			return
+		}
+		o.t.log.Info("proposer elected", "term", m.Term, "start_streaming_at", m.StartStreamingAt,
+			"conn", c.remote)
+	case *proto.SafeKeeperRequest:
+		if err := o.acc.Append(m); err != nil {
+			if errors.Is(err, acceptor.ErrStorage) {
+				o.storageFailed(err)
+			}
+			c.fail(err)
+			return
+		}
+		o.waiting = append(o.waiting, c)
+	}
+	o.t.publish(o.acc.State())
+}

@@ -1,0 +1,262 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+
+	"github.com/safekeeper/safekeeper/acceptor"
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/pgwire"
+)
+
+// outQueue bounds the replies waiting for one proposer connection's writer.
+// A proposer that stops reading while it keeps sending overflows it and is
+// disconnected rather than stalling its timeline's owner.
+const outQueue = 4096
+
+// pushConn is one START_WAL_PUSH stream. Its reader goroutine (the
+// connection's own) decodes CopyData into events for the timeline owner; its
+// writer goroutine sends what the owner queues in out, in order.
+type pushConn struct {
+	srv    *Server
+	pc     *pgwire.Conn
+	remote string
+	log    *slog.Logger
+	opts   startupIDs // tenant/timeline named in the startup options, if any
+
+	tl     *timeline    // set once ServerInfo named the timeline
+	ballot proto.NodeID // the ballot granted on this connection; owner only
+
+	out      chan outItem
+	mu       sync.Mutex
+	isDead   bool
+	finished chan struct{} // closed by the writer when the stream has ended
+	endedOK  bool          // set by the writer before finished: ended by CopyDone
+}
+
+type outItem struct {
+	msg  proto.Message
+	err  error // send an ErrorResponse, then close the connection
+	done bool  // send CopyDone, CommandComplete, ReadyForQuery
+}
+
+func (c *pushConn) dead() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.isDead
+}
+
+// enqueue hands an item to the writer without blocking the owner.
+func (c *pushConn) enqueue(it outItem) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.isDead {
+		return
+	}
+	if it.err != nil || it.done {
+		c.isDead = true // nothing after an error or the end
+	}
+	select {
+	case c.out <- it:
+		if c.isDead {
+			close(c.out)
+		}
+	default:
+		c.isDead = true
+		close(c.out)
+		c.log.Warn("proposer does not read its responses; disconnecting", "queued", len(c.out))
+	}
+}
+
+func (c *pushConn) send(m proto.Message) { c.enqueue(outItem{msg: m}) }
+func (c *pushConn) fail(err error)       { c.enqueue(outItem{err: err}) }
+
+// writer sends queued replies, batching every reply already queued into one
+// socket write. It closes finished when the stream is over.
+func (c *pushConn) writer() {
+	defer close(c.finished)
+	var buf []byte
+	for it := range c.out {
+		for {
+			if err := c.write(it, &buf); err != nil || it.err != nil {
+				if err != nil {
+					c.log.Debug("write to proposer failed", "err", err)
+				}
+				c.pc.Close()
+				c.drain()
+				return
+			}
+			if it.done {
+				c.endedOK = true
+				return
+			}
+			var more bool
+			select {
+			case it, more = <-c.out:
+			default:
+			}
+			if !more {
+				break
+			}
+		}
+		if err := c.pc.Flush(); err != nil {
+			c.pc.Close()
+			c.drain()
+			return
+		}
+	}
+	c.pc.Close() // out closed by an overflow
+}
+
+// drain discards queued items until enqueue closes out (it always does once
+// the stream's final item, an error or the end, is queued).
+func (c *pushConn) drain() {
+	for range c.out {
+	}
+}
+
+func (c *pushConn) write(it outItem, buf *[]byte) error {
+	switch {
+	case it.err != nil:
+		c.log.Info("ending WAL push stream", "err", it.err)
+		c.pc.SendError(wireError(it.err))
+		return c.pc.Flush()
+	case it.done:
+		c.pc.SendCopyDone()
+		c.pc.SendCommandComplete("START_WAL_PUSH")
+		c.pc.SendReadyForQuery()
+		return c.pc.Flush()
+	}
+	*buf = it.msg.Encode((*buf)[:0])
+	return c.pc.SendCopyData(*buf)
+}
+
+// runPush runs a START_WAL_PUSH stream until the proposer ends it (CopyDone:
+// the connection returns to query mode and ok is true), an error ends it, or
+// the connection drops.
+func (s *Server) runPush(pc *pgwire.Conn, ids startupIDs, log *slog.Logger) (ok bool) {
+	c := &pushConn{
+		srv: s, pc: pc, remote: pc.RemoteAddr().String(), log: log, opts: ids,
+		out: make(chan outItem, outQueue), finished: make(chan struct{}),
+	}
+	if err := pc.StartCopyBoth(); err != nil {
+		return false
+	}
+	if err := pc.Flush(); err != nil {
+		return false
+	}
+	go c.writer()
+	final := c.readLoop()
+	if c.tl != nil {
+		// The owner makes durable and answers what this connection sent,
+		// then queues the final item, so nothing is cut off.
+		c.tl.in <- event{conn: c, end: &final}
+	} else {
+		c.enqueue(final)
+	}
+	<-c.finished
+	return c.endedOK
+}
+
+// readLoop reads the proposer's messages until CopyDone, a read error or a
+// protocol violation, and returns the stream's final item: the end, or the
+// error to answer with.
+func (c *pushConn) readLoop() outItem {
+	state := pushWantServerInfo
+	for {
+		payload, err := c.pc.ReadCopy()
+		if errors.Is(err, pgwire.ErrCopyDone) {
+			return outItem{done: true}
+		}
+		if err != nil {
+			if c.srv.isStopping() {
+				return outItem{err: errShutdown}
+			}
+			if !errors.Is(err, io.EOF) {
+				c.log.Debug("proposer connection read failed", "err", err)
+			}
+			return outItem{err: err}
+		}
+		m, err := proto.DecodeProposerMessage(payload)
+		if err != nil {
+			return outItem{err: fmt.Errorf("%w: %v", acceptor.ErrProtocol, err)}
+		}
+		next, err := c.checkOrder(state, m)
+		if err != nil {
+			return outItem{err: err}
+		}
+		state = next
+		if si, ok := m.(*proto.ServerInfo); ok && c.tl == nil {
+			tl, err := c.srv.timelineFor(si)
+			if err != nil {
+				return outItem{err: err}
+			}
+			c.tl = tl
+		}
+		c.tl.in <- event{conn: c, msg: m}
+	}
+}
+
+// Per-connection order of the WAL push protocol.
+type pushState int
+
+const (
+	pushWantServerInfo pushState = iota
+	pushWantVote
+	pushWantElected
+	pushStreaming
+)
+
+func (c *pushConn) checkOrder(s pushState, m proto.Message) (pushState, error) {
+	bad := func(what string) (pushState, error) {
+		return s, fmt.Errorf("%w: %s out of order: expected %s", acceptor.ErrProtocol, what, [...]string{
+			"ServerInfo", "RequestVote", "ProposerElected", "SafeKeeperRequest"}[s])
+	}
+	switch m := m.(type) {
+	case *proto.ServerInfo:
+		if s != pushWantServerInfo {
+			return bad("ServerInfo")
+		}
+		if err := c.opts.check(m); err != nil {
+			return s, err
+		}
+		return pushWantVote, nil
+	case *proto.RequestVote:
+		if s != pushWantVote {
+			return bad("RequestVote")
+		}
+		return pushWantElected, nil
+	case *proto.ProposerElected:
+		if s != pushWantElected {
+			return bad("ProposerElected")
+		}
+		return pushStreaming, nil
+	case *proto.SafeKeeperRequest:
+		if s != pushStreaming {
+			return bad("SafeKeeperRequest")
+		}
+		return s, nil
+	}
+	return bad("message")
+}
+
+// startupIDs are the tenant and timeline ids a client named in its startup
+// options (-c tenant_id=… -c timeline_id=…); zero when not given.
+type startupIDs struct {
+	tenant, timeline       proto.ID
+	hasTenant, hasTimeline bool
+}
+
+func (ids startupIDs) check(m *proto.ServerInfo) error {
+	if ids.hasTenant && ids.tenant != m.TenantID {
+		return fmt.Errorf("%w: ServerInfo tenant_id %s differs from startup option tenant_id %s", acceptor.ErrProtocol, m.TenantID, ids.tenant)
+	}
+	if ids.hasTimeline && ids.timeline != m.TimelineID {
+		return fmt.Errorf("%w: ServerInfo timeline_id %s differs from startup option timeline_id %s", acceptor.ErrProtocol, m.TimelineID, ids.timeline)
+	}
+	return nil
+}
+
