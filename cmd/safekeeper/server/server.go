@@ -293,16 +293,6 @@ func (s *Server) startTimeline(key TimelineKey, st acceptor.State, store *storag
 
 var errShutdown = pgwire.Errorf(pgwire.AdminShutdown, "terminating connection due to administrator command")
 
-// SQLSTATEs of the WAL push protocol's refusals (README_PROTO.md).
-const (
-	sqlstateVoteRefused       = "55P03" // lock_not_available: another ballot holds the vote
-	sqlstateStaleTerm         = "40001" // serialization_failure: a newer term won
-	sqlstateCommonPoint       = "22000" // data_exception: start_streaming_at is not the common point
-	sqlstateTruncateCommitted = "55000" // object_not_in_prerequisite_state: would truncate committed WAL
-	sqlstateIncompatible      = "22023" // invalid_parameter_value: another cluster/version/segment size
-	sqlstateStorage           = "58030" // io_error
-)
-
 // wireError gives err its SQLSTATE.
 func wireError(err error) error {
 	var pe *pgwire.Error
@@ -314,17 +304,17 @@ func wireError(err error) error {
 	case errors.Is(err, acceptor.ErrProtocol):
 		code = pgwire.ProtocolViolation
 	case errors.Is(err, acceptor.ErrVoteRefused):
-		code = sqlstateVoteRefused
+		code = pgwire.VoteRefused
 	case errors.Is(err, acceptor.ErrStaleTerm):
-		code = sqlstateStaleTerm
+		code = pgwire.StaleTerm
 	case errors.Is(err, acceptor.ErrCommonPointMismatch):
-		code = sqlstateCommonPoint
+		code = pgwire.CommonPointMismatch
 	case errors.Is(err, acceptor.ErrTruncateCommitted):
-		code = sqlstateTruncateCommitted
+		code = pgwire.TruncateCommitted
 	case errors.Is(err, acceptor.ErrIncompatible):
-		code = sqlstateIncompatible
+		code = pgwire.IncompatibleTimeline
 	case errors.Is(err, acceptor.ErrStorage):
-		code = sqlstateStorage
+		code = pgwire.StorageFailure
 	}
 	return pgwire.Errorf(code, "%s", err.Error())
 }

@@ -259,4 +259,3 @@ func (ids startupIDs) check(m *proto.ServerInfo) error {
 	}
 	return nil
 }
-
