@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/xlog/xlogtest"
-	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/test/harness"
 )
 

@@ -1,0 +1,107 @@
+package xlogtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/xlog"
+)
+
+// WaldumpRecord is one record as printed by pg_waldump.
+type WaldumpRecord struct {
+	Start  proto.LSN // "lsn:", the record's start (ReadRecPtr)
+	Prev   proto.LSN // "prev", xl_prev
+	Rmgr   string    // resource manager name, e.g. "XLOG"
+	RecLen int       // "len (rec/tot)" first half: xl_tot_len minus block images
+	TotLen int       // xl_tot_len
+	Desc   string    // the rest of the line after "desc: "
+}
+
+// IsSwitch reports whether r is an XLOG_SWITCH record.
+func (r WaldumpRecord) IsSwitch() bool {
+	return r.Rmgr == "XLOG" && len(r.Desc) >= 6 && r.Desc[:6] == "SWITCH"
+}
+
+var waldumpLine = regexp.MustCompile(`(?m)^rmgr: (\S+)\s+len \(rec/tot\):\s*(\d+)/\s*(\d+), tx:\s*\d+, lsn: ([0-9A-F]+/[0-9A-F]+), prev ([0-9A-F]+/[0-9A-F]+), desc: (.*)$`)
+
+// RunWaldump runs the pg_waldump program at path on the segment files in dir
+// from start (a record start, or a page start: pg_waldump then finds the
+// first record) to end (InvalidLSN: to the end of valid WAL), and parses its
+// records. stderr is returned too: pg_waldump reports the end of valid WAL
+// there as an "error" (e.g. "invalid record length at X/Y: expected at least
+// 24, got 0"), and exits non-zero, which is not an error here; err is set
+// only when the program could not run or printed no record.
+func RunWaldump(ctx context.Context, path, dir string, start, end proto.LSN) (recs []WaldumpRecord, stderr string, err error) {
+	args := []string{"-p", dir, "-s", start.String()}
+	if end != proto.InvalidLSN {
+		args = append(args, "-e", end.String())
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	runErr := cmd.Run()
+	for _, m := range waldumpLine.FindAllSubmatch(out.Bytes(), -1) {
+		var r WaldumpRecord
+		r.Rmgr = string(m[1])
+		r.RecLen, _ = strconv.Atoi(string(m[2]))
+		r.TotLen, _ = strconv.Atoi(string(m[3]))
+		r.Start, err = proto.ParseLSN(string(m[4]))
+		if err == nil {
+			r.Prev, err = proto.ParseLSN(string(m[5]))
+		}
+		if err != nil {
+			return nil, errb.String(), err
+		}
+		r.Desc = string(m[6])
+		recs = append(recs, r)
+	}
+	if len(recs) == 0 {
+		return nil, errb.String(), fmt.Errorf("xlogtest: pg_waldump %v printed no record (%v): %s", args, runErr, errb.String())
+	}
+	return recs, errb.String(), nil
+}
+
+// EndsFromStarts derives record ends (EndRecPtr) from consecutive record
+// starts, as an oracle independent of xl_tot_len arithmetic: a record ends
+// where the next one starts, except that when the next one starts right
+// after a page header the record ended at that page's start. The last
+// record's end is unknown and not included.
+func EndsFromStarts(recs []WaldumpRecord, segSize uint64) []proto.LSN {
+	var ends []proto.LSN
+	for i := 0; i+1 < len(recs); i++ {
+		next := recs[i+1].Start
+		pageOff := uint64(next) % xlog.PageSize
+		switch {
+		case next.SegmentOffset(segSize) == xlog.SizeOfXLogLongPHD,
+			next.SegmentOffset(segSize) >= xlog.PageSize && pageOff == xlog.SizeOfXLogShortPHD:
+			ends = append(ends, next-proto.LSN(pageOff))
+		default:
+			ends = append(ends, next)
+		}
+	}
+	return ends
+}
+
+// WriteSegments writes WAL bytes data, which start at LSN start, as segment
+// files of timeline tli into dir (pg_wal layout), zero-filling the segment
+// before start and after the data.
+func WriteSegments(dir string, tli uint32, segSize uint64, start proto.LSN, data []byte) error {
+	first := start.SegmentStart(segSize)
+	all := append(make([]byte, start-first), data...)
+	for off := 0; off < len(all); off += int(segSize) {
+		seg := make([]byte, segSize)
+		copy(seg, all[off:])
+		name := proto.SegmentFileName(tli, first+proto.LSN(off), segSize)
+		if err := os.WriteFile(filepath.Join(dir, name), seg, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}

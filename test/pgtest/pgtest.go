@@ -1,0 +1,357 @@
+package pgtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// DefaultBinDir is where Debian/Ubuntu install the PostgreSQL 15 programs.
+const DefaultBinDir = "/usr/lib/postgresql/15/bin"
+
+// Timeouts for the PostgreSQL programs we run. pg_ctl gets its own -t too.
+const (
+	initdbTimeout = 120 * time.Second
+	pgctlTimeout  = 90 * time.Second
+	psqlTimeout   = 60 * time.Second
+)
+
+// startAttempts is how often Start retries with a fresh port when pg_ctl start
+// fails (another process may take the free port between probe and bind).
+const startAttempts = 3
+
+// Options configures Start. The zero value is a replica-level cluster with
+// 16 MiB WAL segments.
+type Options struct {
+	// WALLevel is wal_level: "replica" (default when empty), "logical" or
+	// "minimal".
+	WALLevel string
+	// WALSegSizeMB is initdb's --wal-segsize in MiB (a power of two,
+	// 1..1024); 0 keeps PostgreSQL's default of 16.
+	WALSegSizeMB int
+	// Conf holds extra postgresql.conf lines, appended after ours (so they
+	// win), e.g. "wal_keep_size = '1GB'".
+	Conf []string
+}
+
+// Cluster is a running throwaway PostgreSQL 15 server.
+type Cluster struct {
+	// Dir is the private temporary directory holding everything below; it
+	// is removed at cleanup.
+	Dir string
+	// DataDir is the cluster's data directory (PGDATA), Dir/data.
+	DataDir string
+	// SocketDir is unix_socket_directories, Dir itself.
+	SocketDir string
+	// LogFile is the server log, Dir/server.log.
+	LogFile string
+	// Port is the TCP port the server listens on at 127.0.0.1.
+	Port int
+	// Bin is the directory of the PostgreSQL 15 programs.
+	Bin string
+	// WALSegSize is the WAL segment size in bytes.
+	WALSegSize uint64
+
+	asPostgres bool
+	stopOnce   sync.Once
+}
+
+// BinDir returns the directory of the PostgreSQL 15 programs, or an error
+// naming where it looked. See the package comment for the search order.
+func BinDir() (string, error) {
+	var tried []string
+	ok := func(dir string) bool {
+		tried = append(tried, dir)
+		st, err := os.Stat(filepath.Join(dir, "initdb"))
+		return err == nil && !st.IsDir()
+	}
+	if dir := os.Getenv("PG_BINDIR"); dir != "" && ok(dir) {
+		return dir, nil
+	}
+	if out, err := exec.Command("pg_config", "--version", "--bindir").Output(); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) == 2 && strings.HasPrefix(lines[0], "PostgreSQL 15") && ok(strings.TrimSpace(lines[1])) {
+			return strings.TrimSpace(lines[1]), nil
+		}
+	}
+	if ok(DefaultBinDir) {
+		return DefaultBinDir, nil
+	}
+	return "", fmt.Errorf("pgtest: PostgreSQL 15 programs not found (no initdb in %s); install postgresql-15 or set PG_BINDIR", strings.Join(tried, ", "))
+}
+
+// MustBinDir is BinDir for tests: it fails t (t.Fatal, never Skip) when the
+// programs are missing.
+func MustBinDir(t testing.TB) string {
+	t.Helper()
+	dir, err := BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// Start creates, configures and starts a new cluster and registers a
+// t.Cleanup that stops it (immediate mode) and removes its directory. Any
+// failure fails t with the tail of the server log. Start is not for use from
+// goroutines other than the test's.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	bin := MustBinDir(t)
+	if opts.WALLevel == "" {
+		opts.WALLevel = "replica"
+	}
+	segMB := opts.WALSegSizeMB
+	if segMB == 0 {
+		segMB = 16
+	}
+	if segMB < 1 || segMB > 1024 || segMB&(segMB-1) != 0 {
+		t.Fatalf("pgtest: WALSegSizeMB %d is not a power of two in 1..1024", segMB)
+	}
+
+	// Our own MkdirTemp rather than t.TempDir: t.TempDir's parent is 0700
+	// and owned by root, which the postgres user could not traverse.
+	dir, err := os.MkdirTemp("", "pgtest-")
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	c := &Cluster{
+		Dir:        dir,
+		DataDir:    filepath.Join(dir, "data"),
+		SocketDir:  dir,
+		LogFile:    filepath.Join(dir, "server.log"),
+		Bin:        bin,
+		WALSegSize: uint64(segMB) << 20,
+		asPostgres: os.Geteuid() == 0,
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.logTail(t)
+		}
+		c.stop(t)
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("pgtest: remove %s: %v", dir, err)
+		}
+	})
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	if c.asPostgres {
+		if err := chownToPostgres(dir); err != nil {
+			t.Fatalf("pgtest: running as root and %v", err)
+		}
+	}
+
+	args := []string{"-D", c.DataDir, "-U", "postgres", "--auth=trust", "-E", "UTF8",
+		"--locale=C", "--no-sync", "--wal-segsize=" + strconv.Itoa(segMB)}
+	if out, err := c.run(initdbTimeout, "initdb", args...); err != nil {
+		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+	}
+
+	for attempt := 1; ; attempt++ {
+		c.Port, err = freePort()
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		if err := c.writeConf(opts); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		out, err := c.run(pgctlTimeout, "pg_ctl", "-D", c.DataDir, "-l", c.LogFile,
+			"-w", "-t", strconv.Itoa(int(pgctlTimeout/time.Second)-10), "start")
+		if err == nil {
+			break
+		}
+		if attempt == startAttempts {
+			t.Fatalf("pgtest: pg_ctl start failed %d times, last: %v\n%s", attempt, err, out)
+		}
+		t.Logf("pgtest: pg_ctl start on port %d failed (%v), retrying with another port", c.Port, err)
+	}
+	return c
+}
+
+// writeConf writes our settings to postgresql.auto.conf-like include file
+// and makes postgresql.conf include it (rewritten on each start attempt).
+func (c *Cluster) writeConf(opts Options) error {
+	lines := []string{
+		"listen_addresses = '127.0.0.1'",
+		"port = " + strconv.Itoa(c.Port),
+		"unix_socket_directories = '" + c.SocketDir + "'",
+		"wal_level = " + opts.WALLevel,
+		"max_wal_senders = 10",
+		"max_replication_slots = 10",
+		"fsync = on",
+		"logging_collector = off",
+		"log_min_messages = warning",
+	}
+	lines = append(lines, opts.Conf...)
+	inc := filepath.Join(c.DataDir, "pgtest.conf")
+	if err := os.WriteFile(inc, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		return err
+	}
+	if c.asPostgres {
+		if err := chownToPostgres(inc); err != nil {
+			return err
+		}
+	}
+	main := filepath.Join(c.DataDir, "postgresql.conf")
+	b, err := os.ReadFile(main)
+	if err != nil {
+		return err
+	}
+	const incLine = "include = 'pgtest.conf'\n"
+	if !bytes.Contains(b, []byte(incLine)) {
+		f, err := os.OpenFile(main, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteString("\n" + incLine)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
+	return nil
+}
+
+// ConnString returns a libpq keyword/value connection string for the
+// postgres superuser over TCP.
+func (c *Cluster) ConnString() string {
+	return fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable", c.Port)
+}
+
+// PgBin returns the path of the PostgreSQL 15 program name, e.g.
+// PgBin("pg_waldump").
+func (c *Cluster) PgBin(name string) string { return filepath.Join(c.Bin, name) }
+
+// WALDir returns the cluster's pg_wal directory.
+func (c *Cluster) WALDir() string { return filepath.Join(c.DataDir, "pg_wal") }
+
+// Query runs sql (one or more statements, each in its own transaction, so
+// CHECKPOINT works) with psql -XAtq over the unix socket and returns the
+// trimmed output. It is safe to call from any goroutine.
+func (c *Cluster) Query(ctx context.Context, sql string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, psqlTimeout)
+	defer cancel()
+	cmd := c.command(ctx, "psql", "-XAtq", "-v", "ON_ERROR_STOP=1",
+		"-h", c.SocketDir, "-p", strconv.Itoa(c.Port), "-U", "postgres", "-d", "postgres", "-f", "-")
+	cmd.Stdin = strings.NewReader(sql)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("pgtest: psql: %v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(stdout.String()), nil
+}
+
+// Exec is Query for the test goroutine: it fails t on error.
+func (c *Cluster) Exec(t testing.TB, sql string) string {
+	t.Helper()
+	out, err := c.Query(context.Background(), sql)
+	if err != nil {
+		t.Fatalf("%v\nSQL: %s", err, sql)
+	}
+	return out
+}
+
+// Stop stops the server now (pg_ctl stop -m immediate: no shutdown
+// checkpoint, like a crash). It is idempotent; cleanup calls it too.
+func (c *Cluster) Stop(t testing.TB) {
+	t.Helper()
+	c.stop(t)
+}
+
+func (c *Cluster) stop(t testing.TB) {
+	c.stopOnce.Do(func() {
+		if _, err := os.Stat(filepath.Join(c.DataDir, "postmaster.pid")); err != nil {
+			return // never started, or already down
+		}
+		if out, err := c.run(pgctlTimeout, "pg_ctl", "-D", c.DataDir, "-m", "immediate", "-w", "stop"); err != nil {
+			t.Errorf("pgtest: pg_ctl stop: %v\n%s", err, out)
+		}
+	})
+}
+
+// logTail logs the last lines of the server log.
+func (c *Cluster) logTail(t testing.TB) {
+	b, err := os.ReadFile(c.LogFile)
+	if err != nil {
+		t.Logf("pgtest: server log: %v", err)
+		return
+	}
+	const keep = 4000
+	if len(b) > keep {
+		b = b[len(b)-keep:]
+	}
+	t.Logf("pgtest: tail of %s:\n%s", c.LogFile, b)
+}
+
+// run runs a PostgreSQL program with a timeout and returns its combined
+// output.
+func (c *Cluster) run(timeout time.Duration, name string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := c.command(ctx, name, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%s timed out after %v: %w", name, timeout, err)
+	}
+	return out.Bytes(), err
+}
+
+// command builds an exec.Cmd for a PostgreSQL program, through runuser when
+// we are root. WaitDelay bounds how long a killed program's pipes may linger.
+func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	path := c.PgBin(name)
+	var cmd *exec.Cmd
+	if c.asPostgres {
+		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", "postgres", "--", path}, args...)...)
+	} else {
+		cmd = exec.CommandContext(ctx, path, args...)
+	}
+	cmd.Dir = "/" // absolute paths everywhere; the postgres user may not read our cwd
+	cmd.Env = append(os.Environ(), "LC_ALL=C", "PGTZ=UTC")
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// chownToPostgres hands path (recursively) to the postgres user.
+func chownToPostgres(path string) error {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return fmt.Errorf("no postgres user: %w", err)
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	return filepath.Walk(path, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+}
+
+// freePort asks the kernel for a free TCP port on 127.0.0.1.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,79 @@
+package pgtest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestStartExecAndCleanup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	var c *Cluster
+	t.Run("cluster", func(t *testing.T) {
+		c = Start(t, Options{WALLevel: "logical", WALSegSizeMB: 1, Conf: []string{"work_mem = '7MB'"}})
+
+		v, err := strconv.Atoi(c.Exec(t, "SHOW server_version_num"))
+		if err != nil || v/10000 != 15 {
+			t.Fatalf("server_version_num = %d (%v), want 15xxxx", v, err)
+		}
+		if got := c.Exec(t, "SHOW wal_level"); got != "logical" {
+			t.Errorf("wal_level = %q, want logical", got)
+		}
+		if got := c.Exec(t, "SHOW wal_segment_size"); got != "1MB" {
+			t.Errorf("wal_segment_size = %q, want 1MB", got)
+		}
+		if got := c.Exec(t, "SHOW work_mem"); got != "7MB" {
+			t.Errorf("extra Conf line not applied: work_mem = %q", got)
+		}
+		if got := c.Exec(t, "SHOW max_wal_senders; SHOW max_replication_slots; SHOW fsync"); got != "10\n10\non" {
+			t.Errorf("settings = %q", got)
+		}
+		// Several statements, each in its own transaction: CHECKPOINT
+		// would fail inside a transaction block.
+		if got := c.Exec(t, "CREATE TABLE x(i int); CHECKPOINT; INSERT INTO x VALUES (1),(2); SELECT sum(i) FROM x"); got != "3" {
+			t.Errorf("multi-statement output = %q, want 3", got)
+		}
+		// ConnString must reach the server over TCP.
+		out, err := c.command(context.Background(), "psql", "-XAtq", "-d", c.ConnString(), "-c", "SELECT inet_server_port()").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != strconv.Itoa(c.Port) {
+			t.Errorf("psql %q: %q, %v", c.ConnString(), out, err)
+		}
+		if _, err := c.Query(context.Background(), "SELECT * FROM no_such_table"); err == nil {
+			t.Error("Query of a missing table did not fail")
+		}
+		if _, err := os.Stat(filepath.Join(c.WALDir(), "000000010000000000000001")); err != nil && c.Exec(t, "SELECT count(*) > 0 FROM pg_ls_waldir()") != "t" {
+			t.Errorf("WALDir %s has no segments", c.WALDir())
+		}
+		if _, err := os.Stat(c.PgBin("pg_waldump")); err != nil {
+			t.Errorf("PgBin: %v", err)
+		}
+	})
+	if c == nil {
+		t.Fatal("subtest did not start a cluster")
+	}
+	// The subtest's cleanup must have stopped the server and removed its
+	// directory.
+	if _, err := os.Stat(c.Dir); !os.IsNotExist(err) {
+		t.Errorf("cluster dir %s still exists after cleanup (err=%v)", c.Dir, err)
+	}
+	out, err := c.command(context.Background(), "pg_isready", "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port)).CombinedOutput()
+	if err == nil {
+		t.Errorf("server still accepting connections after cleanup: %s", out)
+	}
+}
+
+func TestBinDir(t *testing.T) {
+	t.Setenv("PG_BINDIR", "/nonexistent")
+	dir, err := BinDir()
+	if err != nil {
+		t.Fatal(err) // the host must have PostgreSQL 15; never skip
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pg_waldump")); err != nil {
+		t.Errorf("BinDir %s has no pg_waldump: %v", dir, err)
+	}
+}
