@@ -1,0 +1,743 @@
+package storage
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/safekeeper/safekeeper/acceptor"
+	"github.com/safekeeper/safekeeper/proto"
+)
+
+// Errors of this package. Check them with errors.Is; the returned errors wrap
+// them with the details (path, timeline, LSN).
+var (
+	// ErrLocked: another process (or another DB in this one) holds the
+	// database file; Open gave up after Options.Timeout.
+	ErrLocked = errors.New("storage: database is locked by another process")
+	// ErrTimelineExists: CreateTimeline for a timeline already stored.
+	ErrTimelineExists = errors.New("storage: timeline already exists")
+	// ErrNoTimeline: the timeline is not stored.
+	ErrNoTimeline = errors.New("storage: no such timeline")
+	// ErrWALRemoved: the requested WAL is below the oldest WAL retained,
+	// because retention removed it or the timeline's WAL starts later.
+	ErrWALRemoved = errors.New("storage: requested WAL is not retained")
+	// ErrBadLSN: a write, truncation or removal at an LSN that breaks the
+	// rules (writes contiguous, nothing below the retention horizon, no
+	// removal above the end of WAL).
+	ErrBadLSN = errors.New("storage: LSN out of order")
+	// ErrBadState: a State that cannot be stored (bad wal_seg_size, ids that
+	// do not match the timeline).
+	ErrBadState = errors.New("storage: invalid timeline state")
+	// ErrCorrupt: stored bytes fail their checks (control record magic,
+	// version, CRC-32C or length; unknown database format).
+	ErrCorrupt = errors.New("storage: corrupt data")
+	// ErrClosed: the DB was closed.
+	ErrClosed = errors.New("storage: database closed")
+	// ErrReadOnly: a write to a DB opened with Options.ReadOnly.
+	ErrReadOnly = errors.New("storage: database opened read-only")
+)
+
+// Bucket and key names of the on-disk layout (see doc.go).
+var (
+	bucketMeta      = []byte("meta")
+	keyFormat       = []byte("format")
+	bucketTimelines = []byte("timelines")
+	keyControl      = []byte("control")
+	bucketWAL       = []byte("wal")
+)
+
+// formatVersion is stored under meta/format. Open refuses other versions.
+const formatVersion = 1
+
+// MaxChunkSize is the largest WAL value stored under one key (1 MiB).
+const MaxChunkSize = 1 << 20
+
+const (
+	defaultTimeout      = time.Second
+	defaultSlowCommit   = time.Second
+	defaultMaxChunkSize = 256 << 10
+	defaultFileMode     = 0o600
+)
+
+// Options configure Open. The zero value is the production configuration.
+type Options struct {
+	// Timeout is how long Open waits for the exclusive file lock before it
+	// fails with ErrLocked. 0 means 1 s.
+	Timeout time.Duration
+	// ReadOnly opens the database with a shared lock for offline readers
+	// such as `wal export`. CreateTimeline, Commit and RemoveWAL fail with
+	// ErrReadOnly. A
+	// read-only Open still fails with ErrLocked while a writer holds the file.
+	ReadOnly bool
+	// Logger receives slow-commit warnings. nil means discard.
+	Logger *slog.Logger
+	// SlowCommit is the write-transaction duration (apply + fsync) above
+	// which a commit is logged with its duration. 0 means 1 s.
+	SlowCommit time.Duration
+	// MaxChunkSize is the largest WAL value written under one key; contiguous
+	// staged writes are packed into chunks of at most this size. 0 means
+	// 256 KiB; at most MaxChunkSize (1 MiB).
+	MaxChunkSize int
+	// FileMode is the mode of a newly created database file. 0 means 0600.
+	FileMode os.FileMode
+	// UnsafeNoFsync turns off every fsync (bbolt NoSync and NoGrowSync).
+	// Commit then returns before data is durable and a power loss or kernel
+	// crash loses acknowledged WAL and votes, breaking the protocol's safety.
+	// For tests and benchmarks only; never in production.
+	UnsafeNoFsync bool
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Timeout == 0 {
+		o.Timeout = defaultTimeout
+	}
+	if o.SlowCommit == 0 {
+		o.SlowCommit = defaultSlowCommit
+	}
+	if o.MaxChunkSize == 0 {
+		o.MaxChunkSize = defaultMaxChunkSize
+	}
+	if o.FileMode == 0 {
+		o.FileMode = defaultFileMode
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	switch {
+	case o.Timeout < 0:
+		return o, fmt.Errorf("storage: Options.Timeout %v is negative", o.Timeout)
+	case o.SlowCommit < 0:
+		return o, fmt.Errorf("storage: Options.SlowCommit %v is negative", o.SlowCommit)
+	case o.MaxChunkSize < 0 || o.MaxChunkSize > MaxChunkSize:
+		return o, fmt.Errorf("storage: Options.MaxChunkSize %d is outside 1..%d", o.MaxChunkSize, MaxChunkSize)
+	}
+	return o, nil
+}
+
+// Stats are counters of a DB since Open.
+type Stats struct {
+	// Commits is the number of Timeline.Commit calls that succeeded.
+	Commits uint64
+	// WriteTxs is the number of group-commit write transactions (each one
+	// fsync) that carried them. Commits/WriteTxs is the group-commit factor.
+	WriteTxs uint64
+	// WALBytes is the number of WAL bytes committed.
+	WALBytes uint64
+}
+
+// DB is one safekeeper's durable storage: a bbolt file holding the control
+// state and WAL of every timeline. It is safe for concurrent use.
+type DB struct {
+	bolt *bolt.DB
+	opts Options
+	log  *slog.Logger
+
+	commits, writeTxs, walBytes atomic.Uint64
+
+	// hooks are set by tests only, before the committer starts.
+	hooks testHooks
+
+	mu        sync.Mutex
+	pending   []*commitReq        // guarded by mu; taken by the committer
+	closed    bool                // guarded by mu
+	timelines map[tlKey]*Timeline // guarded by mu; one handle per timeline
+	kick      chan struct{}       // capacity 1: "pending is not empty"
+	quit      chan struct{}       // closed by Close
+	done      chan struct{}       // closed when the committer has exited
+	closeErr  error               // result of the first Close
+	closeOnce sync.Once
+}
+
+// testHooks let tests hold the group committer to build a batch
+// deterministically.
+type testHooks struct {
+	// beforeBatch, if set, is called by the committer each time it wakes up,
+	// before it takes the pending requests.
+	beforeBatch func()
+	// createFault, if set, is called inside CreateTimeline's transaction
+	// after the buckets are created; an error aborts the transaction.
+	createFault func() error
+}
+
+// Open opens or creates the database file at path (conventionally
+// DATADIR/safekeeper.db). It takes bbolt's exclusive file lock, or a shared one
+// with opts.ReadOnly, and fails with an error wrapping ErrLocked if the lock
+// is not free within opts.Timeout.
+func Open(path string, opts Options) (*DB, error) {
+	return open(path, opts, testHooks{})
+}
+
+func open(path string, opts Options, hooks testHooks) (*DB, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	bdb, err := bolt.Open(path, opts.FileMode, &bolt.Options{
+		Timeout:    opts.Timeout,
+		ReadOnly:   opts.ReadOnly,
+		NoSync:     opts.UnsafeNoFsync,
+		NoGrowSync: opts.UnsafeNoFsync,
+	})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("%w: %s (waited %v)", ErrLocked, path, opts.Timeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	if err := checkFormat(bdb, opts.ReadOnly); err != nil {
+		_ = bdb.Close()
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	db := &DB{
+		bolt:      bdb,
+		opts:      opts,
+		log:       opts.Logger,
+		hooks:     hooks,
+		timelines: make(map[tlKey]*Timeline),
+		kick:      make(chan struct{}, 1),
+		quit:      make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	if opts.ReadOnly {
+		close(db.done)
+	} else {
+		go db.committer()
+	}
+	return db, nil
+}
+
+// checkFormat creates the top-level buckets of a new file, or checks the
+// format version of an existing one.
+func checkFormat(bdb *bolt.DB, readOnly bool) error {
+	check := func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil || tx.Bucket(bucketTimelines) == nil {
+			return fmt.Errorf("%w: not a safekeeper database (no %q or %q bucket)", ErrCorrupt, bucketMeta, bucketTimelines)
+		}
+		v := meta.Get(keyFormat)
+		if len(v) != 4 || binary.BigEndian.Uint32(v) != formatVersion {
+			return fmt.Errorf("%w: database format %x, this build reads format %d", ErrCorrupt, v, formatVersion)
+		}
+		return nil
+	}
+	if readOnly {
+		return bdb.View(check)
+	}
+	return bdb.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketMeta) == nil && tx.Bucket(bucketTimelines) == nil {
+			meta, err := tx.CreateBucket(bucketMeta)
+			if err != nil {
+				return err
+			}
+			if err := meta.Put(keyFormat, binary.BigEndian.AppendUint32(nil, formatVersion)); err != nil {
+				return err
+			}
+			if _, err := tx.CreateBucket(bucketTimelines); err != nil {
+				return err
+			}
+		}
+		return check(tx)
+	})
+}
+
+// Close waits for commits in flight to finish, then closes the file. Later
+// calls on the DB and its timelines fail with ErrClosed (reads with bbolt's
+// "database not open").
+func (db *DB) Close() error {
+	db.closeOnce.Do(func() {
+		db.mu.Lock()
+		db.closed = true
+		db.mu.Unlock()
+		close(db.quit)
+		<-db.done
+		db.closeErr = db.bolt.Close()
+	})
+	return db.closeErr
+}
+
+// Path returns the database file's path.
+func (db *DB) Path() string { return db.bolt.Path() }
+
+// Stats returns the DB's counters.
+func (db *DB) Stats() Stats {
+	return Stats{
+		Commits:  db.commits.Load(),
+		WriteTxs: db.writeTxs.Load(),
+		WALBytes: db.walBytes.Load(),
+	}
+}
+
+// TimelineKey names a stored timeline.
+type TimelineKey struct {
+	TenantID   proto.ID
+	TimelineID proto.ID
+}
+
+func (k TimelineKey) String() string { return k.TenantID.String() + "/" + k.TimelineID.String() }
+
+// tlKey is the 32-byte bucket name of a timeline: tenant_id || timeline_id.
+type tlKey [32]byte
+
+func makeKey(tenant, timeline proto.ID) tlKey {
+	var k tlKey
+	copy(k[:16], tenant[:])
+	copy(k[16:], timeline[:])
+	return k
+}
+
+func (k tlKey) timelineKey() TimelineKey {
+	return TimelineKey{TenantID: proto.ID(k[:16]), TimelineID: proto.ID(k[16:])}
+}
+
+// Timelines lists the stored timelines in key order (tenant, then timeline).
+func (db *DB) Timelines() ([]TimelineKey, error) {
+	var out []TimelineKey
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketTimelines).ForEachBucket(func(k []byte) error {
+			if len(k) != len(tlKey{}) {
+				return fmt.Errorf("%w: timeline bucket name %x is not 32 bytes", ErrCorrupt, k)
+			}
+			out = append(out, tlKey(k).timelineKey())
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storage: list timelines: %w", err)
+	}
+	return out, nil
+}
+
+// CreateTimeline stores a new timeline with control state st, in one
+// transaction: after a crash the timeline exists with its control state and
+// WAL bucket, or not at all. It fails with ErrTimelineExists if the timeline
+// is already stored. st.WalSegSize must be a power of two in 1 MiB..1 GiB;
+// st.RemovedUpTo must be 0.
+func (db *DB) CreateTimeline(st acceptor.State) (*Timeline, error) {
+	if err := checkSegSize(st.WalSegSize); err != nil {
+		return nil, err
+	}
+	key := makeKey(st.TenantID, st.TimelineID)
+	name := key.timelineKey()
+	if st.RemovedUpTo != 0 {
+		return nil, fmt.Errorf("%w: timeline %s: new timeline with removed_up_to %s", ErrBadState, name, st.RemovedUpTo)
+	}
+	if err := db.checkOpen(); err != nil {
+		return nil, err
+	}
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		tb, err := tx.Bucket(bucketTimelines).CreateBucket(key[:])
+		if errors.Is(err, berrors.ErrBucketExists) {
+			return fmt.Errorf("%w: %s", ErrTimelineExists, name)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tb.CreateBucket(bucketWAL); err != nil {
+			return err
+		}
+		if db.hooks.createFault != nil {
+			if err := db.hooks.createFault(); err != nil {
+				return err
+			}
+		}
+		return tb.Put(keyControl, encodeState(nil, &st))
+	})
+	if err != nil {
+		if errors.Is(err, ErrTimelineExists) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("storage: create timeline %s: %w", name, err)
+	}
+	return db.handle(key, st.WalSegSize, walRange{}, 0), nil
+}
+
+// OpenTimeline returns the handle of a stored timeline and its last committed
+// control state. It fails with ErrNoTimeline if the timeline is not stored.
+// A DB has one handle per timeline: calling OpenTimeline again returns the
+// same *Timeline (with the state as committed on disk).
+func (db *DB) OpenTimeline(tenant, timeline proto.ID) (*Timeline, acceptor.State, error) {
+	key := makeKey(tenant, timeline)
+	name := key.timelineKey()
+	var (
+		st  acceptor.State
+		end walRange
+	)
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		tb := tx.Bucket(bucketTimelines).Bucket(key[:])
+		if tb == nil {
+			return fmt.Errorf("%w: %s", ErrNoTimeline, name)
+		}
+		var err error
+		if st, err = readControl(tb); err != nil {
+			return err
+		}
+		wal := tb.Bucket(bucketWAL)
+		if wal == nil {
+			return fmt.Errorf("%w: timeline %s has no %q bucket", ErrCorrupt, name, bucketWAL)
+		}
+		end = walRangeOf(wal, st.RemovedUpTo)
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrNoTimeline) {
+			return nil, acceptor.State{}, err
+		}
+		return nil, acceptor.State{}, fmt.Errorf("storage: open timeline %s: %w", name, err)
+	}
+	if err := checkSegSize(st.WalSegSize); err != nil {
+		return nil, acceptor.State{}, fmt.Errorf("storage: open timeline %s: %w", name, err)
+	}
+	return db.handle(key, st.WalSegSize, end, st.RemovedUpTo), st, nil
+}
+
+// handle returns the one *Timeline of key, creating it with the committed
+// WAL end read from disk if it does not exist yet.
+func (db *DB) handle(key tlKey, segSize uint32, end walRange, removedUpTo proto.LSN) *Timeline {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if t, ok := db.timelines[key]; ok {
+		return t
+	}
+	t := &Timeline{
+		db:          db,
+		key:         key,
+		segSize:     uint64(segSize),
+		end:         end,
+		writePos:    end,
+		removedUpTo: removedUpTo,
+	}
+	db.timelines[key] = t
+	return t
+}
+
+// checkOpen returns ErrClosed or ErrReadOnly if db takes no writes.
+func (db *DB) checkOpen() error {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.closed {
+		return ErrClosed
+	}
+	if db.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	return nil
+}
+
+// readControl decodes the control record of timeline bucket tb.
+func readControl(tb *bolt.Bucket) (acceptor.State, error) {
+	v := tb.Get(keyControl)
+	if v == nil {
+		return acceptor.State{}, fmt.Errorf("%w: no control record", ErrCorrupt)
+	}
+	return decodeState(v)
+}
+
+func checkSegSize(segSize uint32) error {
+	if segSize < 1<<20 || segSize > 1<<30 || segSize&(segSize-1) != 0 {
+		return fmt.Errorf("%w: wal_seg_size %d is not a power of two in 1 MiB..1 GiB", ErrBadState, segSize)
+	}
+	return nil
+}
+
+// walRange is the WAL a timeline holds: bytes [first, end). It is empty when
+// first == end; then end is where it became empty (the retention horizon, a
+// truncation point, or 0 for a timeline never written), and the next write may
+// start anywhere at or above the retention horizon.
+type walRange struct {
+	first, end proto.LSN
+}
+
+func (r walRange) empty() bool { return r.first == r.end }
+
+// removed returns r after retention removed the WAL below cut.
+func (r walRange) removed(cut proto.LSN) walRange {
+	if r.empty() || cut <= r.first {
+		return r
+	}
+	if cut >= r.end {
+		return walRange{first: r.end, end: r.end}
+	}
+	return walRange{first: cut, end: r.end}
+}
+
+// walRangeOf returns the range of the WAL in bucket wal, or (removedUpTo,
+// removedUpTo) if it holds no chunk.
+func walRangeOf(wal *bolt.Bucket, removedUpTo proto.LSN) walRange {
+	c := wal.Cursor()
+	lk, lv := c.Last()
+	if lk == nil {
+		return walRange{first: removedUpTo, end: removedUpTo}
+	}
+	fk, _ := c.First()
+	return walRange{first: keyLSN(fk), end: keyLSN(lk) + proto.LSN(len(lv))}
+}
+
+// step checks op against r, the WAL before it, and returns the WAL after it.
+// A write must start at the end of WAL, or anywhere at or above the retention
+// horizon if the WAL is empty. A truncation is always allowed: at or below the
+// first byte it empties the WAL, at or above the end it changes nothing.
+func (r walRange) step(op walOp, removedUpTo proto.LSN) (walRange, error) {
+	switch {
+	case op.truncate && op.lsn <= r.first:
+		return walRange{first: op.lsn, end: op.lsn}, nil
+	case op.truncate && op.lsn < r.end:
+		return walRange{first: r.first, end: op.lsn}, nil
+	case op.truncate:
+		return r, nil
+	case r.empty() && op.lsn < removedUpTo:
+		return r, fmt.Errorf("%w: write at %s is below the removed WAL horizon %s", ErrBadLSN, op.lsn, removedUpTo)
+	case r.empty():
+		return walRange{first: op.lsn, end: op.end()}, nil
+	case op.lsn != r.end:
+		return r, fmt.Errorf("%w: write at %s does not start at the end of WAL %s", ErrBadLSN, op.lsn, r.end)
+	}
+	return walRange{first: r.first, end: op.end()}, nil
+}
+
+// lsnKey is the WAL key of a chunk starting at lsn: 8 bytes big-endian, so
+// cursor order is LSN order.
+func lsnKey(lsn proto.LSN) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(lsn))
+}
+
+func keyLSN(k []byte) proto.LSN { return proto.LSN(binary.BigEndian.Uint64(k)) }
+
+// commitReq is one Timeline.Commit waiting for the group committer.
+type commitReq struct {
+	t     *Timeline
+	ops   []walOp
+	state acceptor.State
+	// Set by the committer before done is closed.
+	end    walRange
+	wrote  int
+	err    error
+	reqErr bool // err concerns this request only; the others were committed
+	done   chan struct{}
+}
+
+// enqueue hands r to the committer. It fails if the DB is closed.
+func (db *DB) enqueue(r *commitReq) error {
+	if err := db.checkOpen(); err != nil {
+		return err
+	}
+	db.mu.Lock()
+	if db.closed {
+		db.mu.Unlock()
+		return ErrClosed
+	}
+	db.pending = append(db.pending, r)
+	db.mu.Unlock()
+	select {
+	case db.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// committer is the one goroutine that writes timeline commits. Each round it
+// takes every pending request, applies all of them in one bbolt write
+// transaction (one fsync), then wakes each caller. Requests that arrive while
+// a transaction is being written wait for the next round, so the number of
+// fsyncs per second stays bounded while the commits per fsync grow with load.
+func (db *DB) committer() {
+	defer close(db.done)
+	for {
+		select {
+		case <-db.kick:
+		case <-db.quit:
+		}
+		if db.hooks.beforeBatch != nil {
+			db.hooks.beforeBatch()
+		}
+		db.mu.Lock()
+		batch := db.pending
+		db.pending = nil
+		closed := db.closed
+		db.mu.Unlock()
+		if len(batch) > 0 {
+			db.commitBatch(batch)
+		}
+		// After Close no request is added, so the batch just written was the last.
+		if closed {
+			return
+		}
+	}
+}
+
+// commitBatch applies batch in one write transaction and wakes its callers.
+// A request that breaks the LSN rules is refused alone, before it changes
+// anything; any other error aborts the transaction and fails every request:
+// none of them is durable.
+func (db *DB) commitBatch(batch []*commitReq) {
+	start := time.Now()
+	var walBytes int
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		timelines := tx.Bucket(bucketTimelines)
+		for _, r := range batch {
+			r.err, r.reqErr, r.wrote = nil, false, 0
+			if err := r.apply(timelines, db.opts.MaxChunkSize); err != nil {
+				if !r.reqErr {
+					return err
+				}
+				r.err = err
+				continue
+			}
+			walBytes += r.wrote
+		}
+		return nil
+	})
+	elapsed := time.Since(start)
+	db.writeTxs.Add(1)
+	if elapsed > db.opts.SlowCommit {
+		db.log.Warn("storage: slow commit", "duration", elapsed, "commits", len(batch), "wal_bytes", walBytes, "err", err)
+	}
+	var ok uint64
+	for _, r := range batch {
+		if err != nil {
+			r.err = fmt.Errorf("storage: commit timeline %s: %w", r.t.key.timelineKey(), err)
+		} else if r.err == nil {
+			ok++
+		}
+		close(r.done)
+	}
+	if err == nil {
+		db.commits.Add(ok)
+		db.walBytes.Add(uint64(walBytes))
+	}
+}
+
+// apply performs r inside tx: checks, then the staged truncations and writes
+// in order, then the control record. It sets r.end to the resulting WAL range.
+// Errors from the checks set r.reqErr and come before any change.
+func (r *commitReq) apply(timelines *bolt.Bucket, maxChunk int) error {
+	t := r.t
+	name := t.key.timelineKey()
+	tb := timelines.Bucket(t.key[:])
+	if tb == nil {
+		r.reqErr = true
+		return fmt.Errorf("%w: %s", ErrNoTimeline, name)
+	}
+	old, err := readControl(tb)
+	if err != nil {
+		return fmt.Errorf("timeline %s: %w", name, err)
+	}
+	wal := tb.Bucket(bucketWAL)
+	if wal == nil {
+		return fmt.Errorf("%w: timeline %s has no %q bucket", ErrCorrupt, name, bucketWAL)
+	}
+	// The retention horizon is owned by storage (RemoveWAL), not the caller.
+	r.state.RemovedUpTo = old.RemovedUpTo
+	pos := walRangeOf(wal, old.RemovedUpTo)
+	for _, op := range r.ops {
+		if pos, err = pos.step(op, old.RemovedUpTo); err != nil {
+			r.reqErr = true
+			return fmt.Errorf("timeline %s: %w", name, err)
+		}
+	}
+
+	// Reduce the ops to their net effect, one cut of the stored chunks and
+	// the staged bytes that survive later truncations, so each bucket sees
+	// its deletes before its puts and no cursor walks a half-emptied tree
+	// (bbolt's Cursor.Last can loop over leaves emptied in the same tx).
+	var (
+		cut    proto.LSN
+		hasCut bool
+		writes []walOp
+	)
+	for _, op := range r.ops {
+		if !op.truncate {
+			writes = append(writes, op)
+			continue
+		}
+		for len(writes) > 0 && writes[len(writes)-1].lsn >= op.lsn {
+			writes = writes[:len(writes)-1]
+		}
+		if n := len(writes); n > 0 {
+			// Stored chunks end at or below writes[0].lsn <= op.lsn: untouched.
+			if w := &writes[n-1]; w.end() > op.lsn {
+				w.data = w.data[:op.lsn-w.lsn]
+			}
+			continue
+		}
+		if !hasCut || op.lsn < cut {
+			cut, hasCut = op.lsn, true
+		}
+	}
+	if hasCut {
+		if err := truncateWAL(wal, cut); err != nil {
+			return err
+		}
+	}
+	for _, w := range writes {
+		for lsn, data := w.lsn, w.data; len(data) > 0; {
+			n := min(len(data), maxChunk)
+			if rest := t.segSize - lsn.SegmentOffset(t.segSize); uint64(n) > rest {
+				n = int(rest)
+			}
+			if err := wal.Put(lsnKey(lsn), data[:n]); err != nil {
+				return err
+			}
+			lsn += proto.LSN(n)
+			data = data[n:]
+		}
+		r.wrote += len(w.data)
+	}
+	if err := tb.Put(keyControl, encodeState(nil, &r.state)); err != nil {
+		return err
+	}
+	r.end = pos
+	return nil
+}
+
+// truncateWAL deletes every chunk at or above lsn and trims the chunk that
+// straddles it. All cursor moves happen before the first change.
+func truncateWAL(wal *bolt.Bucket, lsn proto.LSN) error {
+	c := wal.Cursor()
+	var doomed [][]byte
+	for k, _ := c.Seek(lsnKey(lsn)); k != nil; k, _ = c.Next() {
+		doomed = append(doomed, bytes.Clone(k))
+	}
+	var pk, pv []byte
+	if k, _ := c.Seek(lsnKey(lsn)); k == nil {
+		pk, pv = c.Last()
+	} else {
+		pk, pv = c.Prev()
+	}
+	var trimKey, trimmed []byte
+	if pk != nil {
+		if start := keyLSN(pk); start+proto.LSN(len(pv)) > lsn {
+			// Copies: bbolt slices are not valid across changes to the tree.
+			trimKey, trimmed = bytes.Clone(pk), bytes.Clone(pv[:lsn-start])
+		}
+	}
+	if err := deleteKeys(wal, doomed); err != nil {
+		return err
+	}
+	if trimKey != nil {
+		return wal.Put(trimKey, trimmed)
+	}
+	return nil
+}
+
+// deleteKeys deletes keys from b. Callers collect (copies of) the keys
+// first: deleting through a cursor while iterating can skip or revisit
+// elements in bbolt.
+func deleteKeys(b *bolt.Bucket, keys [][]byte) error {
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}

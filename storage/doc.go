@@ -1,0 +1,108 @@
+/*
+Package storage is the safekeeper's durable storage: the control state and the
+WAL of every timeline, in one bbolt file per data directory (conventionally
+DATADIR/safekeeper.db, mode 0600). A *Timeline implements acceptor.Storage, so
+the pure acceptor state machine persists through it without knowing about
+bbolt; this package imports acceptor, never the reverse.
+
+# What it owns
+
+  - The file and its lock: Open takes bbolt's exclusive flock (shared with
+    Options.ReadOnly) and gives up after Options.Timeout with ErrLocked, so an
+    offline tool started next to a running server fails at once and clearly.
+  - The on-disk layout and the control record encoding (below).
+  - The group committer: one goroutine that turns concurrent Commit calls of
+    many timelines into one bbolt write transaction and one fsync.
+  - The retention horizon (State.RemovedUpTo), which only RemoveWAL moves.
+
+It does not decide what to store: which WAL to truncate, what commit_lsn is,
+when WAL may be removed are the acceptor's and the server's decisions.
+
+# On-disk layout
+
+	meta/                         bucket
+	  format   -> u32 BE 1        Open refuses any other format
+	timelines/                    bucket
+	  <tenant_id ‖ timeline_id>/  bucket per timeline, 32-byte name
+	    control -> control record (acceptor.State)
+	    wal/                      bucket
+	      <u64 BE LSN> -> chunk   WAL bytes starting at that LSN
+	    slots/                    bucket, optional (see slots.go)
+	      <slot name> -> slot record
+
+WAL keys are the big-endian LSN of the chunk's first byte, so cursor order is
+LSN order and a read at any LSN is one Seek (then Prev if the LSN is inside a
+chunk) followed by Next calls. Chunks are contiguous (each starts where the
+previous ends), hold at most Options.MaxChunkSize bytes (default 256 KiB, never
+more than 1 MiB) and never cross a WAL segment boundary (State.WalSegSize), so
+retention deletes whole segments as whole keys. Contiguous writes staged
+between two Commits are packed into as few chunks as these limits allow;
+chunks of earlier commits are never rewritten except to trim the one a
+truncation cuts.
+
+The control record, all integers big-endian:
+
+	magic "SKCS" | version u32 (1) | tenant_id [16] | timeline_id [16] |
+	system_id u64 | pg_version u32 | wal_seg_size u32 | pg_timeline u32 |
+	voted_for.term u64 | voted_for.uuid [16] | timeline_start_lsn u64 |
+	flush_lsn u64 | commit_lsn u64 | truncate_lsn u64 | removed_up_to u64 |
+	n u32 | n × (term u64, start_lsn u64) | crc32c u32 (Castagnoli, over all
+	the bytes before it)
+
+A decoder refuses a wrong magic, an unknown version, a CRC mismatch or a
+length that does not match n, with an error wrapping ErrCorrupt.
+
+# Durability order
+
+WriteWAL and TruncateWAL only stage changes in memory (WriteWAL copies the
+caller's bytes). Commit(state) hands the staged truncations and writes, in
+the order they were staged, and the encoded state to the group committer,
+which applies them with those of every other waiting Commit in one db.Update:
+truncations delete the chunks at and above their LSN and trim the chunk that
+straddles it, writes put new chunks, the control record is replaced. bbolt
+writes the dirty pages, fsyncs (fdatasync), then writes and fsyncs the meta
+page that makes the transaction visible. Only after that returns are the
+callers woken; if the transaction failed, all of them get the error and none
+of their changes is durable (a Commit refused for its own bad LSNs is refused
+alone, before it changes anything). So:
+
+  - a Commit that returned nil survives a crash, with everything staged
+    before it;
+  - a crash at any moment leaves each timeline exactly as of some Commit: a
+    truncation is never durable without the state and writes committed with
+    it, so WAL above a truncation point is never served again once that
+    truncation has been acknowledged;
+  - CreateTimeline writes the timeline bucket, its WAL bucket and its control
+    record in one transaction: after a crash the timeline exists whole or not
+    at all.
+
+Commits taking more than Options.SlowCommit (1 s) are logged with their
+duration. Options.UnsafeNoFsync removes the fsyncs and with them every
+guarantee above; it exists for tests and benchmarks.
+
+Group commit is a dedicated goroutine, not db.Batch: Batch may rerun its
+functions and would run the callers' side effects twice, and it delays
+commits by a timer. The committer instead takes every pending request when it
+wakes, so while one fsync is in progress the next batch accumulates; the
+commits per fsync grow with load and no request waits for a timer.
+RemoveWAL and CreateTimeline are rare and use their own transactions.
+
+# Reading
+
+ReadWAL serves committed WAL only, never staged bytes. It opens a read
+transaction, seeks, copies the chunks into the caller's buffer and closes the
+transaction before returning: bbolt slices are valid only inside their
+transaction, and a read transaction held open (for instance across a slow
+network send to a replica) pins the old pages and blocks the writer's remap
+when the file grows, which would stall every timeline's commits. Readers
+limit what they serve to commit_lsn or flush_lsn themselves. A read below the
+oldest retained WAL fails with ErrWALRemoved.
+
+# Concurrency
+
+A DB is safe for concurrent use and hands out one *Timeline per timeline.
+WriteWAL, TruncateWAL and Commit of a timeline belong to its one owner
+goroutine; ReadWAL, EndLSN, RemovedUpTo and RemoveWAL may be called from any
+goroutine.
+*/
+package storage
