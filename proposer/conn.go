@@ -2,8 +2,11 @@ package proposer
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -19,9 +22,17 @@ var ErrStreamEnded = errors.New("proposer: safekeeper ended the WAL push stream"
 // Conn is a proposer's START_WAL_PUSH stream to one safekeeper: the client
 // side of wal-push-protocol.md. Send and Recv may be used from two
 // goroutines at once (one each); Close from any.
+//
+// Once the stream is in CopyBoth the connection is hijacked from pgconn:
+// pgconn is not safe for a concurrent reader and writer (on a read error it
+// sends Terminate itself, racing with a writer). Recv alone uses the
+// pgproto3 Frontend; sends frame CopyData themselves under mu.
 type Conn struct {
-	pg *pgconn.PgConn
-	fe *pgproto3.Frontend
+	nc net.Conn
+	fe *pgproto3.Frontend // receive side only
+
+	mu   sync.Mutex // guards wbuf and writes to nc
+	wbuf []byte
 }
 
 // DialConfig says where and as whom to connect.
@@ -64,9 +75,9 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proposer: connect to safekeeper %s: %w", cfg.Addr, err)
 	}
-	c := &Conn{pg: pg, fe: pg.Frontend()}
-	c.fe.Send(&pgproto3.Query{String: "START_WAL_PUSH"})
-	if err := c.fe.Flush(); err != nil {
+	fe := pg.Frontend()
+	fe.Send(&pgproto3.Query{String: "START_WAL_PUSH"})
+	if err := fe.Flush(); err != nil {
 		pg.Close(context.Background())
 		return nil, err
 	}
@@ -78,7 +89,12 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 		}
 		switch m := msg.(type) {
 		case *pgproto3.CopyBothResponse:
-			return c, nil
+			hc, err := pg.Hijack()
+			if err != nil {
+				pg.Close(context.Background())
+				return nil, err
+			}
+			return &Conn{nc: hc.Conn, fe: hc.Frontend}, nil
 		case *pgproto3.ErrorResponse:
 			pg.Close(context.Background())
 			return nil, pgconn.ErrorResponseToPgError(m)
@@ -92,28 +108,77 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 
 // Send sends one message as a CopyData.
 func (c *Conn) Send(m proto.Message) error {
-	c.fe.Send(&pgproto3.CopyData{Data: m.Encode(nil)})
-	return c.fe.Flush()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wbuf = appendCopyData(c.wbuf[:0], m.Encode)
+	return c.writeLocked()
 }
 
 // SendRaw sends payload as one CopyData, unchecked (tests use it for
 // malformed input).
 func (c *Conn) SendRaw(payload []byte) error {
-	c.fe.Send(&pgproto3.CopyData{Data: payload})
-	return c.fe.Flush()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wbuf = appendCopyData(c.wbuf[:0], func(b []byte) []byte { return append(b, payload...) })
+	return c.writeLocked()
+}
+
+// queueRaw buffers payload as one CopyData without sending it; flush sends
+// everything queued in one write.
+func (c *Conn) queueRaw(payload []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wbuf = appendCopyData(c.wbuf, func(b []byte) []byte { return append(b, payload...) })
+}
+
+func (c *Conn) flush() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writeLocked()
+}
+
+func (c *Conn) writeLocked() error {
+	if len(c.wbuf) == 0 {
+		return nil
+	}
+	_, err := c.nc.Write(c.wbuf)
+	c.wbuf = c.wbuf[:0]
+	return err
+}
+
+// appendCopyData appends a CopyData message ('d', int32 length, payload)
+// whose payload body appends.
+func appendCopyData(b []byte, body func([]byte) []byte) []byte {
+	start := len(b)
+	b = append(b, 'd', 0, 0, 0, 0)
+	b = body(b)
+	binary.BigEndian.PutUint32(b[start+1:], uint32(len(b)-start-1))
+	return b
 }
 
 // Recv returns the next safekeeper message. An ErrorResponse is returned as
-// a *pgconn.PgError (with its SQLSTATE); CopyDone as ErrStreamEnded.
+// a *pgconn.PgError (with its SQLSTATE); CopyDone as ErrStreamEnded. ctx's
+// deadline bounds the wait; cancelling ctx interrupts it.
 func (c *Conn) Recv(ctx context.Context) (proto.Message, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		c.nc.SetReadDeadline(dl)
+	} else {
+		c.nc.SetReadDeadline(time.Time{})
+	}
+	stop := context.AfterFunc(ctx, func() { c.nc.SetReadDeadline(time.Now()) })
+	defer stop()
 	for {
-		msg, err := c.pg.ReceiveMessage(ctx)
+		msg, err := c.fe.Receive()
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			return nil, err
 		}
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
-			return proto.DecodeSafeKeeperMessage(m.Data) // decoders copy nothing they keep but History, which they allocate
+			// Decoding copies what it keeps: the Frontend reuses m.Data.
+			return proto.DecodeSafeKeeperMessage(m.Data)
 		case *pgproto3.ErrorResponse:
 			return nil, pgconn.ErrorResponseToPgError(m)
 		case *pgproto3.CopyDone:
@@ -127,19 +192,40 @@ func (c *Conn) Recv(ctx context.Context) (proto.Message, error) {
 
 // End sends CopyDone: the safekeeper makes everything durable, answers the
 // remaining requests, then CopyDone, CommandComplete and ReadyForQuery.
+// Recv returns ErrStreamEnded at its CopyDone; Finish reads the rest.
 func (c *Conn) End() error {
-	c.fe.Send(&pgproto3.CopyDone{})
-	return c.fe.Flush()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wbuf = append(c.wbuf[:0], 'c', 0, 0, 0, 4)
+	return c.writeLocked()
+}
+
+// Finish reads what follows the safekeeper's CopyDone after End: it returns
+// the CommandComplete tag once ReadyForQuery arrives.
+func (c *Conn) Finish(ctx context.Context) (tag string, err error) {
+	if dl, ok := ctx.Deadline(); ok {
+		c.nc.SetReadDeadline(dl)
+	}
+	for {
+		msg, err := c.fe.Receive()
+		if err != nil {
+			return tag, err
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CommandComplete:
+			tag = string(m.CommandTag)
+		case *pgproto3.ReadyForQuery:
+			return tag, nil
+		case *pgproto3.ErrorResponse:
+			return tag, pgconn.ErrorResponseToPgError(m)
+		}
+	}
 }
 
 // Close closes the connection at once.
 func (c *Conn) Close() error {
-	return c.pg.Conn().Close()
+	return c.nc.Close()
 }
-
-// PgConn exposes the underlying connection (after the stream has ended it is
-// back in query mode).
-func (c *Conn) PgConn() *pgconn.PgConn { return c.pg }
 
 func splitHostPort(addr string) (string, string, error) {
 	for i := len(addr) - 1; i >= 0; i-- {

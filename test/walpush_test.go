@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
@@ -229,22 +228,10 @@ func TestHandshakeAppendAndOrderlyEnd(t *testing.T) {
 	if _, err := p.c.Recv(p.ctx); !errors.Is(err, proposer.ErrStreamEnded) {
 		t.Fatalf("after CopyDone: %v", err)
 	}
-	pg := p.c.PgConn()
-	var sawCC, sawRFQ bool
-	for !sawRFQ {
-		msg, err := pg.ReceiveMessage(p.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch m := msg.(type) {
-		case *pgproto3.CommandComplete:
-			sawCC = string(m.CommandTag) == "START_WAL_PUSH"
-		case *pgproto3.ReadyForQuery:
-			sawRFQ = true
-		}
-	}
+	tag, err := p.c.Finish(p.ctx)
+	sawCC := err == nil && tag == "START_WAL_PUSH"
 	if !sawCC {
-		t.Fatal("no CommandComplete START_WAL_PUSH")
+		t.Fatalf("after CopyDone: CommandComplete %q, %v; want START_WAL_PUSH then ReadyForQuery", tag, err)
 	}
 
 	// A second connection sees the durable state.
