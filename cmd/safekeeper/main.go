@@ -43,11 +43,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case errors.As(err, &ue):
 		return exitUsage
-	case errors.As(err, &ec):
-		return ec.ExitCode()
 	case strings.Contains(err.Error(), "flag provided but not defined"), strings.Contains(err.Error(), "Required flag"),
 		strings.Contains(err.Error(), "invalid value"), strings.Contains(err.Error(), "No help topic"):
-		return exitUsage // urfave/cli's own parse errors
+		return exitUsage // urfave/cli's own parse errors (it has no error types for them)
+	case errors.As(err, &ec):
+		return ec.ExitCode()
 	}
 	return 1
 }
