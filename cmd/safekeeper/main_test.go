@@ -8,7 +8,7 @@ import (
 
 func TestUsageErrorsExit2(t *testing.T) {
 	cases := [][]string{
-		{"run", "--id", "1"},                                  // missing --data-dir
+		{"run", "--id", "1"}, // missing --data-dir
 		{"run", "--data-dir", "/tmp/x", "--id", "notanumber"}, // bad value
 		{"run", "--no-such-flag"},
 		{"--log-level", "loud", "run", "--id", "1", "--data-dir", t.TempDir()},
