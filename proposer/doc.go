@@ -1,3 +1,34 @@
 // Package proposer is the walproposer: the client side of the WAL push
-// protocol. Conn is one START_WAL_PUSH stream to a safekeeper.
+// protocol (wal-push-protocol.md), which streams a PostgreSQL primary's WAL
+// to a quorum of safekeepers and reports quorum durability back to the
+// primary as a synchronous standby.
+//
+// Layers, bottom up:
+//
+//   - Conn (conn.go): one START_WAL_PUSH stream to one safekeeper.
+//   - Core (core.go): the pure decision core — term choice, election (donor
+//     by (last_log_term, flush_lsn) from the fresh SafeKeeperInfo, term
+//     start, history), per-safekeeper start_streaming_at
+//     (acceptor.CommonPoint), commit_lsn, truncate_lsn and the deposed
+//     check. No sockets, no clock, no goroutines, like acceptor.Acceptor
+//     and etcd raft's RawNode, so a deterministic simulation can drive it
+//     against acceptors (TestCoreDrivesRealAcceptors does, in memory).
+//   - Run (driver.go, upstream.go, safekeepers.go, catchup.go, buffer.go):
+//     the IO around the core. One owner goroutine per session owns the core,
+//     the WAL buffer and every safekeeper's send state; one reader goroutine
+//     per connection (primary, each safekeeper, each catch-up stream) feeds
+//     it through bounded channels, and one writer goroutine per safekeeper
+//     connection sends what the owner queued. The owner never blocks on a
+//     socket.
+//   - Sync (sync.go): election without WAL, for `safekeeper sync`.
+//
+// Lifecycle of Run: a session connects to the primary (IDENTIFY_SYSTEM,
+// SHOW wal_segment_size / server_version_num, slot), greets every
+// safekeeper, campaigns once a quorum greeted, elects on a quorum of grants,
+// sends ProposerElected, starts replication and streams. A safekeeper that
+// reconnects is re-greeted, re-granted the same ballot and gets a new
+// ProposerElected. Any primary failure or refused vote ends the session and
+// Run starts a new one, with a higher term, after a backoff; a higher term
+// after the election ends Run with a *DeposedError. docs/proposer.md has the
+// reasoning.
 package proposer

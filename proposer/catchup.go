@@ -1,0 +1,149 @@
+package proposer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/safekeeper/safekeeper/proto"
+)
+
+// catchup is a second replication connection to the primary that feeds one
+// safekeeper whose start point lies below the in-memory buffer. It has no
+// slot of its own and never reports a flush position (so it is never a
+// synchronous standby candidate). The owner takes its chunks one at a time
+// (pending) and acknowledges each, which paces the stream to the
+// safekeeper's pipeline; it is dropped once the safekeeper reaches the
+// buffer.
+type catchup struct {
+	cancel  context.CancelFunc
+	id      int
+	pending *catchupEvent
+}
+
+// catchupEvent is one chunk (or the stream's failure) for the owner.
+type catchupEvent struct {
+	sk, id int
+	start  proto.LSN
+	wal    []byte
+	err    error
+	ack    chan struct{} // closed by the owner when it has taken the chunk
+}
+
+func (s *session) startCatchup(ctx context.Context, sk *skState) {
+	if time.Now().Before(sk.cuRetryAt) {
+		return
+	}
+	s.catchups++
+	cctx, cancel := context.WithCancel(ctx)
+	sk.cu = &catchup{cancel: cancel, id: s.catchups}
+	from := sk.sent
+	s.log.Info("safekeeper behind the buffer; catching up from a second replication stream",
+		"safekeeper", s.cfg.Safekeepers[sk.i], "from", from, "buffer_start", s.buf.start)
+	go s.runCatchup(cctx, sk.i, sk.cu.id, from)
+}
+
+func (s *session) dropCatchup(sk *skState) {
+	if sk.cu == nil {
+		return
+	}
+	sk.cu.cancel()
+	if sk.cu.pending != nil {
+		close(sk.cu.pending.ack)
+	}
+	sk.cu = nil
+}
+
+func (s *session) runCatchup(ctx context.Context, i, id int, from proto.LSN) {
+	post := func(ev catchupEvent) bool {
+		ev.sk, ev.id = i, id
+		select {
+		case s.cuEvents <- ev:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	up, err := dialUpstream(ctx, s.cfg.Upstream, s.cfg.ApplicationName+"_catchup", s.cfg.ConnectTimeout)
+	if err != nil {
+		post(catchupEvent{err: err})
+		return
+	}
+	defer up.close()
+	if err := up.startReplication(ctx, "", from, s.ui.Timeline); err != nil {
+		post(catchupEvent{err: err})
+		return
+	}
+	received := from
+	for {
+		m, err := up.recv(ctx)
+		if err != nil {
+			post(catchupEvent{err: err})
+			return
+		}
+		if m.wal == nil {
+			if m.replyRequested {
+				up.sendStatus(received, 0, 0, time.Now())
+			}
+			continue
+		}
+		ack := make(chan struct{})
+		if !post(catchupEvent{start: m.start, wal: m.wal, ack: ack}) {
+			return
+		}
+		received = m.start + proto.LSN(len(m.wal))
+		select {
+		case <-ack:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *session) onCatchup(ctx context.Context, ev catchupEvent) {
+	sk := s.sks[ev.sk]
+	if sk.cu == nil || sk.cu.id != ev.id {
+		if ev.ack != nil {
+			close(ev.ack)
+		}
+		return
+	}
+	if ev.err != nil {
+		d := sk.cuBackoff.next()
+		s.log.Error("catch-up stream failed", "safekeeper", s.cfg.Safekeepers[ev.sk], "err", ev.err, "retry_in", d)
+		s.dropCatchup(sk)
+		sk.cuRetryAt = time.Now().Add(d)
+		return
+	}
+	sk.cu.pending = &ev
+	s.pump(ctx, sk)
+}
+
+// feedCatchup sends the next piece of the pending catch-up chunk; false if
+// there is none.
+func (s *session) feedCatchup(sk *skState) bool {
+	p := sk.cu.pending
+	if p == nil {
+		return false
+	}
+	end := p.start + proto.LSN(len(p.wal))
+	if p.start > sk.sent {
+		s.log.Error("catch-up stream skipped WAL", "safekeeper", s.cfg.Safekeepers[sk.i], "err", fmt.Sprintf("chunk at %s, safekeeper at %s", p.start, sk.sent))
+		s.dropCatchup(sk)
+		sk.cuRetryAt = time.Now().Add(sk.cuBackoff.next())
+		return false
+	}
+	if end > sk.sent {
+		d := p.wal[sk.sent-p.start:]
+		if len(d) > proto.MaxWALPerRequest {
+			d = d[:proto.MaxWALPerRequest]
+		}
+		s.sendRequest(sk, d)
+	}
+	if sk.sent >= end {
+		sk.cu.pending = nil
+		sk.cuBackoff.reset()
+		close(p.ack)
+	}
+	return true
+}

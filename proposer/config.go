@@ -1,0 +1,127 @@
+package proposer
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/safekeeper/safekeeper/proto"
+)
+
+// Config configures Run. Zero fields get the defaults named below
+// (withDefaults); Upstream, Safekeepers, TenantID and TimelineID are required.
+type Config struct {
+	// Upstream is the libpq keyword/value (or URL) connection string of the
+	// primary. Run adds replication=true and application_name itself.
+	Upstream string
+	// Safekeepers are the host:port addresses of all safekeepers of the
+	// timeline; a quorum is ⌊n/2⌋+1 of them.
+	Safekeepers []string
+	// TenantID and TimelineID name the timeline on the safekeepers.
+	TenantID, TimelineID proto.ID
+	// SlotName is the physical replication slot on the primary (created with
+	// RESERVE_WAL if missing) that keeps WAL the safekeepers may still need.
+	// Default "proposer".
+	SlotName string
+	// ApplicationName is the application_name the proposer connects to the
+	// primary with; synchronous_standby_names must name it for commits to
+	// wait for quorum durability. Default "proposer".
+	ApplicationName string
+	// ProposerUUID owns the proposer's terms. Default: random per Run.
+	ProposerUUID proto.ID
+	// Logger receives progress and failures. nil means discard.
+	Logger *slog.Logger
+	// HeartbeatInterval is how long a safekeeper with nothing to send waits
+	// before it gets a heartbeat (a SafeKeeperRequest with begin = end)
+	// carrying commit_lsn and truncate_lsn. A changed commit_lsn is sent at
+	// the next tick regardless. Default 200 ms.
+	HeartbeatInterval time.Duration
+	// StatusInterval is the longest time between two standby status updates
+	// to the primary (it also gets one at once when commit_lsn advances or a
+	// keepalive asks for a reply). Must stay below the primary's
+	// wal_sender_timeout. Default 2 s.
+	StatusInterval time.Duration
+	// BufferSize bounds the in-memory WAL buffer kept for safekeepers that
+	// lag or reconnect. A safekeeper needing older WAL is fed by a separate
+	// replication connection to the primary. Default 64 MiB.
+	BufferSize int
+	// MaxInFlight is how many SafeKeeperRequests may await their response
+	// per safekeeper (pipelining depth). Default 256 (32 MiB of WAL).
+	MaxInFlight int
+	// ConnectTimeout bounds each connection attempt. Default 10 s.
+	ConnectTimeout time.Duration
+	// ReconnectMin and ReconnectMax bound the exponential backoff between
+	// connection attempts (primary and safekeepers). Defaults 100 ms, 5 s.
+	ReconnectMin, ReconnectMax time.Duration
+	// ElectionTimeout is how long a session waits for a quorum of grants
+	// before it gives up and starts over with a new term. Default 30 s.
+	ElectionTimeout time.Duration
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.SlotName == "" {
+		c.SlotName = "proposer"
+	}
+	if c.ApplicationName == "" {
+		c.ApplicationName = "proposer"
+	}
+	if c.ProposerUUID.IsZero() {
+		if _, err := io.ReadFull(rand.Reader, c.ProposerUUID[:]); err != nil {
+			return c, err
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.HeartbeatInterval, 200*time.Millisecond)
+	def(&c.StatusInterval, 2*time.Second)
+	def(&c.ConnectTimeout, 10*time.Second)
+	def(&c.ReconnectMin, 100*time.Millisecond)
+	def(&c.ReconnectMax, 5*time.Second)
+	def(&c.ElectionTimeout, 30*time.Second)
+	if c.BufferSize == 0 {
+		c.BufferSize = 64 << 20
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 256
+	}
+	switch {
+	case c.Upstream == "":
+		return c, errors.New("proposer: Config.Upstream is empty")
+	case len(c.Safekeepers) == 0:
+		return c, errors.New("proposer: Config.Safekeepers is empty")
+	case c.TenantID.IsZero() || c.TimelineID.IsZero():
+		return c, errors.New("proposer: Config.TenantID and TimelineID are required")
+	case c.BufferSize < proto.MaxWALPerRequest:
+		return c, fmt.Errorf("proposer: Config.BufferSize %d is below %d", c.BufferSize, proto.MaxWALPerRequest)
+	case c.MaxInFlight < 1:
+		return c, fmt.Errorf("proposer: Config.MaxInFlight %d is below 1", c.MaxInFlight)
+	case c.HeartbeatInterval < 0 || c.StatusInterval < 0 || c.ReconnectMin < 0 || c.ReconnectMax < c.ReconnectMin:
+		return c, errors.New("proposer: negative or inverted intervals in Config")
+	}
+	return c, nil
+}
+
+// backoff is an exponential delay between min and max.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(b.cur*2, b.max)
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }

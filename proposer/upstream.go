@@ -1,0 +1,251 @@
+package proposer
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/safekeeper/safekeeper/proto"
+)
+
+// upstream is a physical replication connection to the primary.
+type upstream struct {
+	pg *pgconn.PgConn
+}
+
+// upstreamInfo is what the primary says about itself.
+type upstreamInfo struct {
+	SystemID   uint64
+	Timeline   uint32
+	XLogPos    proto.LSN // the primary's flush position (IDENTIFY_SYSTEM)
+	SegSize    uint32
+	PgVersion  uint32 // server_version_num
+	RestartLSN proto.LSN
+}
+
+// dialUpstream opens a physical replication connection (replication=true).
+func dialUpstream(ctx context.Context, connStr, appName string, timeout time.Duration) (*upstream, error) {
+	pcfg, err := pgconn.ParseConfig(connStr)
+	if err != nil {
+		return nil, fmt.Errorf("proposer: upstream connection string: %w", err)
+	}
+	pcfg.RuntimeParams["replication"] = "true"
+	pcfg.RuntimeParams["application_name"] = appName
+	if pcfg.ConnectTimeout == 0 || pcfg.ConnectTimeout > timeout {
+		pcfg.ConnectTimeout = timeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	pg, err := pgconn.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("proposer: connect to primary: %w", err)
+	}
+	return &upstream{pg: pg}, nil
+}
+
+func (u *upstream) close() { u.pg.Close(context.Background()) }
+
+// identify runs IDENTIFY_SYSTEM and the SHOWs.
+func (u *upstream) identify(ctx context.Context) (upstreamInfo, error) {
+	var in upstreamInfo
+	is, err := pglogrepl.IdentifySystem(ctx, u.pg)
+	if err != nil {
+		return in, fmt.Errorf("proposer: IDENTIFY_SYSTEM: %w", err)
+	}
+	if in.SystemID, err = strconv.ParseUint(is.SystemID, 10, 64); err != nil {
+		return in, fmt.Errorf("proposer: IDENTIFY_SYSTEM system id %q: %w", is.SystemID, err)
+	}
+	in.Timeline, in.XLogPos = uint32(is.Timeline), proto.LSN(is.XLogPos)
+	seg, err := u.show(ctx, "wal_segment_size")
+	if err != nil {
+		return in, err
+	}
+	if in.SegSize, err = parseSize(seg); err != nil || !proto.ValidSegSize(in.SegSize) {
+		return in, fmt.Errorf("proposer: wal_segment_size %q is not a valid segment size", seg)
+	}
+	ver, err := u.show(ctx, "server_version_num")
+	if err != nil {
+		return in, err
+	}
+	v, err := strconv.ParseUint(ver, 10, 32)
+	if err != nil {
+		return in, fmt.Errorf("proposer: server_version_num %q: %w", ver, err)
+	}
+	in.PgVersion = uint32(v)
+	return in, nil
+}
+
+func (u *upstream) show(ctx context.Context, name string) (string, error) {
+	res, err := u.pg.Exec(ctx, "SHOW "+name).ReadAll()
+	if err != nil {
+		return "", fmt.Errorf("proposer: SHOW %s: %w", name, err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		return "", fmt.Errorf("proposer: SHOW %s: unexpected result shape", name)
+	}
+	return string(res[0].Rows[0][0]), nil
+}
+
+// parseSize parses PostgreSQL's size display: "16MB", "1GB", "1048576" (bytes).
+func parseSize(s string) (uint32, error) {
+	mult := uint64(1)
+	for _, u := range []struct {
+		suf string
+		m   uint64
+	}{{"kB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suf) {
+			s, mult = strings.TrimSuffix(s, u.suf), u.m
+			break
+		}
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
+	if err != nil {
+		return 0, err
+	}
+	if n*mult > 1<<31 {
+		return 0, errors.New("too large")
+	}
+	return uint32(n * mult), nil
+}
+
+// ensureSlot creates the physical slot with RESERVE_WAL, or reuses it
+// (SQLSTATE 42710), and returns its restart_lsn (0 if the slot reserves
+// nothing).
+func (u *upstream) ensureSlot(ctx context.Context, name string) (proto.LSN, error) {
+	q := fmt.Sprintf("CREATE_REPLICATION_SLOT %s PHYSICAL RESERVE_WAL", quoteIdent(name))
+	res, err := u.pg.Exec(ctx, q).ReadAll()
+	var pe *pgconn.PgError
+	switch {
+	case err == nil:
+		if len(res) == 1 && len(res[0].Rows) == 1 && len(res[0].Rows[0]) >= 2 {
+			return parseLSNCol(res[0].Rows[0][1])
+		}
+		return 0, errors.New("proposer: CREATE_REPLICATION_SLOT: unexpected result shape")
+	case errors.As(err, &pe) && pe.Code == "42710": // duplicate_object: reuse
+	default:
+		return 0, fmt.Errorf("proposer: %s: %w", q, err)
+	}
+	res, err = u.pg.Exec(ctx, "READ_REPLICATION_SLOT "+quoteIdent(name)).ReadAll()
+	if err != nil {
+		return 0, fmt.Errorf("proposer: READ_REPLICATION_SLOT: %w", err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) < 2 {
+		return 0, errors.New("proposer: READ_REPLICATION_SLOT: unexpected result shape")
+	}
+	return parseLSNCol(res[0].Rows[0][1])
+}
+
+func parseLSNCol(b []byte) (proto.LSN, error) {
+	if b == nil {
+		return 0, nil // NULL
+	}
+	return proto.ParseLSN(string(b))
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// startReplication sends START_REPLICATION [SLOT s] PHYSICAL from TIMELINE
+// tli and waits for CopyBothResponse.
+func (u *upstream) startReplication(ctx context.Context, slot string, from proto.LSN, tli uint32) error {
+	q := "START_REPLICATION "
+	if slot != "" {
+		q += "SLOT " + quoteIdent(slot) + " "
+	}
+	q += fmt.Sprintf("PHYSICAL %s TIMELINE %d", from, tli)
+	fe := u.pg.Frontend()
+	fe.Send(&pgproto3.Query{String: q})
+	if err := fe.Flush(); err != nil {
+		return err
+	}
+	for {
+		msg, err := u.pg.ReceiveMessage(ctx)
+		if err != nil {
+			return fmt.Errorf("proposer: %s: %w", q, err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyBothResponse:
+			return nil
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("proposer: %s: %w", q, pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
+		default:
+			return fmt.Errorf("proposer: %s: unexpected %T", q, msg)
+		}
+	}
+}
+
+// upstreamMsg is one message of the replication stream: XLogData (wal
+// non-nil, a private copy) or a keepalive.
+type upstreamMsg struct {
+	start          proto.LSN
+	wal            []byte
+	serverEnd      proto.LSN
+	replyRequested bool
+}
+
+// recv returns the next XLogData or keepalive. The stream's end or an error
+// is an error.
+func (u *upstream) recv(ctx context.Context) (upstreamMsg, error) {
+	for {
+		msg, err := u.pg.ReceiveMessage(ctx)
+		if err != nil {
+			return upstreamMsg{}, err
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				return upstreamMsg{}, errors.New("proposer: empty CopyData from primary")
+			}
+			switch m.Data[0] {
+			case pglogrepl.XLogDataByteID:
+				x, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					return upstreamMsg{}, err
+				}
+				// Copy: pgconn reuses the message buffer on the next receive.
+				return upstreamMsg{start: proto.LSN(x.WALStart), wal: append([]byte(nil), x.WALData...), serverEnd: proto.LSN(x.ServerWALEnd)}, nil
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				k, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return upstreamMsg{}, err
+				}
+				return upstreamMsg{serverEnd: proto.LSN(k.ServerWALEnd), replyRequested: k.ReplyRequested}, nil
+			}
+		case *pgproto3.ErrorResponse:
+			return upstreamMsg{}, fmt.Errorf("proposer: primary: %w", pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyDone:
+			return upstreamMsg{}, errors.New("proposer: primary ended the replication stream")
+		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
+		default:
+			return upstreamMsg{}, fmt.Errorf("proposer: unexpected %T on the replication stream", msg)
+		}
+	}
+}
+
+// pgEpoch is PostgreSQL's time origin, 2000-01-01 00:00:00 UTC.
+var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// sendStatus sends a standby status update ('r'): write, flush and apply
+// positions exactly as given (pglogrepl's helper would replace apply = 0 by
+// write, which would let remote_apply commits return early).
+func (u *upstream) sendStatus(write, flush, apply proto.LSN, now time.Time) error {
+	var b [1 + 8 + 8 + 8 + 8 + 1]byte
+	b[0] = 'r'
+	binary.BigEndian.PutUint64(b[1:], uint64(write))
+	binary.BigEndian.PutUint64(b[9:], uint64(flush))
+	binary.BigEndian.PutUint64(b[17:], uint64(apply))
+	binary.BigEndian.PutUint64(b[25:], uint64(now.Sub(pgEpoch).Microseconds()))
+	buf, err := (&pgproto3.CopyData{Data: b[:]}).Encode(nil)
+	if err != nil {
+		return err
+	}
+	return u.pg.Frontend().SendUnbufferedEncodedCopyData(buf)
+}
