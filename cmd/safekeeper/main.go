@@ -100,6 +100,8 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen-pg", Value: "127.0.0.1:5454", Usage: "host:port of the PostgreSQL-protocol listener"},
 			&cli.StringFlag{Name: "data-dir", Required: true, Usage: "directory of the safekeeper's bbolt database (created if missing)"},
 			&cli.BoolFlag{Name: "unsafe-no-fsync", Hidden: true, Usage: "TESTS AND BENCHMARKS ONLY: never fsync; a crash loses acknowledged WAL"},
+			&cli.DurationFlag{Name: "wal-sender-timeout", Value: 60 * time.Second, Usage: "disconnect a replication client silent this long; it is asked for a reply after half of it (at most 10s)"},
+			&cli.DurationFlag{Name: "retention-interval", Value: time.Second, Usage: "least time between two WAL removal passes of a timeline"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -119,6 +121,7 @@ func runCommand() *cli.Command {
 			srv, err := server.New(server.Config{
 				NodeID: c.Uint64("id"), ListenPG: c.String("listen-pg"), DataDir: dir,
 				Logger: log, UnsafeNoFsync: c.Bool("unsafe-no-fsync"),
+				WalSenderTimeout: c.Duration("wal-sender-timeout"), RetentionInterval: c.Duration("retention-interval"),
 			})
 			if err != nil {
 				return err

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/safekeeper/safekeeper/acceptor"
@@ -32,6 +33,18 @@ type Config struct {
 	// UnsafeNoFsync turns fsync off. For tests and benchmarks only: a crash
 	// loses acknowledged WAL.
 	UnsafeNoFsync bool
+	// WalSenderTimeout is PostgreSQL's wal_sender_timeout for replication
+	// streams: a reader silent for half of it (or for 10 s, whichever is
+	// shorter) gets a keepalive asking for a reply, and a reader silent for
+	// all of it is disconnected. Default 60 s.
+	WalSenderTimeout time.Duration
+	// RetentionInterval is the least time between two WAL removal passes of
+	// a timeline (see retention.go). Default 1 s.
+	RetentionInterval time.Duration
+	// ShutdownGrace bounds how long Shutdown lets each replication stream
+	// send its committed WAL and wait for the client to confirm it before
+	// the stream is ended with CommandComplete "COPY 0". Default 2 s.
+	ShutdownGrace time.Duration
 }
 
 func (c *Config) withDefaults() error {
@@ -40,6 +53,15 @@ func (c *Config) withDefaults() error {
 	}
 	if c.ServerVersion == "" {
 		c.ServerVersion = "15.18"
+	}
+	if c.WalSenderTimeout <= 0 {
+		c.WalSenderTimeout = 60 * time.Second
+	}
+	if c.RetentionInterval <= 0 {
+		c.RetentionInterval = time.Second
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = 2 * time.Second
 	}
 	if c.DataDir == "" {
 		return errors.New("server: no data directory")
@@ -63,6 +85,8 @@ type Server struct {
 	cancel   context.CancelFunc
 	stopping chan struct{}
 	stopOnce sync.Once
+
+	connSeq atomic.Uint64 // numbers connections: the "PID" of slot errors
 
 	mu        sync.Mutex
 	timelines map[TimelineKey]*timeline
@@ -174,10 +198,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return s.db.Close()
 }
 
-// serveConn runs one client connection: startup, then simple queries.
+// serveConn runs one client connection: startup, then simple queries
+// (replication.go: the command set depends on the "replication" startup
+// parameter; START_WAL_PUSH, IDENTIFY_SYSTEM and TIMELINE_STATUS work on
+// every connection).
 func (s *Server) serveConn(nc net.Conn) {
 	log := s.log.With("remote", nc.RemoteAddr().String())
-	pc, err := pgwire.Accept(nc, pgwire.AcceptOptions{StartupTimeout: 10 * time.Second})
+	pc, err := pgwire.Accept(nc, pgwire.AcceptOptions{StartupTimeout: 10 * time.Second, WriteTimeout: s.cfg.WalSenderTimeout})
 	if err != nil {
 		log.Debug("connection startup failed", "err", err)
 		return
@@ -190,23 +217,36 @@ func (s *Server) serveConn(nc net.Conn) {
 		pc.Flush()
 		return
 	}
+	mode, err := pgwire.ParseReplication(params["replication"])
+	if err == nil && mode == pgwire.ReplicationLogical {
+		err = pgwire.Errorf(pgwire.FeatureNotSupported, "logical replication connections are not supported by a safekeeper")
+	}
+	if err != nil {
+		var pe *pgwire.Error
+		if errors.As(err, &pe) {
+			pe.Severity = pgwire.SeverityFatal
+		}
+		pc.SendError(err)
+		pc.Flush()
+		return
+	}
 	if err := pc.Ready(pgwire.WalsenderParams(s.cfg.ServerVersion, params), nil); err != nil {
 		return
 	}
+	rc := &replConn{srv: s, pc: pc, ids: ids, log: log, id: s.connSeq.Add(1), physical: mode == pgwire.ReplicationPhysical}
+	defer rc.close()
 	for {
 		q, err := pc.ReadQuery()
 		if err != nil {
+			if s.isStopping() {
+				pc.SendError(&pgwire.Error{Severity: pgwire.SeverityFatal, Code: pgwire.AdminShutdown,
+					Message: "terminating connection due to administrator command"})
+				pc.Flush()
+			}
 			return
 		}
-		cmd := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(q), ";"))
-		switch {
-		case strings.EqualFold(cmd, "START_WAL_PUSH"):
-			if !s.runPush(pc, ids, log) {
-				return
-			}
-		default:
-			pc.SendError(pgwire.Errorf(pgwire.SyntaxError, "syntax error: unknown command %q", firstWord(cmd)))
-			pc.SendReadyForQuery()
+		if !rc.handle(q) {
+			return
 		}
 		if err := pc.Flush(); err != nil {
 			return
@@ -278,17 +318,85 @@ func (s *Server) startTimeline(key TimelineKey, st acceptor.State, store *storag
 	if err != nil {
 		return nil, err
 	}
+	repl, err := newReplState(store)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", acceptor.ErrStorage, err)
+	}
 	t := &timeline{
 		key: key, log: s.log.With("timeline", key.String()), in: make(chan event, eventQueue),
-		state: acc.State(), changed: make(chan struct{}), store: store, stopped: make(chan struct{}),
+		state: acc.State(), changed: make(chan struct{}), store: store, repl: repl, stopped: make(chan struct{}),
 	}
 	s.timelines[key] = t
-	s.ownerWG.Add(1)
+	s.ownerWG.Add(2)
 	go func() {
 		defer s.ownerWG.Done()
 		t.run(s.ctx, acc)
 	}()
+	go func() {
+		defer s.ownerWG.Done()
+		s.runRetention(s.ctx, t)
+		repl.saveAll()
+	}()
 	return t, nil
+}
+
+// timelineByKey returns the running timeline key, opening it from disk like
+// timelineFor does; it never creates one (readers cannot create timelines).
+// A timeline that is not stored is an *pgwire.Error with UndefinedObject.
+func (s *Server) timelineByKey(key TimelineKey) (*timeline, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.timelines[key]; ok {
+		return t, nil
+	}
+	if s.isStopping() {
+		return nil, errShutdown
+	}
+	store, st, err := s.db.OpenTimeline(key.Tenant, key.Timeline)
+	if errors.Is(err, storage.ErrNoTimeline) {
+		return nil, pgwire.Errorf(pgwire.UndefinedObject, "timeline %s does not exist on this safekeeper", key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", acceptor.ErrStorage, err)
+	}
+	return s.startTimeline(key, st, store)
+}
+
+// resolveTimeline picks the timeline a reader means: the one its startup
+// options name, else the only one stored (matching the tenant if only
+// tenant_id was given). Otherwise the error names the choices.
+func (s *Server) resolveTimeline(ids startupIDs) (*timeline, error) {
+	if ids.hasTenant && ids.hasTimeline {
+		return s.timelineByKey(TimelineKey{Tenant: ids.tenant, Timeline: ids.timeline})
+	}
+	all, err := s.db.Timelines()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", acceptor.ErrStorage, err)
+	}
+	var match []TimelineKey
+	for _, k := range all {
+		if (!ids.hasTenant || k.TenantID == ids.tenant) && (!ids.hasTimeline || k.TimelineID == ids.timeline) {
+			match = append(match, TimelineKey{Tenant: k.TenantID, Timeline: k.TimelineID})
+		}
+	}
+	switch len(match) {
+	case 1:
+		return s.timelineByKey(match[0])
+	case 0:
+		return nil, pgwire.Errorf(pgwire.UndefinedObject, "no timeline on this safekeeper matches the startup options")
+	}
+	names := make([]string, 0, len(match))
+	for i, k := range match {
+		if i == 8 {
+			names = append(names, fmt.Sprintf("and %d more", len(match)-i))
+			break
+		}
+		names = append(names, k.String())
+	}
+	e := pgwire.Errorf(pgwire.InvalidParameterValue, "this safekeeper holds %d timelines (%s): name one in the startup options",
+		len(match), strings.Join(names, ", "))
+	e.Hint = "Connect with options '-c tenant_id=HEX -c timeline_id=HEX'."
+	return nil, e
 }
 
 var errShutdown = pgwire.Errorf(pgwire.AdminShutdown, "terminating connection due to administrator command")

@@ -49,6 +49,9 @@ type timeline struct {
 	changed chan struct{}  // closed and replaced whenever state changes
 	store   *storage.Timeline
 
+	// repl holds the timeline's readers, slots and their feedback.
+	repl *replState
+
 	stopped chan struct{}
 }
 
@@ -111,11 +114,14 @@ func (o *owner) flush() {
 	if n != len(o.waiting) {
 		panic("server: acceptor staged count differs from waiting connections")
 	}
+	// Relay the readers' feedback to the proposer.
+	resp.HotStandby, resp.Consumer = o.t.repl.feedback()
 	for _, c := range o.waiting {
 		c.send(resp)
 	}
 	o.waiting = o.waiting[:0]
 	o.t.publish(o.acc.State())
+	o.t.repl.kickRetention()
 }
 
 // storageFailed ends every waiting connection: nothing they sent since the

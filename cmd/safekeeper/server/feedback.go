@@ -1,0 +1,359 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/storage"
+)
+
+// slotSaveInterval bounds how often a slot's advancing restart_lsn is
+// written to disk while it streams (PostgreSQL saves dirty slots at
+// checkpoints). A lagging restart_lsn on disk only retains more WAL.
+const slotSaveInterval = time.Second
+
+// walReader is one replication stream registered on its timeline: what
+// retention must not remove and the feedback its client sent.
+type walReader struct {
+	connID uint64
+	slot   string // "" when the stream uses no slot
+	// pos is the next LSN the stream sends: WAL from its segment on is kept.
+	pos atomic.Uint64
+
+	mu       sync.Mutex
+	status   pgwire.StandbyStatusUpdate // last 'r'
+	hs       pgwire.HotStandbyFeedback  // last 'h'
+	hasHS    bool
+	consumer pgwire.ConsumerFeedback // last 'z'
+	hasCons  bool
+}
+
+func (r *walReader) position() proto.LSN { return proto.LSN(r.pos.Load()) }
+
+// slotState is a replication slot of a timeline: a persistent one (mirrored
+// in storage) or a temporary one (memory only, dropped with its connection).
+type slotState struct {
+	storage.Slot
+	temporary bool
+	owner     uint64 // connection that created a temporary slot
+	active    uint64 // connection streaming from it; 0 when free
+	saved     proto.LSN
+	savedAt   time.Time
+}
+
+// replState is the replication side of one timeline: its readers, its
+// slots and the consumer feedback received since the server started. The
+// timeline owner reads the aggregated feedback for every
+// SafeKeeperResponse; the retention goroutine reads the horizons.
+type replState struct {
+	store *storage.Timeline
+
+	mu       sync.Mutex
+	readers  map[*walReader]struct{}
+	slots    map[string]*slotState
+	consumer proto.ConsumerFeedback // the most advanced consumer's last report
+	// remoteConsistent is the highest remote_consistent_lsn any consumer
+	// reported since start; consumerSeen tells whether one ever did.
+	remoteConsistent proto.LSN
+	consumerSeen     bool
+
+	kick chan struct{} // wakes the retention goroutine; capacity 1
+}
+
+func newReplState(store *storage.Timeline) (*replState, error) {
+	r := &replState{store: store, readers: map[*walReader]struct{}{}, slots: map[string]*slotState{}, kick: make(chan struct{}, 1)}
+	slots, err := store.Slots()
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range slots {
+		r.slots[s.Name] = &slotState{Slot: s, saved: s.RestartLSN}
+	}
+	return r, nil
+}
+
+// kickRetention asks the retention goroutine for a pass; it never blocks.
+func (r *replState) kickRetention() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// feedback aggregates what the proposer gets in SafeKeeperResponse: over
+// the connected readers, min xmin, min catalog_xmin (zero meaning none) and
+// max ts of their hot-standby feedback; and the report of the most advanced
+// consumer (kept after it disconnects).
+func (r *replState) feedback() (proto.HotStandbyFeedback, proto.ConsumerFeedback) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var hs proto.HotStandbyFeedback
+	for rd := range r.readers {
+		rd.mu.Lock()
+		if rd.hasHS {
+			hs = mergeHotStandby(hs, rd.hs)
+		}
+		rd.mu.Unlock()
+	}
+	return hs, r.consumer
+}
+
+func mergeHotStandby(agg proto.HotStandbyFeedback, h pgwire.HotStandbyFeedback) proto.HotStandbyFeedback {
+	if x := h.FullXmin(); h.Xmin != 0 && (agg.Xmin == 0 || x < agg.Xmin) {
+		agg.Xmin = x
+	}
+	if x := h.FullCatalogXmin(); h.CatalogXmin != 0 && (agg.CatalogXmin == 0 || x < agg.CatalogXmin) {
+		agg.CatalogXmin = x
+	}
+	agg.TS = max(agg.TS, h.SendTime)
+	return agg
+}
+
+func (r *replState) addReader(rd *walReader) {
+	r.mu.Lock()
+	r.readers[rd] = struct{}{}
+	r.mu.Unlock()
+}
+
+func (r *replState) removeReader(rd *walReader) {
+	r.mu.Lock()
+	delete(r.readers, rd)
+	r.mu.Unlock()
+	r.kickRetention()
+}
+
+// onStatus records a standby status update. A slot follows the client's
+// flush position (PostgreSQL's PhysicalConfirmReceivedLocation), never past
+// what was sent.
+func (r *replState) onStatus(rd *walReader, m pgwire.StandbyStatusUpdate) {
+	rd.mu.Lock()
+	rd.status = m
+	rd.mu.Unlock()
+	if rd.slot == "" || m.Flush == 0 {
+		return
+	}
+	r.mu.Lock()
+	s := r.slots[rd.slot]
+	var save *storage.Slot
+	if s != nil && s.active == rd.connID {
+		if lsn := min(m.Flush, rd.position()); lsn > s.RestartLSN {
+			s.RestartLSN = lsn
+			if !s.temporary && time.Since(s.savedAt) >= slotSaveInterval {
+				cp := s.Slot
+				save = &cp
+				s.saved, s.savedAt = lsn, time.Now()
+			}
+		}
+	}
+	r.mu.Unlock()
+	if save != nil {
+		r.store.SaveSlot(*save) //nolint:errcheck // dropped meanwhile: nothing to keep
+		r.kickRetention()
+	}
+}
+
+func (r *replState) onHotStandby(rd *walReader, m pgwire.HotStandbyFeedback) {
+	rd.mu.Lock()
+	rd.hs, rd.hasHS = m, true
+	rd.mu.Unlock()
+}
+
+func (r *replState) onConsumer(rd *walReader, m pgwire.ConsumerFeedback) {
+	rd.mu.Lock()
+	rd.consumer, rd.hasCons = m, true
+	rd.mu.Unlock()
+	r.mu.Lock()
+	if m.ReceivedLSN >= r.consumer.ReceivedLSN {
+		r.consumer = proto.ConsumerFeedback{
+			TimelineSize: m.TimelineSize, ReceivedLSN: m.ReceivedLSN, DiskConsistentLSN: m.DiskConsistentLSN,
+			RemoteConsistentLSN: m.RemoteConsistentLSN, ReplyTime: m.ReplyTime,
+		}
+	}
+	r.remoteConsistent = max(r.remoteConsistent, m.RemoteConsistentLSN)
+	r.consumerSeen = true
+	r.mu.Unlock()
+	r.kickRetention()
+}
+
+// Slot errors, with PostgreSQL's texts and SQLSTATEs.
+func errSlotMissing(name string) error {
+	return pgwire.Errorf(pgwire.UndefinedObject, "replication slot %q does not exist", name)
+}
+
+func errSlotActive(name string, conn uint64) error {
+	return pgwire.Errorf(pgwire.ObjectInUse, "replication slot %q is active for PID %d", name, conn)
+}
+
+// createSlot creates a slot; a temporary one belongs to connection conn.
+func (r *replState) createSlot(s storage.Slot, temporary bool, conn uint64) error {
+	if err := checkSlotName(s.Name); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.slots[s.Name]; ok {
+		return pgwire.Errorf(pgwire.DuplicateObject, "replication slot %q already exists", s.Name)
+	}
+	if !temporary {
+		if err := r.store.CreateSlot(s); err != nil {
+			if errors.Is(err, storage.ErrSlotExists) {
+				return pgwire.Errorf(pgwire.DuplicateObject, "replication slot %q already exists", s.Name)
+			}
+			return pgwire.Errorf(pgwire.IoError, "could not create replication slot %q: %v", s.Name, err)
+		}
+	}
+	r.slots[s.Name] = &slotState{Slot: s, temporary: temporary, owner: conn, saved: s.RestartLSN, savedAt: time.Now()}
+	return nil
+}
+
+// checkSlotName applies PostgreSQL's ReplicationSlotValidateName.
+func checkSlotName(name string) error {
+	if name == "" {
+		return pgwire.Errorf(pgwire.InvalidName, "replication slot name %q is too short", name)
+	}
+	if len(name) > storage.MaxSlotNameLen {
+		return pgwire.Errorf(pgwire.InvalidName, "replication slot name %q is too long", name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			e := pgwire.Errorf(pgwire.InvalidName, "replication slot name %q contains invalid character", name)
+			e.Hint = "Replication slot names may only contain lower case letters, numbers, and the underscore character."
+			return e
+		}
+	}
+	return nil
+}
+
+func (r *replState) dropSlot(name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.slots[name]
+	if !ok {
+		return errSlotMissing(name)
+	}
+	if s.active != 0 {
+		return errSlotActive(name, s.active)
+	}
+	if !s.temporary {
+		if err := r.store.DropSlot(name); err != nil && !errors.Is(err, storage.ErrNoSlot) {
+			return pgwire.Errorf(pgwire.IoError, "could not drop replication slot %q: %v", name, err)
+		}
+	}
+	delete(r.slots, name)
+	r.kickRetention()
+	return nil
+}
+
+// readSlot returns a copy of a slot; ok is false if there is none.
+func (r *replState) readSlot(name string) (storage.Slot, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.slots[name]
+	if !ok {
+		return storage.Slot{}, false
+	}
+	return s.Slot, true
+}
+
+// acquireSlot marks a slot as streamed by connection conn.
+func (r *replState) acquireSlot(name string, conn uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.slots[name]
+	if !ok {
+		return errSlotMissing(name)
+	}
+	if s.active != 0 && s.active != conn {
+		return errSlotActive(name, s.active)
+	}
+	s.active = conn
+	return nil
+}
+
+// releaseSlot ends a stream's use of its slot and saves its restart_lsn.
+func (r *replState) releaseSlot(name string, conn uint64) {
+	r.mu.Lock()
+	s, ok := r.slots[name]
+	if !ok || s.active != conn {
+		r.mu.Unlock()
+		return
+	}
+	s.active = 0
+	var save *storage.Slot
+	if !s.temporary && s.RestartLSN != s.saved {
+		cp := s.Slot
+		save = &cp
+		s.saved, s.savedAt = s.RestartLSN, time.Now()
+	}
+	r.mu.Unlock()
+	if save != nil {
+		r.store.SaveSlot(*save) //nolint:errcheck // dropped meanwhile: nothing to keep
+	}
+}
+
+// dropTemporary drops the temporary slots of a closing connection.
+func (r *replState) dropTemporary(conn uint64) {
+	r.mu.Lock()
+	for name, s := range r.slots {
+		if s.temporary && s.owner == conn {
+			delete(r.slots, name)
+		}
+	}
+	r.mu.Unlock()
+	r.kickRetention()
+}
+
+// saveAll writes every persistent slot whose restart_lsn moved since its
+// last save (at shutdown).
+func (r *replState) saveAll() {
+	r.mu.Lock()
+	var dirty []storage.Slot
+	for _, s := range r.slots {
+		if !s.temporary && s.RestartLSN != s.saved {
+			dirty = append(dirty, s.Slot)
+			s.saved = s.RestartLSN
+		}
+	}
+	r.mu.Unlock()
+	for _, s := range dirty {
+		r.store.SaveSlot(s) //nolint:errcheck // best effort: a lagging slot retains more
+	}
+}
+
+// retentionInputs snapshots what the horizon depends on.
+func (r *replState) retentionInputs(in *retentionInputs) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.slots {
+		if s.RestartLSN != 0 {
+			in.SlotRestart = append(in.SlotRestart, s.RestartLSN)
+		}
+	}
+	for rd := range r.readers {
+		in.ReaderPos = append(in.ReaderPos, rd.position())
+	}
+	in.ConsumerSeen = r.consumerSeen
+	in.RemoteConsistent = r.remoteConsistent
+}
+
+// parseFeedback decodes one CopyData from a reader.
+func parseFeedback(payload []byte) (any, error) {
+	if len(payload) == 0 {
+		return nil, pgwire.Errorf(pgwire.ProtocolViolation, "invalid standby message: empty CopyData")
+	}
+	switch payload[0] {
+	case pgwire.TagStandbyStatusUpdate:
+		return pgwire.ParseStandbyStatusUpdate(payload)
+	case pgwire.TagHotStandbyFeedback:
+		return pgwire.ParseHotStandbyFeedback(payload)
+	case pgwire.TagConsumerFeedback:
+		return pgwire.ParseConsumerFeedback(payload)
+	}
+	return nil, pgwire.Errorf(pgwire.ProtocolViolation, "unexpected message type %q", fmt.Sprintf("%c", payload[0]))
+}

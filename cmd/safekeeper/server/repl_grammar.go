@@ -1,0 +1,499 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/pgwire"
+)
+
+// The command language of a connection, after PostgreSQL 15's repl_gram.y
+// and repl_scanner.l, plus this server's own commands:
+//
+//	IDENTIFY_SYSTEM
+//	SHOW name                                   (name or "quoted"; a.b allowed)
+//	TIMELINE_HISTORY n
+//	READ_REPLICATION_SLOT slot
+//	CREATE_REPLICATION_SLOT slot [TEMPORARY] PHYSICAL [RESERVE_WAL]
+//	CREATE_REPLICATION_SLOT slot [TEMPORARY] PHYSICAL (RESERVE_WAL [bool] [, ...])
+//	DROP_REPLICATION_SLOT slot [WAIT]
+//	START_REPLICATION [SLOT slot] [PHYSICAL] X/X [TIMELINE n] [(term 'N')]
+//	TIMELINE_STATUS                             (ours)
+//	START_WAL_PUSH                              (ours; the proposer's stream)
+//
+// Keywords are case-sensitive upper case, as in PostgreSQL; START_WAL_PUSH is
+// also accepted in any case (proposers have always been served that way).
+// Slot names are identifiers (folded to lower case) or "double-quoted"
+// (kept as written, "" is a quote). A trailing ';' is allowed. Text whose
+// first word is not a command keyword is SQL: a physical replication
+// connection refuses it with 0A000, like a walsender.
+//
+// The (term 'N') option is ours: a reader naming the term of the proposer it
+// follows may read up to flush_lsn (not only commit_lsn) while this
+// safekeeper's voted term is still N. The value may also be an unquoted
+// number; the option name is case-insensitive.
+
+// replCmd is one parsed command.
+type replCmd interface{ name() string }
+
+type (
+	cmdIdentifySystem struct{}
+	cmdShow           struct{ Var string }
+	cmdTimelineHist   struct{ TLI uint32 }
+	cmdReadSlot       struct{ Slot string }
+	cmdCreateSlot     struct {
+		Slot       string
+		Temporary  bool
+		ReserveWAL bool
+	}
+	cmdDropSlot struct {
+		Slot string
+		Wait bool
+	}
+	cmdStartRepl struct {
+		Slot    string // "" when none
+		Start   proto.LSN
+		TLI     uint32 // 0: the current timeline
+		Term    uint64 // with HasTerm: read up to flush_lsn within this term
+		HasTerm bool
+	}
+	cmdTimelineStatus struct{}
+	cmdStartWALPush   struct{}
+	// cmdSQL is anything that is not a replication command.
+	cmdSQL struct{ Text string }
+	// cmdEmpty is an empty query string.
+	cmdEmpty struct{}
+)
+
+func (cmdIdentifySystem) name() string { return "IDENTIFY_SYSTEM" }
+func (cmdShow) name() string           { return "SHOW" }
+func (cmdTimelineHist) name() string   { return "TIMELINE_HISTORY" }
+func (cmdReadSlot) name() string       { return "READ_REPLICATION_SLOT" }
+func (cmdCreateSlot) name() string     { return "CREATE_REPLICATION_SLOT" }
+func (cmdDropSlot) name() string       { return "DROP_REPLICATION_SLOT" }
+func (cmdStartRepl) name() string      { return "START_REPLICATION" }
+func (cmdTimelineStatus) name() string { return "TIMELINE_STATUS" }
+func (cmdStartWALPush) name() string   { return "START_WAL_PUSH" }
+func (cmdSQL) name() string            { return "SQL" }
+func (cmdEmpty) name() string          { return "" }
+
+// Token kinds.
+type tokKind int
+
+const (
+	tokEOF     tokKind = iota
+	tokKeyword         // an upper-case word that is a keyword (text as written)
+	tokIdent           // identifier, folded to lower case, or "quoted"
+	tokNumber          // unsigned decimal
+	tokLSN             // hex/hex
+	tokString          // 'single quoted'
+	tokPunct           // ( ) , ; .
+)
+
+type token struct {
+	kind tokKind
+	text string
+}
+
+var keywords = map[string]bool{
+	"IDENTIFY_SYSTEM": true, "SHOW": true, "TIMELINE_HISTORY": true, "READ_REPLICATION_SLOT": true,
+	"CREATE_REPLICATION_SLOT": true, "DROP_REPLICATION_SLOT": true, "START_REPLICATION": true,
+	"BASE_BACKUP": true, "SLOT": true, "PHYSICAL": true, "LOGICAL": true, "TIMELINE": true,
+	"TEMPORARY": true, "RESERVE_WAL": true, "WAIT": true, "EXPORT_SNAPSHOT": true,
+	"NOEXPORT_SNAPSHOT": true, "USE_SNAPSHOT": true, "TWO_PHASE": true,
+	"TIMELINE_STATUS": true, "START_WAL_PUSH": true,
+}
+
+// commandKeywords start a replication command (repl_scanner's
+// replication_scanner_is_replication_command).
+var commandKeywords = map[string]bool{
+	"IDENTIFY_SYSTEM": true, "SHOW": true, "TIMELINE_HISTORY": true, "READ_REPLICATION_SLOT": true,
+	"CREATE_REPLICATION_SLOT": true, "DROP_REPLICATION_SLOT": true, "START_REPLICATION": true,
+	"BASE_BACKUP": true, "TIMELINE_STATUS": true, "START_WAL_PUSH": true,
+}
+
+func isIdentStart(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
+}
+
+func isIdentCont(c byte) bool { return isIdentStart(c) || c >= '0' && c <= '9' || c == '$' }
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+// errSyntax is wrapped by every parse error; the wire error is 42601.
+var errSyntax = errors.New("syntax error")
+
+func syntaxErr(format string, args ...any) error {
+	return pgwire.Errorf(pgwire.SyntaxError, "%w: %s", errSyntax, fmt.Sprintf(format, args...))
+}
+
+func scan(s string) ([]token, error) {
+	var out []token
+	i := 0
+	for i < len(s) {
+		c := s[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
+			i++
+		case c == '(' || c == ')' || c == ',' || c == ';' || c == '.':
+			out = append(out, token{tokPunct, string(c)})
+			i++
+		case c == '"':
+			var b strings.Builder
+			j := i + 1
+			for {
+				if j >= len(s) {
+					return nil, syntaxErr("unterminated quoted identifier")
+				}
+				if s[j] == '"' {
+					if j+1 < len(s) && s[j+1] == '"' {
+						b.WriteByte('"')
+						j += 2
+						continue
+					}
+					break
+				}
+				b.WriteByte(s[j])
+				j++
+			}
+			if b.Len() == 0 {
+				return nil, syntaxErr("zero-length delimited identifier")
+			}
+			out = append(out, token{tokIdent, b.String()})
+			i = j + 1
+		case c == '\'':
+			var b strings.Builder
+			j := i + 1
+			for {
+				if j >= len(s) {
+					return nil, syntaxErr("unterminated quoted string")
+				}
+				if s[j] == '\'' {
+					if j+1 < len(s) && s[j+1] == '\'' {
+						b.WriteByte('\'')
+						j += 2
+						continue
+					}
+					break
+				}
+				b.WriteByte(s[j])
+				j++
+			}
+			out = append(out, token{tokString, b.String()})
+			i = j + 1
+		case isHex(c):
+			// A number, an LSN (hex/hex) or an identifier starting with a
+			// hex letter.
+			j := i
+			for j < len(s) && isHex(s[j]) {
+				j++
+			}
+			if j < len(s) && s[j] == '/' {
+				k := j + 1
+				for k < len(s) && isHex(s[k]) {
+					k++
+				}
+				if k == j+1 {
+					return nil, syntaxErr("invalid LSN %q", s[i:k])
+				}
+				out = append(out, token{tokLSN, s[i:k]})
+				i = k
+				continue
+			}
+			if isDigits(s[i:j]) && (j == len(s) || !isIdentCont(s[j])) {
+				out = append(out, token{tokNumber, s[i:j]})
+				i = j
+				continue
+			}
+			if !isIdentStart(c) {
+				return nil, syntaxErr("at or near %q", s[i:j])
+			}
+			fallthrough
+		case isIdentStart(c):
+			j := i
+			for j < len(s) && isIdentCont(s[j]) {
+				j++
+			}
+			w := s[i:j]
+			if keywords[w] {
+				out = append(out, token{tokKeyword, w})
+			} else {
+				out = append(out, token{tokIdent, strings.ToLower(w)})
+			}
+			i = j
+		default:
+			return nil, syntaxErr("at or near %q", string(c))
+		}
+	}
+	return out, nil
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// parser walks the tokens of one command.
+type parser struct {
+	toks []token
+	i    int
+}
+
+func (p *parser) peek() token {
+	if p.i < len(p.toks) {
+		return p.toks[p.i]
+	}
+	return token{kind: tokEOF}
+}
+
+func (p *parser) next() token { t := p.peek(); p.i++; return t }
+
+func (p *parser) isKeyword(k string) bool {
+	t := p.peek()
+	return t.kind == tokKeyword && t.text == k
+}
+
+func (p *parser) acceptKeyword(k string) bool {
+	if p.isKeyword(k) {
+		p.i++
+		return true
+	}
+	return false
+}
+
+func (p *parser) acceptPunct(c string) bool {
+	if t := p.peek(); t.kind == tokPunct && t.text == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+func (p *parser) unexpected() error {
+	t := p.peek()
+	if t.kind == tokEOF {
+		return syntaxErr("unexpected end of command")
+	}
+	return syntaxErr("at or near %q", t.text)
+}
+
+// slotName reads a slot name: an identifier or a keyword used as one.
+func (p *parser) slotName() (string, error) {
+	t := p.peek()
+	if t.kind != tokIdent {
+		return "", p.unexpected()
+	}
+	p.i++
+	return t.text, nil
+}
+
+func (p *parser) uconst() (uint32, error) {
+	t := p.peek()
+	if t.kind != tokNumber {
+		return 0, p.unexpected()
+	}
+	p.i++
+	v, err := strconv.ParseUint(t.text, 10, 32)
+	if err != nil {
+		return 0, syntaxErr("number %s out of range", t.text)
+	}
+	return uint32(v), nil
+}
+
+// end accepts an optional ';' and requires the end of the command.
+func (p *parser) end() error {
+	p.acceptPunct(";")
+	if p.peek().kind != tokEOF {
+		return p.unexpected()
+	}
+	return nil
+}
+
+// genericOptions parses "( name [value] [, ...] )" after the '(' and
+// returns name → value ("" when absent). Names are case-insensitive.
+func (p *parser) genericOptions() (map[string]string, error) {
+	opts := map[string]string{}
+	for {
+		t := p.next()
+		if t.kind != tokIdent && t.kind != tokKeyword {
+			p.i--
+			return nil, p.unexpected()
+		}
+		name := strings.ToLower(t.text)
+		val := ""
+		switch v := p.peek(); v.kind {
+		case tokString, tokNumber, tokIdent:
+			val = v.text
+			p.i++
+		case tokKeyword:
+			val = strings.ToLower(v.text)
+			p.i++
+		}
+		opts[name] = val
+		if p.acceptPunct(")") {
+			return opts, nil
+		}
+		if !p.acceptPunct(",") {
+			return nil, p.unexpected()
+		}
+	}
+}
+
+// parseReplCommand parses one query string.
+func parseReplCommand(q string) (replCmd, error) {
+	trimmed := strings.TrimSpace(q)
+	if trimmed == "" || trimmed == ";" {
+		return cmdEmpty{}, nil
+	}
+	if strings.EqualFold(strings.TrimSpace(strings.TrimSuffix(trimmed, ";")), "START_WAL_PUSH") {
+		return cmdStartWALPush{}, nil
+	}
+	toks, err := scan(q)
+	if err != nil {
+		// Not even tokens: if it does not start with a command keyword it
+		// is SQL (PostgreSQL's scanner decides on the first token only).
+		if w := firstWord(trimmed); !commandKeywords[w] {
+			return cmdSQL{Text: q}, nil
+		}
+		return nil, err
+	}
+	if len(toks) == 0 || toks[0].kind != tokKeyword || !commandKeywords[toks[0].text] {
+		return cmdSQL{Text: q}, nil
+	}
+	p := &parser{toks: toks, i: 1}
+	var cmd replCmd
+	switch toks[0].text {
+	case "IDENTIFY_SYSTEM":
+		cmd = cmdIdentifySystem{}
+	case "TIMELINE_STATUS":
+		cmd = cmdTimelineStatus{}
+	case "START_WAL_PUSH":
+		cmd = cmdStartWALPush{}
+	case "BASE_BACKUP":
+		return nil, pgwire.Errorf(pgwire.FeatureNotSupported, "BASE_BACKUP is not supported by a safekeeper: take base backups from the primary")
+	case "SHOW":
+		t := p.next()
+		if t.kind != tokIdent && t.kind != tokKeyword {
+			p.i--
+			return nil, p.unexpected()
+		}
+		name := strings.ToLower(t.text)
+		for p.acceptPunct(".") {
+			t := p.next()
+			if t.kind != tokIdent && t.kind != tokKeyword {
+				p.i--
+				return nil, p.unexpected()
+			}
+			name += "." + strings.ToLower(t.text)
+		}
+		cmd = cmdShow{Var: name}
+	case "TIMELINE_HISTORY":
+		tli, err := p.uconst()
+		if err != nil {
+			return nil, err
+		}
+		if tli == 0 {
+			return nil, pgwire.Errorf(pgwire.SyntaxError, "invalid timeline %d", tli)
+		}
+		cmd = cmdTimelineHist{TLI: tli}
+	case "READ_REPLICATION_SLOT":
+		s, err := p.slotName()
+		if err != nil {
+			return nil, err
+		}
+		cmd = cmdReadSlot{Slot: s}
+	case "DROP_REPLICATION_SLOT":
+		s, err := p.slotName()
+		if err != nil {
+			return nil, err
+		}
+		cmd = cmdDropSlot{Slot: s, Wait: p.acceptKeyword("WAIT")}
+	case "CREATE_REPLICATION_SLOT":
+		c := cmdCreateSlot{}
+		if c.Slot, err = p.slotName(); err != nil {
+			return nil, err
+		}
+		c.Temporary = p.acceptKeyword("TEMPORARY")
+		if p.isKeyword("LOGICAL") {
+			return nil, pgwire.Errorf(pgwire.FeatureNotSupported, "logical replication slots are not supported by a safekeeper")
+		}
+		if !p.acceptKeyword("PHYSICAL") {
+			return nil, p.unexpected()
+		}
+		if p.acceptPunct("(") {
+			opts, err := p.genericOptions()
+			if err != nil {
+				return nil, err
+			}
+			for k, v := range opts {
+				if k != "reserve_wal" {
+					return nil, pgwire.Errorf(pgwire.SyntaxError, "unrecognized option: %s", k)
+				}
+				b := true
+				if v != "" {
+					if b, err = pgwire.ParseBool(v); err != nil {
+						return nil, pgwire.Errorf(pgwire.SyntaxError, "reserve_wal requires a Boolean value")
+					}
+				}
+				c.ReserveWAL = b
+			}
+		} else {
+			c.ReserveWAL = p.acceptKeyword("RESERVE_WAL")
+		}
+		cmd = c
+	case "START_REPLICATION":
+		c := cmdStartRepl{}
+		if p.acceptKeyword("SLOT") {
+			if c.Slot, err = p.slotName(); err != nil {
+				return nil, err
+			}
+		}
+		if p.isKeyword("LOGICAL") {
+			return nil, pgwire.Errorf(pgwire.FeatureNotSupported, "logical replication is not supported by a safekeeper")
+		}
+		p.acceptKeyword("PHYSICAL")
+		t := p.next()
+		if t.kind != tokLSN {
+			p.i--
+			return nil, p.unexpected()
+		}
+		if c.Start, err = proto.ParseLSN(t.text); err != nil {
+			return nil, syntaxErr("invalid streaming start location %q", t.text)
+		}
+		if p.acceptKeyword("TIMELINE") {
+			if c.TLI, err = p.uconst(); err != nil {
+				return nil, err
+			}
+			if c.TLI == 0 {
+				return nil, pgwire.Errorf(pgwire.SyntaxError, "invalid timeline %d", c.TLI)
+			}
+		}
+		if p.acceptPunct("(") {
+			opts, err := p.genericOptions()
+			if err != nil {
+				return nil, err
+			}
+			for k, v := range opts {
+				if k != "term" {
+					return nil, pgwire.Errorf(pgwire.SyntaxError, "unrecognized option: %s", k)
+				}
+				if c.Term, err = strconv.ParseUint(v, 10, 64); err != nil || c.Term == 0 {
+					return nil, pgwire.Errorf(pgwire.SyntaxError, "term requires a positive integer value, got %q", v)
+				}
+				c.HasTerm = true
+			}
+		}
+		cmd = c
+	}
+	if err := p.end(); err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}

@@ -1,0 +1,627 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/safekeeper/safekeeper/acceptor"
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/storage"
+)
+
+// Serving WAL to replication clients (pg_receivewal, a PostgreSQL standby,
+// pageserver-style consumers): the commands of repl_grammar.go and the
+// START_REPLICATION stream. docs/serving.md describes what each client does
+// and what we answer; replication-clients.md has the wire facts.
+
+// Stream limits, as the walsender's (XLOG_BLCKSZ, MAX_SEND_SIZE).
+const (
+	walPageSize = 8192
+	maxSendSize = 16 * walPageSize // 128 KiB of WAL per XLogData
+)
+
+// maxIdleKeepalive is the longest a stream stays silent: the walreceiver
+// sends 'r' at least every 10 s and expects input as often.
+const maxIdleKeepalive = 10 * time.Second
+
+// replConn is one client connection in query mode.
+type replConn struct {
+	srv      *Server
+	pc       *pgwire.Conn
+	ids      startupIDs
+	log      *slog.Logger
+	id       uint64 // connection number: the "PID" in slot errors
+	physical bool   // replication=true: the walsender command set
+	tl       *timeline
+}
+
+// close releases what the connection holds: its temporary slots.
+func (c *replConn) close() {
+	if c.tl != nil {
+		c.tl.repl.dropTemporary(c.id)
+	}
+}
+
+// timeline resolves (once) the timeline this connection reads.
+func (c *replConn) timeline() (*timeline, error) {
+	if c.tl != nil {
+		return c.tl, nil
+	}
+	tl, err := c.srv.resolveTimeline(c.ids)
+	if err != nil {
+		return nil, err
+	}
+	c.tl = tl
+	return tl, nil
+}
+
+// fail answers a command with an ErrorResponse and ReadyForQuery; the
+// connection stays in query mode.
+func (c *replConn) fail(err error) bool {
+	c.pc.SendError(wireError(err))
+	return c.pc.SendReadyForQuery() == nil
+}
+
+// done answers a command that succeeded: ReadyForQuery.
+func (c *replConn) done(err error) bool {
+	if err != nil {
+		return false
+	}
+	return c.pc.SendReadyForQuery() == nil
+}
+
+// handle runs one query. It returns false when the connection must close.
+func (c *replConn) handle(q string) bool {
+	cmd, err := parseReplCommand(q)
+	if err != nil {
+		return c.fail(err)
+	}
+	switch cmd := cmd.(type) {
+	case cmdEmpty:
+		c.pc.SendEmptyQueryResponse()
+		return c.done(nil)
+	case cmdStartWALPush:
+		return c.srv.runPush(c.pc, c.ids, c.log)
+	case cmdSQL:
+		if c.physical {
+			return c.fail(pgwire.Errorf(pgwire.FeatureNotSupported, "cannot execute SQL commands in WAL sender for physical replication"))
+		}
+		return c.fail(pgwire.Errorf(pgwire.SyntaxError, "syntax error: unknown command %q", firstWord(cmd.Text)))
+	case cmdIdentifySystem:
+		return c.identifySystem()
+	case cmdTimelineStatus:
+		return c.timelineStatus()
+	}
+	if !c.physical {
+		return c.fail(pgwire.Errorf(pgwire.FeatureNotSupported,
+			"%s needs a replication connection (startup parameter replication=true)", cmd.name()))
+	}
+	switch cmd := cmd.(type) {
+	case cmdShow:
+		return c.show(cmd)
+	case cmdTimelineHist:
+		// This safekeeper keeps no timeline history files; a walsender
+		// answers a TLI whose file it lacks with this error.
+		return c.fail(pgwire.Errorf(pgwire.UndefinedFile, "could not open file \"pg_wal/%08X.history\": No such file or directory", cmd.TLI))
+	case cmdReadSlot:
+		return c.readSlot(cmd)
+	case cmdCreateSlot:
+		return c.createSlot(cmd)
+	case cmdDropSlot:
+		return c.dropSlot(cmd)
+	case cmdStartRepl:
+		return c.startReplication(cmd)
+	}
+	return c.fail(pgwire.Errorf(pgwire.InternalError, "unhandled command %s", cmd.name()))
+}
+
+func text(s string) []byte { return []byte(s) }
+
+func (c *replConn) identifySystem() bool {
+	tl, err := c.timeline()
+	if err != nil {
+		return c.fail(err)
+	}
+	st, _ := tl.Status()
+	cols := []pgwire.Column{pgwire.TextColumn("systemid"), pgwire.Int4Column("timeline"), pgwire.TextColumn("xlogpos"), pgwire.TextColumn("dbname")}
+	row := [][]byte{text(strconv.FormatUint(st.SystemID, 10)), text(strconv.FormatUint(uint64(st.PgTimeline), 10)), text(st.CommitLSN.String()), nil}
+	return c.done(c.pc.SendRows(cols, [][][]byte{row}, "IDENTIFY_SYSTEM"))
+}
+
+func (c *replConn) timelineStatus() bool {
+	tl, err := c.timeline()
+	if err != nil {
+		return c.fail(err)
+	}
+	st, _ := tl.Status()
+	tl.repl.mu.Lock()
+	readers, slots := len(tl.repl.readers), len(tl.repl.slots)
+	tl.repl.mu.Unlock()
+	cols := []pgwire.Column{
+		pgwire.TextColumn("tenant_id"), pgwire.TextColumn("timeline_id"),
+		pgwire.Int8Column("term"), pgwire.TextColumn("voted_for"), pgwire.Int8Column("last_log_term"),
+		pgwire.TextColumn("flush_lsn"), pgwire.TextColumn("commit_lsn"), pgwire.TextColumn("truncate_lsn"),
+		pgwire.TextColumn("timeline_start_lsn"), pgwire.TextColumn("removed_up_to"),
+		pgwire.Int4Column("pg_timeline"), pgwire.TextColumn("system_id"), pgwire.Int4Column("wal_seg_size"),
+		pgwire.Int4Column("readers"), pgwire.Int4Column("slots"),
+	}
+	u := func(v uint64) []byte { return text(strconv.FormatUint(v, 10)) }
+	row := [][]byte{
+		text(st.TenantID.String()), text(st.TimelineID.String()),
+		u(st.VotedFor.Term), text(st.VotedFor.String()), u(st.LastLogTerm()),
+		text(st.FlushLSN.String()), text(st.CommitLSN.String()), text(st.TruncateLSN.String()),
+		text(st.TimelineStartLSN.String()), text(max(st.RemovedUpTo, tl.store.RemovedUpTo()).String()),
+		u(uint64(st.PgTimeline)), u(st.SystemID), u(uint64(st.WalSegSize)),
+		u(uint64(readers)), u(uint64(slots)),
+	}
+	return c.done(c.pc.SendRows(cols, [][][]byte{row}, "TIMELINE_STATUS"))
+}
+
+// formatSegSize is PostgreSQL's wal_segment_size display: "16MB", "1GB".
+func formatSegSize(n uint32) string {
+	if n >= 1<<30 && n%(1<<30) == 0 {
+		return fmt.Sprintf("%dGB", n>>30)
+	}
+	return fmt.Sprintf("%dMB", n>>20)
+}
+
+func (c *replConn) show(cmd cmdShow) bool {
+	var val string
+	switch cmd.Var {
+	case "data_directory_mode":
+		val = "0700"
+	case "wal_block_size":
+		val = strconv.Itoa(walPageSize)
+	case "server_version":
+		val = c.srv.cfg.ServerVersion
+	case "integer_datetimes":
+		val = "on"
+	case "wal_segment_size", "timeline_id", "system_identifier":
+		tl, err := c.timeline()
+		if err != nil {
+			return c.fail(err)
+		}
+		st, _ := tl.Status()
+		switch cmd.Var {
+		case "wal_segment_size":
+			val = formatSegSize(st.WalSegSize)
+		case "timeline_id":
+			val = strconv.FormatUint(uint64(st.PgTimeline), 10)
+		default:
+			val = strconv.FormatUint(st.SystemID, 10)
+		}
+	default:
+		return c.fail(pgwire.Errorf(pgwire.UndefinedObject, "unrecognized configuration parameter %q", cmd.Var))
+	}
+	return c.done(c.pc.SendRows([]pgwire.Column{pgwire.TextColumn(cmd.Var)}, [][][]byte{{text(val)}}, "SHOW"))
+}
+
+func (c *replConn) readSlot(cmd cmdReadSlot) bool {
+	tl, err := c.timeline()
+	if err != nil {
+		return c.fail(err)
+	}
+	cols := []pgwire.Column{pgwire.TextColumn("slot_type"), pgwire.TextColumn("restart_lsn"), pgwire.Int8Column("restart_tli")}
+	row := [][]byte{nil, nil, nil}
+	if s, ok := tl.repl.readSlot(cmd.Slot); ok {
+		row[0] = text("physical")
+		if s.RestartLSN != 0 {
+			row[1] = text(s.RestartLSN.String())
+			row[2] = text(strconv.FormatUint(uint64(s.RestartTLI), 10))
+		}
+	}
+	return c.done(c.pc.SendRows(cols, [][][]byte{row}, "READ_REPLICATION_SLOT"))
+}
+
+func (c *replConn) createSlot(cmd cmdCreateSlot) bool {
+	tl, err := c.timeline()
+	if err != nil {
+		return c.fail(err)
+	}
+	st, _ := tl.Status()
+	s := storage.Slot{Name: cmd.Slot}
+	if cmd.ReserveWAL && st.CommitLSN != 0 {
+		// Reserve from the start of the segment a client would ask for
+		// first (IDENTIFY_SYSTEM's xlogpos rounded down).
+		s.RestartLSN = max(st.CommitLSN.SegmentStart(uint64(st.WalSegSize)), st.TimelineStartLSN, tl.store.RemovedUpTo())
+		s.RestartTLI = st.PgTimeline
+	}
+	if err := tl.repl.createSlot(s, cmd.Temporary, c.id); err != nil {
+		return c.fail(err)
+	}
+	c.log.Info("created replication slot", "slot", cmd.Slot, "temporary", cmd.Temporary, "restart_lsn", s.RestartLSN)
+	cols := []pgwire.Column{pgwire.TextColumn("slot_name"), pgwire.TextColumn("consistent_point"), pgwire.TextColumn("snapshot_name"), pgwire.TextColumn("output_plugin")}
+	return c.done(c.pc.SendRows(cols, [][][]byte{{text(cmd.Slot), text("0/0"), nil, nil}}, "CREATE_REPLICATION_SLOT"))
+}
+
+func (c *replConn) dropSlot(cmd cmdDropSlot) bool {
+	tl, err := c.timeline()
+	if err != nil {
+		return c.fail(err)
+	}
+	if err := tl.repl.dropSlot(cmd.Slot); err != nil {
+		return c.fail(err)
+	}
+	c.log.Info("dropped replication slot", "slot", cmd.Slot)
+	return c.done(c.pc.SendCommandComplete("DROP_REPLICATION_SLOT"))
+}
+
+// startCheck returns the error a walsender gives for a start point it cannot
+// serve, in its order: timeline, ahead of flush, removed. limit is what the
+// reader may read up to.
+func startCheck(st startView, cmd cmdStartRepl) error {
+	tli := cmd.TLI
+	if tli == 0 {
+		tli = st.PgTimeline
+	}
+	if tli != st.PgTimeline {
+		e := pgwire.Errorf(pgwire.InternalError, "requested starting point %s on timeline %d is not in this server's history", cmd.Start, tli)
+		e.Detail = fmt.Sprintf("This safekeeper holds timeline %d only.", st.PgTimeline)
+		return e
+	}
+	if cmd.HasTerm && cmd.Term != st.Term {
+		return pgwire.Errorf(pgwire.StaleTerm, "requested term %d is not the current term %d of this safekeeper", cmd.Term, st.Term)
+	}
+	if cmd.Start > st.Limit {
+		return pgwire.Errorf(pgwire.InternalError, "requested starting point %s is ahead of the WAL flush position of this server %s", cmd.Start, st.Limit)
+	}
+	if cmd.Start < st.RemovedUpTo || (st.TimelineStart != 0 && cmd.Start < st.TimelineStart) {
+		return errSegmentRemoved(tli, cmd.Start, st.SegSize)
+	}
+	return nil
+}
+
+func errSegmentRemoved(tli uint32, lsn proto.LSN, segSize uint64) error {
+	return pgwire.Errorf(pgwire.UndefinedFile, "requested WAL segment %s has already been removed", proto.SegmentFileName(tli, lsn, segSize))
+}
+
+// startView is what startCheck needs of the timeline.
+type startView struct {
+	PgTimeline    uint32
+	Term          uint64
+	Limit         proto.LSN
+	RemovedUpTo   proto.LSN
+	TimelineStart proto.LSN
+	SegSize       uint64
+}
+
+// nextChunk returns the end of the next XLogData from pos when the reader may
+// read up to limit (pos < limit): at most maxSendSize bytes, and when that
+// limits it, cut down to a WAL page boundary (XLogSendPhysical).
+func nextChunk(pos, limit proto.LSN) proto.LSN {
+	end := pos + maxSendSize
+	if limit <= end {
+		return limit
+	}
+	return end &^ (walPageSize - 1)
+}
+
+func (c *replConn) startReplication(cmd cmdStartRepl) bool {
+	tl, err := c.timeline()
+	if err != nil {
+		return c.fail(err)
+	}
+	if cmd.Slot != "" {
+		if err := tl.repl.acquireSlot(cmd.Slot, c.id); err != nil {
+			return c.fail(err)
+		}
+		defer tl.repl.releaseSlot(cmd.Slot, c.id)
+	}
+	// Like the walsender: CopyBothResponse first, then the checks.
+	if c.pc.StartCopyBoth() != nil || c.pc.Flush() != nil {
+		return false
+	}
+	st, _ := tl.Status()
+	w := &walSender{
+		c: c, tl: tl, cmd: cmd, pos: cmd.Start, segSize: uint64(st.WalSegSize), tli: st.PgTimeline,
+		rd:       &walReader{connID: c.id, slot: cmd.Slot},
+		replyNow: make(chan struct{}, 1), gotStatus: make(chan struct{}, 1), readerDone: make(chan error, 1),
+	}
+	w.rd.pos.Store(uint64(cmd.Start))
+	// Register before the check, so retention cannot remove the start
+	// segment between the check and the first read.
+	tl.repl.addReader(w.rd)
+	defer tl.repl.removeReader(w.rd)
+	if err := startCheck(w.view(st), cmd); err != nil {
+		c.log.Info("refused START_REPLICATION", "start", cmd.Start, "err", err)
+		return c.fail(err)
+	}
+	c.log.Info("starting WAL stream", "start", cmd.Start, "slot", cmd.Slot, "term", cmd.Term)
+	return w.run()
+}
+
+// walSender is one START_REPLICATION stream. The connection's goroutine
+// sends; one reader goroutine reads the client's CopyData and signals it.
+type walSender struct {
+	c       *replConn
+	tl      *timeline
+	cmd     cmdStartRepl
+	rd      *walReader
+	segSize uint64
+	tli     uint32
+
+	pos      proto.LSN // next LSN to send
+	lastRecv atomic.Int64
+	lastPing time.Time
+	buf      []byte
+
+	replyNow   chan struct{} // the client asked for a reply ('r' with replyRequested)
+	gotStatus  chan struct{} // an 'r' arrived
+	readerDone chan error    // the reader's end: ErrCopyDone or why it stopped
+}
+
+func (w *walSender) view(st acceptor.State) startView {
+	v := startView{
+		PgTimeline: st.PgTimeline, Term: st.VotedFor.Term, Limit: st.CommitLSN,
+		RemovedUpTo: max(st.RemovedUpTo, w.tl.store.RemovedUpTo()), TimelineStart: st.TimelineStartLSN, SegSize: w.segSize,
+	}
+	if w.cmd.HasTerm {
+		v.Limit = st.FlushLSN
+	}
+	return v
+}
+
+// streamEnd says how a stream ended.
+type streamEnd int
+
+const (
+	endClose    streamEnd = iota // the connection is closed
+	endCopyDone                  // the client sent CopyDone: back to query mode
+)
+
+// run streams until the client ends the stream, it fails or times out, or
+// the server stops. It returns whether the connection goes on.
+func (w *walSender) run() bool {
+	w.lastRecv.Store(time.Now().UnixNano())
+	go w.reader()
+	end := w.loop()
+	if end == endCopyDone {
+		// The reader has exited (it stops at CopyDone).
+		w.c.pc.SendCopyDone()
+		w.c.pc.SendCommandComplete("START_STREAMING")
+		w.c.pc.SendCommandComplete("START_REPLICATION")
+		w.c.log.Info("WAL stream ended by the client", "sent_up_to", w.pos)
+		return w.c.pc.SendReadyForQuery() == nil
+	}
+	w.c.pc.Close()
+	<-w.readerDone // wait for the reader goroutine: no leak
+	return false
+}
+
+// reader reads the client's messages until CopyDone or an error.
+func (w *walSender) reader() {
+	pc := w.c.pc
+	for {
+		payload, err := pc.ReadCopy()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && w.c.srv.isStopping() {
+				// Shutdown set the deadline; keep reading the client's
+				// confirmations while the stream ends.
+				pc.SetReadDeadline(time.Now().Add(w.c.srv.cfg.ShutdownGrace + time.Second))
+				continue
+			}
+			w.readerDone <- err
+			return
+		}
+		w.lastRecv.Store(time.Now().UnixNano())
+		msg, err := parseFeedback(payload)
+		if err != nil {
+			w.readerDone <- err
+			return
+		}
+		switch m := msg.(type) {
+		case pgwire.StandbyStatusUpdate:
+			w.tl.repl.onStatus(w.rd, m)
+			signal(w.gotStatus)
+			if m.ReplyRequested {
+				signal(w.replyNow)
+			}
+		case pgwire.HotStandbyFeedback:
+			w.tl.repl.onHotStandby(w.rd, m)
+		case pgwire.ConsumerFeedback:
+			w.tl.repl.onConsumer(w.rd, m)
+		}
+	}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (w *walSender) keepalive(replyRequested bool) error {
+	if replyRequested {
+		w.lastPing = time.Now()
+	}
+	return w.c.pc.SendKeepalive(&pgwire.PrimaryKeepalive{WALEnd: w.pos, SendTime: pgwire.TimeToPG(time.Now()), ReplyRequested: replyRequested})
+}
+
+// readerEnded turns the reader's end into the stream's.
+func (w *walSender) readerEnded(err error) streamEnd {
+	var pe *pgwire.Error
+	switch {
+	case errors.Is(err, pgwire.ErrCopyDone):
+		return endCopyDone
+	case errors.Is(err, io.EOF):
+		w.c.log.Info("WAL stream ended: client disconnected", "sent_up_to", w.pos)
+	case errors.As(err, &pe):
+		w.c.log.Info("WAL stream ended: client protocol violation", "err", err)
+		fatal := *pe
+		fatal.Severity = pgwire.SeverityFatal
+		w.c.pc.SendError(&fatal)
+		w.c.pc.Flush()
+	default:
+		w.c.log.Info("WAL stream ended: read failed", "err", err)
+	}
+	w.readerDone <- err // run waits on it
+	return endClose
+}
+
+// fatal sends an ErrorResponse and ends the stream (the connection closes).
+func (w *walSender) fatal(err error) streamEnd {
+	w.c.log.Info("WAL stream ended with an error", "err", err)
+	w.c.pc.SendError(err)
+	w.c.pc.Flush()
+	return endClose
+}
+
+func (w *walSender) loop() streamEnd {
+	cfg := &w.c.srv.cfg
+	pingEvery := min(maxIdleKeepalive, cfg.WalSenderTimeout/2)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		st, changed := w.tl.Status()
+		if w.cmd.HasTerm && st.VotedFor.Term != w.cmd.Term {
+			return w.fatal(pgwire.Errorf(pgwire.StaleTerm, "term changed from %d to %d: this stream of term %d ends", w.cmd.Term, st.VotedFor.Term, w.cmd.Term))
+		}
+		limit := w.view(st).Limit
+		select {
+		case err := <-w.readerDone:
+			return w.readerEnded(err)
+		case <-w.replyNow:
+			if w.keepalive(false) != nil {
+				return endClose
+			}
+		default:
+		}
+		if w.c.srv.isStopping() {
+			return w.shutdown()
+		}
+		now := time.Now()
+		lastRecv := time.Unix(0, w.lastRecv.Load())
+		if now.Sub(lastRecv) >= cfg.WalSenderTimeout {
+			w.c.log.Info("terminating walsender process due to replication timeout", "timeout", cfg.WalSenderTimeout, "sent_up_to", w.pos)
+			return endClose
+		}
+		quietSince := lastRecv
+		if w.lastPing.After(quietSince) {
+			quietSince = w.lastPing
+		}
+		if now.Sub(quietSince) >= pingEvery {
+			if w.keepalive(true) != nil {
+				return endClose
+			}
+			quietSince = now
+		}
+		if w.pos < limit {
+			sent, err := w.send(limit)
+			if err != nil {
+				if errors.Is(err, storage.ErrWALRemoved) {
+					return w.fatal(errSegmentRemoved(w.tli, w.pos, w.segSize))
+				}
+				var pe *pgwire.Error
+				if errors.As(err, &pe) {
+					return w.fatal(err)
+				}
+				w.c.log.Info("WAL stream ended: send failed", "err", err)
+				return endClose
+			}
+			if sent {
+				continue
+			}
+		}
+		if w.c.pc.Flush() != nil {
+			return endClose
+		}
+		wait := min(time.Until(lastRecv.Add(cfg.WalSenderTimeout)), time.Until(quietSince.Add(pingEvery)))
+		timer.Reset(max(wait, time.Millisecond))
+		select {
+		case <-changed:
+		case <-timer.C:
+		case <-w.replyNow:
+			if w.keepalive(false) != nil {
+				return endClose
+			}
+		case err := <-w.readerDone:
+			return w.readerEnded(err)
+		case <-w.c.srv.stopping:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// send reads and sends the next XLogData up to limit and flushes it. sent
+// is false when storage had nothing at pos (it should not happen below
+// commit_lsn; the stream then waits for the next change).
+func (w *walSender) send(limit proto.LSN) (sent bool, err error) {
+	end := nextChunk(w.pos, limit)
+	if w.buf == nil {
+		w.buf = make([]byte, maxSendSize)
+	}
+	// ReadWAL copies out of a short read transaction: nothing is held
+	// across the socket write below.
+	n, err := w.tl.store.ReadWAL(w.pos, w.buf[:end-w.pos])
+	if err != nil {
+		return false, err
+	}
+	if n == 0 {
+		w.c.log.Warn("no WAL in storage below the readable limit", "pos", w.pos, "limit", limit)
+		return false, nil
+	}
+	if err := w.c.pc.SendXLogData(&pgwire.XLogData{DataStart: w.pos, WALEnd: limit, SendTime: pgwire.TimeToPG(time.Now()), Data: w.buf[:n]}); err != nil {
+		return false, err
+	}
+	w.pos += proto.LSN(n)
+	w.rd.pos.Store(uint64(w.pos))
+	return true, w.c.pc.Flush()
+}
+
+// shutdown ends the stream as a walsender does at shutdown (WalSndDone):
+// send what is committed, ask the client to confirm it with keepalives
+// until its flush (or write, if it reports no flush) reaches the end sent,
+// then CommandComplete "COPY 0" inside COPY mode and close. The whole phase
+// lasts at most Config.ShutdownGrace.
+func (w *walSender) shutdown() streamEnd {
+	deadline := time.Now().Add(w.c.srv.cfg.ShutdownGrace)
+	const repingEvery = 200 * time.Millisecond
+	for time.Now().Before(deadline) {
+		st, _ := w.tl.Status()
+		if limit := w.view(st).Limit; w.pos < limit {
+			if sent, err := w.send(limit); err != nil || !sent {
+				break
+			}
+			continue
+		}
+		w.rd.mu.Lock()
+		confirmed := w.rd.status.Flush
+		if confirmed == 0 {
+			confirmed = w.rd.status.Write
+		}
+		w.rd.mu.Unlock()
+		if confirmed >= w.pos {
+			break
+		}
+		if w.keepalive(true) != nil || w.c.pc.Flush() != nil {
+			return endClose
+		}
+		wait := min(repingEvery, time.Until(deadline))
+		select {
+		case <-w.gotStatus:
+		case <-w.replyNow:
+		case <-time.After(max(wait, 0)):
+		case err := <-w.readerDone:
+			w.readerDone <- err // run waits on it
+			return endClose
+		}
+	}
+	w.c.pc.SendCommandComplete("COPY 0")
+	w.c.pc.Flush()
+	w.c.log.Info("WAL stream ended by server shutdown", "sent_up_to", w.pos)
+	return endClose
+}

@@ -1,0 +1,743 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/safekeeper/safekeeper/proposer"
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/proto/xlog/xlogtest"
+)
+
+type lsn = proto.LSN
+
+const (
+	tSeg     = 1 << 20
+	tStart   = lsn(0x1000000) // a segment boundary
+	tSysID   = 7300000000000000042
+	tTimeout = 30 * time.Second
+)
+
+var (
+	tTenant   = proto.ID{0xaa, 1}
+	tTimeline = proto.ID{0xbb, 1}
+)
+
+// startTestServer runs a Server in this process on a free port.
+func startTestServer(t *testing.T, dir string, tweak func(*Config)) *Server {
+	t.Helper()
+	cfg := Config{NodeID: 1, ListenPG: "127.0.0.1:0", DataDir: dir, UnsafeNoFsync: true, RetentionInterval: 10 * time.Millisecond}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+		<-served
+	})
+	return s
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), tTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// testPush is a proposer pushing generated WAL on one connection.
+type testPush struct {
+	t        *testing.T
+	ctx      context.Context
+	c        *proposer.Conn
+	ballot   proto.NodeID
+	gen      *xlogtest.Generator
+	pos      lsn
+	truncate bool // send truncate_lsn = commit_lsn
+}
+
+func newTestPush(t *testing.T, addr string, tl proto.ID, term uint64, hist proto.TermHistory, start lsn) *testPush {
+	t.Helper()
+	ctx := testCtx(t)
+	c, err := proposer.Dial(ctx, proposer.DialConfig{Addr: addr, TenantID: tTenant, TimelineID: tl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	p := &testPush{t: t, ctx: ctx, c: c, ballot: proto.NodeID{Term: term, UUID: proto.ID{0xcc, byte(term)}}, pos: start}
+	p.send(&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018, SystemID: tSysID, TenantID: tTenant,
+		TimelineID: tl, PgTimeline: 1, WalSegSize: tSeg, ProposerUUID: p.ballot.UUID, WalEnd: start})
+	p.recv()
+	p.send(&proto.RequestVote{Candidate: p.ballot})
+	p.recv()
+	p.recv()
+	p.send(&proto.ProposerElected{Term: term, StartStreamingAt: start, TimelineStartLSN: hist[0].StartLSN, History: hist})
+	p.gen = xlogtest.NewGenerator(start, tSeg, 1, tSysID)
+	return p
+}
+
+func (p *testPush) send(m proto.Message) {
+	p.t.Helper()
+	if err := p.c.Send(m); err != nil {
+		p.t.Fatalf("send %T: %v", m, err)
+	}
+}
+
+func (p *testPush) recv() proto.Message {
+	p.t.Helper()
+	m, err := p.c.Recv(p.ctx)
+	if err != nil {
+		p.t.Fatalf("recv: %v", err)
+	}
+	return m
+}
+
+// push appends n records of size bytes with commit_lsn = commit (0: the
+// end) and returns the WAL bytes pushed and the last response.
+func (p *testPush) push(n, size int, commit lsn) ([]byte, *proto.SafeKeeperResponse) {
+	p.t.Helper()
+	for i := 0; i < n; i++ {
+		p.gen.Record(size)
+	}
+	wal := p.gen.Take()
+	end := p.pos + lsn(len(wal))
+	if commit == 0 {
+		commit = end
+	}
+	var reqs int
+	for off := 0; off < len(wal); off += proto.MaxWALPerRequest {
+		chunk := wal[off:min(off+proto.MaxWALPerRequest, len(wal))]
+		req := &proto.SafeKeeperRequest{Sender: p.ballot, BeginLSN: p.pos, EndLSN: p.pos + lsn(len(chunk)), CommitLSN: commit, WAL: chunk}
+		if p.truncate {
+			req.TruncateLSN = commit
+		}
+		p.send(req)
+		p.pos += lsn(len(chunk))
+		reqs++
+	}
+	var resp *proto.SafeKeeperResponse
+	for i := 0; i < reqs; i++ {
+		resp = p.recv().(*proto.SafeKeeperResponse)
+	}
+	return wal, resp
+}
+
+// heartbeat sends an empty request and returns its response.
+func (p *testPush) heartbeat() *proto.SafeKeeperResponse {
+	p.t.Helper()
+	p.send(&proto.SafeKeeperRequest{Sender: p.ballot, BeginLSN: p.pos, EndLSN: p.pos, CommitLSN: p.pos})
+	return p.recv().(*proto.SafeKeeperResponse)
+}
+
+func hist1(start lsn) proto.TermHistory { return proto.TermHistory{{Term: 1, StartLSN: start}} }
+
+// replConnect opens a client connection; replication=true unless plain.
+func replConnect(t *testing.T, addr string, plain bool, options string) *pgconn.PgConn {
+	t.Helper()
+	host, port, _ := strings.Cut(addr, ":")
+	cs := fmt.Sprintf("host=%s port=%s user=tester sslmode=disable", host, port)
+	if !plain {
+		cs += " replication=true"
+	}
+	if options != "" {
+		cs += fmt.Sprintf(" options='%s'", options)
+	}
+	c, err := pgconn.Connect(testCtx(t), cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// exec runs one simple query and returns its results (or its error).
+func exec(t *testing.T, c *pgconn.PgConn, q string) ([]*pgconn.Result, error) {
+	t.Helper()
+	return c.Exec(testCtx(t), q).ReadAll()
+}
+
+func wantCode(t *testing.T, err error, code string) *pgconn.PgError {
+	t.Helper()
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != code {
+		t.Fatalf("want SQLSTATE %s, got %v", code, err)
+	}
+	return pe
+}
+
+func oneRow(t *testing.T, res []*pgconn.Result, err error, cols ...string) []string {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].FieldDescriptions) != len(cols) {
+		t.Fatalf("want 1 result of 1 row × %d columns, got %+v", len(cols), res)
+	}
+	out := make([]string, len(cols))
+	for i, f := range res[0].FieldDescriptions {
+		if f.Name != cols[i] || f.Format != 0 || f.TableOID != 0 {
+			t.Fatalf("column %d: %+v, want %s", i, f, cols[i])
+		}
+		if v := res[0].Rows[0][i]; v == nil {
+			out[i] = "NULL"
+		} else {
+			out[i] = string(v)
+		}
+	}
+	return out
+}
+
+func TestCommandResultShapes(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	p.push(10, 100, 0)
+	st := statusOf(t, s)
+
+	c := replConnect(t, addr, false, "")
+	res, err := exec(t, c, "IDENTIFY_SYSTEM")
+	row := oneRow(t, res, err, "systemid", "timeline", "xlogpos", "dbname")
+	if row[0] != fmt.Sprint(tSysID) || row[1] != "1" || row[2] != st.CommitLSN.String() || row[3] != "NULL" {
+		t.Fatalf("IDENTIFY_SYSTEM row %q", row)
+	}
+	if oids := []uint32{res[0].FieldDescriptions[0].DataTypeOID, res[0].FieldDescriptions[1].DataTypeOID}; oids[0] != 25 || oids[1] != 23 {
+		t.Fatalf("IDENTIFY_SYSTEM types %v", oids)
+	}
+	if row := oneRow(t, must(exec(t, c, "SHOW wal_segment_size")), nil, "wal_segment_size"); row[0] != "1MB" {
+		t.Fatalf("wal_segment_size %q", row)
+	}
+	if row := oneRow(t, must(exec(t, c, "SHOW data_directory_mode")), nil, "data_directory_mode"); row[0] != "0700" {
+		t.Fatalf("data_directory_mode %q", row)
+	}
+	_, err = exec(t, c, "TIMELINE_HISTORY 2")
+	wantCode(t, err, pgwire.UndefinedFile)
+	_, err = exec(t, c, "SELECT 1")
+	if pe := wantCode(t, err, pgwire.FeatureNotSupported); pe.Message != "cannot execute SQL commands in WAL sender for physical replication" {
+		t.Fatalf("SQL refusal %q", pe.Message)
+	}
+	// Slots.
+	if row := oneRow(t, must(exec(t, c, "READ_REPLICATION_SLOT nosuch")), nil, "slot_type", "restart_lsn", "restart_tli"); strings.Join(row, ",") != "NULL,NULL,NULL" {
+		t.Fatalf("missing slot %q", row)
+	}
+	row = oneRow(t, must(exec(t, c, `CREATE_REPLICATION_SLOT "s1" PHYSICAL`)), nil, "slot_name", "consistent_point", "snapshot_name", "output_plugin")
+	if strings.Join(row, ",") != "s1,0/0,NULL,NULL" {
+		t.Fatalf("CREATE_REPLICATION_SLOT %q", row)
+	}
+	_, err = exec(t, c, `CREATE_REPLICATION_SLOT "s1" PHYSICAL`)
+	wantCode(t, err, pgwire.DuplicateObject)
+	if row := oneRow(t, must(exec(t, c, "READ_REPLICATION_SLOT s1")), nil, "slot_type", "restart_lsn", "restart_tli"); strings.Join(row, ",") != "physical,NULL,NULL" {
+		t.Fatalf("slot without reserved WAL %q", row)
+	}
+	oneRow(t, must(exec(t, c, `CREATE_REPLICATION_SLOT "s2" PHYSICAL (RESERVE_WAL)`)), nil, "slot_name", "consistent_point", "snapshot_name", "output_plugin")
+	if row := oneRow(t, must(exec(t, c, "READ_REPLICATION_SLOT s2")), nil, "slot_type", "restart_lsn", "restart_tli"); strings.Join(row, ",") != "physical,"+tStart.String()+",1" {
+		t.Fatalf("reserved slot %q", row)
+	}
+	if _, err := exec(t, c, `DROP_REPLICATION_SLOT "s1"`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = exec(t, c, `DROP_REPLICATION_SLOT "s1"`)
+	wantCode(t, err, pgwire.UndefinedObject)
+	row = oneRow(t, must(exec(t, c, "TIMELINE_STATUS")), nil, "tenant_id", "timeline_id", "term", "voted_for", "last_log_term",
+		"flush_lsn", "commit_lsn", "truncate_lsn", "timeline_start_lsn", "removed_up_to", "pg_timeline", "system_id", "wal_seg_size", "readers", "slots")
+	if row[2] != "1" || row[4] != "1" || row[5] != st.FlushLSN.String() || row[6] != st.CommitLSN.String() || row[8] != tStart.String() || row[14] != "1" {
+		t.Fatalf("TIMELINE_STATUS %q", row)
+	}
+
+	// A plain connection runs IDENTIFY_SYSTEM and TIMELINE_STATUS only.
+	plain := replConnect(t, addr, true, "")
+	oneRow(t, must(exec(t, plain, "IDENTIFY_SYSTEM")), nil, "systemid", "timeline", "xlogpos", "dbname")
+	_, err = exec(t, plain, "SHOW wal_segment_size")
+	wantCode(t, err, pgwire.FeatureNotSupported)
+	_, err = exec(t, plain, "SELECT 1")
+	wantCode(t, err, pgwire.SyntaxError)
+
+	// Slots are durable: a restarted server still has s2 (not the dropped s1).
+	dir := s.cfg.DataDir
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s2 := startTestServer(t, dir, nil)
+	c2 := replConnect(t, s2.Addr().String(), false, "")
+	if row := oneRow(t, must(exec(t, c2, "READ_REPLICATION_SLOT s2")), nil, "slot_type", "restart_lsn", "restart_tli"); row[0] != "physical" || row[1] != tStart.String() {
+		t.Fatalf("slot after restart %q", row)
+	}
+	if row := oneRow(t, must(exec(t, c2, "READ_REPLICATION_SLOT s1")), nil, "slot_type", "restart_lsn", "restart_tli"); row[0] != "NULL" {
+		t.Fatalf("dropped slot after restart %q", row)
+	}
+}
+
+func must(res []*pgconn.Result, err error) []*pgconn.Result {
+	if err != nil {
+		panic(err)
+	}
+	return res
+}
+
+func statusOf(t *testing.T, s *Server) (st struct{ FlushLSN, CommitLSN, RemovedUpTo lsn }) {
+	t.Helper()
+	s.mu.Lock()
+	tl := s.timelines[TimelineKey{Tenant: tTenant, Timeline: tTimeline}]
+	s.mu.Unlock()
+	a, _ := tl.Status()
+	st.FlushLSN, st.CommitLSN, st.RemovedUpTo = a.FlushLSN, a.CommitLSN, tl.store.RemovedUpTo()
+	return st
+}
+
+func TestTimelineChoice(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	addr := s.Addr().String()
+	c := replConnect(t, addr, false, "")
+	_, err := exec(t, c, "IDENTIFY_SYSTEM")
+	wantCode(t, err, pgwire.UndefinedObject)
+	newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart).push(1, 10, 0)
+	newTestPush(t, addr, proto.ID{0xbb, 2}, 1, hist1(tStart), tStart).push(1, 10, 0)
+	_, err = exec(t, c, "IDENTIFY_SYSTEM")
+	pe := wantCode(t, err, pgwire.InvalidParameterValue)
+	if !strings.Contains(pe.Message, tTimeline.String()) || !strings.Contains(pe.Message, proto.ID{0xbb, 2}.String()) {
+		t.Fatalf("error does not name the choices: %s", pe.Message)
+	}
+	named := replConnect(t, addr, false, fmt.Sprintf("-c tenant_id=%s -c timeline_id=%s", tTenant, proto.ID{0xbb, 2}))
+	oneRow(t, must(exec(t, named, "IDENTIFY_SYSTEM")), nil, "systemid", "timeline", "xlogpos", "dbname")
+}
+
+// stream is the client side of one START_REPLICATION.
+type stream struct {
+	t   *testing.T
+	c   *pgconn.PgConn
+	ctx context.Context
+}
+
+func (s *stream) query(q string) {
+	s.t.Helper()
+	s.c.Frontend().Send(&pgproto3.Query{String: q})
+	if err := s.c.Frontend().Flush(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *stream) sendCopy(payload []byte) {
+	s.t.Helper()
+	s.c.Frontend().Send(&pgproto3.CopyData{Data: payload})
+	if err := s.c.Frontend().Flush(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *stream) msg() pgproto3.BackendMessage {
+	s.t.Helper()
+	for {
+		m, err := s.c.ReceiveMessage(s.ctx)
+		if err != nil {
+			s.t.Fatalf("receive: %v", err)
+		}
+		if _, ok := m.(*pgproto3.ParameterStatus); !ok {
+			return m
+		}
+	}
+}
+
+// expect receives the next message and checks its type by name.
+func (s *stream) expect(want string) pgproto3.BackendMessage {
+	s.t.Helper()
+	m := s.msg()
+	if got := fmt.Sprintf("%T", m); got != "*pgproto3."+want {
+		s.t.Fatalf("got %s %+v, want %s", got, m, want)
+	}
+	return m
+}
+
+func (s *stream) start(q string) {
+	s.t.Helper()
+	s.query(q)
+	s.expect("CopyBothResponse")
+}
+
+// next returns the next CopyData payload's parsed message.
+func (s *stream) next() any {
+	s.t.Helper()
+	m := s.msg()
+	cd, ok := m.(*pgproto3.CopyData)
+	if !ok {
+		s.t.Fatalf("got %T %+v, want CopyData", m, m)
+	}
+	switch cd.Data[0] {
+	case 'w':
+		x, err := pgwire.ParseXLogData(bytes.Clone(cd.Data))
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		return x
+	case 'k':
+		k, err := pgwire.ParsePrimaryKeepalive(cd.Data)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		return k
+	}
+	s.t.Fatalf("unexpected CopyData %q", cd.Data[0])
+	return nil
+}
+
+// readWAL reads XLogData until it has everything up to end, checking that
+// it is contiguous from from and cut as the walsender cuts it.
+func (s *stream) readWAL(from, end lsn) []byte {
+	s.t.Helper()
+	var out []byte
+	pos := from
+	for pos < end {
+		switch m := s.next().(type) {
+		case pgwire.XLogData:
+			if m.DataStart != pos {
+				s.t.Fatalf("XLogData at %s, want %s", m.DataStart, pos)
+			}
+			if len(m.Data) == 0 || len(m.Data) > maxSendSize {
+				s.t.Fatalf("XLogData of %d bytes", len(m.Data))
+			}
+			if e := m.DataStart + lsn(len(m.Data)); e != m.WALEnd && e%walPageSize != 0 {
+				s.t.Fatalf("XLogData %s..%s cut inside a page below walEnd %s", m.DataStart, e, m.WALEnd)
+			}
+			out = append(out, m.Data...)
+			pos += lsn(len(m.Data))
+		case pgwire.PrimaryKeepalive:
+		}
+	}
+	if pos != end {
+		s.t.Fatalf("stream went to %s, past %s", pos, end)
+	}
+	return out
+}
+
+func (s *stream) status(write, flush lsn, reply bool) {
+	s.t.Helper()
+	m := pgwire.StandbyStatusUpdate{Write: write, Flush: flush, SendTime: pgwire.TimeToPG(time.Now()), ReplyRequested: reply}
+	s.sendCopy(m.Append(nil))
+}
+
+func newStream(t *testing.T, addr string) *stream {
+	return &stream{t: t, c: replConnect(t, addr, false, ""), ctx: testCtx(t)}
+}
+
+// TestStreamFromExactLSNThenCopyDoneThenAgain: the first byte is exactly the
+// requested LSN (not a segment start), new WAL is pushed as it commits, a
+// client CopyDone gets CopyDone + START_STREAMING + START_REPLICATION + Z and
+// the connection runs the next START_REPLICATION.
+func TestStreamFromExactLSNThenCopyDoneThenAgain(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	wal1, _ := p.push(40, 9000, 0) // ~360 KiB: several XLogData
+	from := tStart + 1000
+	c := newStream(t, addr)
+	c.start("START_REPLICATION " + from.String() + " TIMELINE 1")
+	got := c.readWAL(from, p.pos)
+	if !bytes.Equal(got, wal1[1000:]) {
+		t.Fatal("streamed WAL differs from what was pushed")
+	}
+	// Pushed as soon as it commits.
+	start2 := p.pos
+	wal2, _ := p.push(3, 100, 0)
+	if got := c.readWAL(start2, p.pos); !bytes.Equal(got, wal2) {
+		t.Fatal("new WAL differs")
+	}
+	c.c.Frontend().Send(&pgproto3.CopyDone{})
+	c.c.Frontend().Flush()
+	for {
+		m := c.msg()
+		if _, ok := m.(*pgproto3.CopyData); ok {
+			continue // keepalives in flight
+		}
+		if _, ok := m.(*pgproto3.CopyDone); !ok {
+			t.Fatalf("got %T, want CopyDone", m)
+		}
+		break
+	}
+	if cc := c.expect("CommandComplete").(*pgproto3.CommandComplete); string(cc.CommandTag) != "START_STREAMING" {
+		t.Fatalf("tag %q", cc.CommandTag)
+	}
+	if cc := c.expect("CommandComplete").(*pgproto3.CommandComplete); string(cc.CommandTag) != "START_REPLICATION" {
+		t.Fatalf("tag %q", cc.CommandTag)
+	}
+	c.expect("ReadyForQuery")
+	// Second stream on the same connection, from a segment start.
+	c.start("START_REPLICATION " + tStart.String())
+	if got := c.readWAL(tStart, p.pos); !bytes.Equal(got, append(wal1, wal2...)) {
+		t.Fatal("second stream differs")
+	}
+}
+
+// TestStartAheadOfCommitThenUsable: 'W', then XX000 with the stock text,
+// then ReadyForQuery; the connection goes on.
+func TestStartAheadOfCommitThenUsable(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	p.push(5, 100, 0)
+	commit := p.pos
+	c := newStream(t, addr)
+	c.start("START_REPLICATION 0/FF000000 TIMELINE 1")
+	e := c.expect("ErrorResponse").(*pgproto3.ErrorResponse)
+	want := "requested starting point 0/FF000000 is ahead of the WAL flush position of this server " + commit.String()
+	if e.Code != pgwire.InternalError || e.Message != want {
+		t.Fatalf("error %s %q, want %q", e.Code, e.Message, want)
+	}
+	c.expect("ReadyForQuery")
+	// Wrong timeline: the stock "not in this server's history".
+	c.start("START_REPLICATION " + tStart.String() + " TIMELINE 2")
+	if e := c.expect("ErrorResponse").(*pgproto3.ErrorResponse); !strings.HasSuffix(e.Message, "is not in this server's history") {
+		t.Fatalf("error %q", e.Message)
+	}
+	c.expect("ReadyForQuery")
+	// Before the timeline's first byte: 58P01 naming the segment.
+	c.start("START_REPLICATION 0/F00000")
+	if e := c.expect("ErrorResponse").(*pgproto3.ErrorResponse); e.Code != pgwire.UndefinedFile ||
+		e.Message != "requested WAL segment 00000001000000000000000F has already been removed" {
+		t.Fatalf("error %s %q", e.Code, e.Message)
+	}
+	c.expect("ReadyForQuery")
+	oneRow(t, must(exec(t, c.c, "IDENTIFY_SYSTEM")), nil, "systemid", "timeline", "xlogpos", "dbname")
+}
+
+// TestTermReaderReadsToFlushUntilTermChanges: an ordinary reader stops at
+// commit_lsn, a reader naming the term gets flush_lsn, and a new term ends
+// its stream with 40001.
+func TestTermReaderReadsToFlushUntilTermChanges(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	wal, _ := p.push(5, 100, tStart) // commit_lsn stays at the start
+	flush := statusOf(t, s).FlushLSN
+	if statusOf(t, s).CommitLSN != tStart || flush != p.pos {
+		t.Fatalf("setup: %+v, pushed to %s", statusOf(t, s), p.pos)
+	}
+	ordinary := newStream(t, addr)
+	ordinary.start("START_REPLICATION " + (tStart + 8).String())
+	e := ordinary.expect("ErrorResponse").(*pgproto3.ErrorResponse)
+	if e.Code != pgwire.InternalError {
+		t.Fatalf("ordinary reader above commit: %s %s", e.Code, e.Message)
+	}
+	ordinary.expect("ReadyForQuery")
+
+	tr := newStream(t, addr)
+	tr.start("START_REPLICATION " + tStart.String() + " TIMELINE 1 (term '1')")
+	if got := tr.readWAL(tStart, flush); !bytes.Equal(got, wal) {
+		t.Fatal("term reader WAL differs")
+	}
+	// A new proposer of term 2 is elected: the term-1 stream ends.
+	newTestPush(t, addr, tTimeline, 2, proto.TermHistory{{Term: 1, StartLSN: tStart}, {Term: 2, StartLSN: flush}}, flush)
+	for {
+		m := tr.msg()
+		if _, ok := m.(*pgproto3.CopyData); ok {
+			continue
+		}
+		if e, ok := m.(*pgproto3.ErrorResponse); !ok || e.Code != pgwire.StaleTerm {
+			t.Fatalf("term change: %T %+v", m, m)
+		}
+		break
+	}
+}
+
+// TestSilentReaderTimesOutRespondingReaderStays: a reader that never
+// replies is disconnected after WalSenderTimeout; one that replies only to
+// keepalives asking for it stays connected well past it.
+func TestSilentReaderTimesOutRespondingReaderStays(t *testing.T) {
+	const timeout = 600 * time.Millisecond
+	s := startTestServer(t, t.TempDir(), func(c *Config) { c.WalSenderTimeout = timeout })
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	p.push(2, 100, 0)
+
+	silent := newStream(t, addr)
+	begun := time.Now()
+	silent.start("START_REPLICATION " + p.pos.String())
+	gotPing := false
+	for {
+		m, err := silent.c.ReceiveMessage(silent.ctx)
+		if err != nil {
+			break // disconnected
+		}
+		if cd, ok := m.(*pgproto3.CopyData); ok && cd.Data[0] == 'k' {
+			if len(cd.Data) != pgwire.PrimaryKeepaliveLen {
+				t.Fatalf("keepalive of %d bytes", len(cd.Data))
+			}
+			gotPing = gotPing || cd.Data[17] == 1
+		}
+	}
+	if el := time.Since(begun); !gotPing || el < timeout || el > timeout+5*time.Second {
+		t.Fatalf("silent reader: ping %v, disconnected after %v (timeout %v)", gotPing, el, timeout)
+	}
+
+	polite := newStream(t, addr)
+	polite.start("START_REPLICATION " + p.pos.String())
+	until := time.Now().Add(4 * timeout)
+	pings := 0
+	for time.Now().Before(until) {
+		k, ok := polite.next().(pgwire.PrimaryKeepalive)
+		if ok && k.ReplyRequested {
+			pings++
+			polite.status(k.WALEnd, k.WALEnd, false)
+		}
+	}
+	if pings < 2 {
+		t.Fatalf("%d keepalives asking for a reply in %v", pings, 4*timeout)
+	}
+	// A status update asking for a reply is answered at once with 'k'.
+	polite.status(p.pos, p.pos, true)
+	for {
+		if k, ok := polite.next().(pgwire.PrimaryKeepalive); ok && !k.ReplyRequested {
+			break
+		}
+	}
+}
+
+// TestFeedbackReachesProposerAndRetention: 'h' and 'z' from readers reach
+// the proposer in SafeKeeperResponse; WAL below the consumer's
+// remote_consistent_lsn (and truncate_lsn) is removed by whole segments;
+// a START_REPLICATION there then gets 58P01.
+func TestFeedbackReachesProposerAndRetention(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	p.truncate = true
+	p.push(400, 9000, 0) // ~3.5 segments
+	end := p.pos
+
+	standby := newStream(t, addr)
+	standby.start("START_REPLICATION " + end.String())
+	h := pgwire.HotStandbyFeedback{SendTime: 77, Xmin: 1000, XminEpoch: 1, CatalogXmin: 900}
+	standby.sendCopy(h.Append(nil))
+	other := newStream(t, addr)
+	other.start("START_REPLICATION " + end.String())
+	h2 := pgwire.HotStandbyFeedback{SendTime: 55, Xmin: 2000, XminEpoch: 1}
+	other.sendCopy(h2.Append(nil))
+
+	if statusOf(t, s).RemovedUpTo != 0 {
+		t.Fatal("WAL removed before any consumer reported")
+	}
+	consumer := newStream(t, addr)
+	consumer.start("START_REPLICATION " + end.String())
+	remote := tStart + 2*tSeg + 5000
+	z := pgwire.ConsumerFeedback{TimelineSize: 1 << 20, ReceivedLSN: end, DiskConsistentLSN: end, RemoteConsistentLSN: remote, ReplyTime: 99}
+	consumer.sendCopy(z.Append(nil))
+
+	var r *proto.SafeKeeperResponse
+	waitFor(t, "feedback in SafeKeeperResponse and removal up to the consumer's segment", func() bool {
+		r = p.heartbeat()
+		hsOK := r.HotStandby == proto.HotStandbyFeedback{TS: 77, Xmin: 1<<32 | 1000, CatalogXmin: 900}
+		consOK := r.Consumer == proto.ConsumerFeedback{TimelineSize: 1 << 20, ReceivedLSN: end, DiskConsistentLSN: end, RemoteConsistentLSN: remote, ReplyTime: 99}
+		return hsOK && consOK && statusOf(t, s).RemovedUpTo == tStart+2*tSeg
+	})
+	c := newStream(t, addr)
+	c.start("START_REPLICATION " + (tStart + tSeg).String())
+	if e := c.expect("ErrorResponse").(*pgproto3.ErrorResponse); e.Code != pgwire.UndefinedFile ||
+		e.Message != "requested WAL segment 000000010000000000000011 has already been removed" {
+		t.Fatalf("error %s %q", e.Code, e.Message)
+	}
+	c.expect("ReadyForQuery")
+	c.start("START_REPLICATION " + (tStart + 2*tSeg).String())
+	c.readWAL(tStart+2*tSeg, end)
+}
+
+// TestSlotHoldsRetention: a slot's restart_lsn, following the client's
+// flush, bounds removal.
+func TestSlotHoldsRetention(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	p.truncate = true
+	p.push(400, 9000, 0)
+	end := p.pos
+	c := newStream(t, addr)
+	oneRow(t, must(exec(t, c.c, `CREATE_REPLICATION_SLOT "keep" PHYSICAL`)), nil, "slot_name", "consistent_point", "snapshot_name", "output_plugin")
+	c.start("START_REPLICATION SLOT keep " + tStart.String())
+	c.readWAL(tStart, end)
+	c.status(tStart+tSeg+10, tStart+tSeg+10, false)
+	consumer := newStream(t, addr)
+	consumer.start("START_REPLICATION " + end.String())
+	z := pgwire.ConsumerFeedback{ReceivedLSN: end, RemoteConsistentLSN: end}
+	consumer.sendCopy(z.Append(nil))
+	waitFor(t, "removal up to the slot's segment", func() bool {
+		p.heartbeat()
+		return statusOf(t, s).RemovedUpTo == tStart+tSeg
+	})
+	if got := statusOf(t, s).RemovedUpTo; got != tStart+tSeg {
+		t.Fatalf("removed past the slot: %s", got)
+	}
+	// The slot is in use by the stream: it cannot be dropped meanwhile.
+	other := replConnect(t, addr, false, "")
+	_, err := exec(t, other, `DROP_REPLICATION_SLOT keep`)
+	wantCode(t, err, pgwire.ObjectInUse)
+}
+
+// TestShutdownEndsStreamsLikeWalSndDone: at Shutdown a stream gets its
+// committed WAL, keepalives asking for a reply, and once the client
+// confirmed, CommandComplete "COPY 0" inside COPY mode, then the close.
+func TestShutdownEndsStreamsLikeWalSndDone(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	p.push(20, 1000, 0)
+	c := newStream(t, addr)
+	c.start("START_REPLICATION " + tStart.String())
+	c.readWAL(tStart, p.pos)
+	done := make(chan error, 1)
+	begun := time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- s.Shutdown(ctx)
+	}()
+	for {
+		m := c.msg()
+		if cd, ok := m.(*pgproto3.CopyData); ok {
+			if k, err := pgwire.ParsePrimaryKeepalive(cd.Data); err == nil && k.ReplyRequested {
+				c.status(k.WALEnd, k.WALEnd, false)
+			}
+			continue
+		}
+		if cc, ok := m.(*pgproto3.CommandComplete); !ok || string(cc.CommandTag) != "COPY 0" {
+			t.Fatalf("got %T %+v, want CommandComplete COPY 0", m, m)
+		}
+		break
+	}
+	if _, err := c.c.ReceiveMessage(c.ctx); err == nil {
+		t.Fatal("connection still open after COPY 0")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(begun); el > s.cfg.ShutdownGrace+2*time.Second {
+		t.Fatalf("Shutdown took %v", el)
+	}
+}
+
+// waitFor polls cond until it holds, failing after 10 s (like
+// harness.WaitFor: a condition with a deadline, never a fixed sleep).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	delay := time.Millisecond
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 100*time.Millisecond)
+	}
+}

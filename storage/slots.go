@@ -1,0 +1,178 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sort"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/safekeeper/safekeeper/proto"
+)
+
+// Persistent physical replication slots.
+//
+// Each timeline bucket may hold a "slots" sub-bucket (created by the first
+// CreateSlot), mapping a slot name (its bytes, at most MaxSlotNameLen) to a
+// slot record, all integers big-endian:
+//
+//	magic "SKSL" | version u32 (1) | restart_lsn u64 | restart_tli u32 |
+//	crc32c u32 (Castagnoli, over all the bytes before it)
+//
+// A decoder refuses a wrong magic, an unknown version, a CRC mismatch or a
+// wrong length, with an error wrapping ErrCorrupt. Every change is its own
+// small write transaction (fsynced unless Options.UnsafeNoFsync): slots
+// change rarely, and a restart_lsn that lags on disk only retains more WAL.
+
+// Errors of the slot methods.
+var (
+	// ErrSlotExists: CreateSlot of a name already stored.
+	ErrSlotExists = errors.New("storage: replication slot already exists")
+	// ErrNoSlot: the slot is not stored.
+	ErrNoSlot = errors.New("storage: no such replication slot")
+)
+
+// MaxSlotNameLen is PostgreSQL's NAMEDATALEN-1: the longest slot name.
+const MaxSlotNameLen = 63
+
+var (
+	bucketSlots = []byte("slots")
+	slotMagic   = [4]byte{'S', 'K', 'S', 'L'}
+)
+
+const (
+	slotVersion   = 1
+	slotRecordLen = 4 + 4 + 8 + 4 + 4
+)
+
+// Slot is a persistent physical replication slot of a timeline. A zero
+// RestartLSN means the slot reserves nothing yet (PostgreSQL's invalid
+// restart_lsn).
+type Slot struct {
+	Name       string
+	RestartLSN proto.LSN
+	RestartTLI uint32
+}
+
+func encodeSlot(dst []byte, s *Slot) []byte {
+	start := len(dst)
+	dst = append(dst, slotMagic[:]...)
+	dst = binary.BigEndian.AppendUint32(dst, slotVersion)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(s.RestartLSN))
+	dst = binary.BigEndian.AppendUint32(dst, s.RestartTLI)
+	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+}
+
+func decodeSlot(name string, src []byte) (Slot, error) {
+	switch {
+	case len(src) != slotRecordLen:
+		return Slot{}, fmt.Errorf("%w: slot %q record is %d bytes, want %d", ErrCorrupt, name, len(src), slotRecordLen)
+	case [4]byte(src[:4]) != slotMagic:
+		return Slot{}, fmt.Errorf("%w: slot %q record has magic %q", ErrCorrupt, name, src[:4])
+	case binary.BigEndian.Uint32(src[4:]) != slotVersion:
+		return Slot{}, fmt.Errorf("%w: slot %q record version %d, want %d", ErrCorrupt, name, binary.BigEndian.Uint32(src[4:]), slotVersion)
+	case crc32.Checksum(src[:slotRecordLen-4], castagnoli) != binary.BigEndian.Uint32(src[slotRecordLen-4:]):
+		return Slot{}, fmt.Errorf("%w: slot %q record CRC mismatch", ErrCorrupt, name)
+	}
+	return Slot{
+		Name:       name,
+		RestartLSN: proto.LSN(binary.BigEndian.Uint64(src[8:])),
+		RestartTLI: binary.BigEndian.Uint32(src[16:]),
+	}, nil
+}
+
+func checkSlotName(name string) error {
+	if name == "" || len(name) > MaxSlotNameLen {
+		return fmt.Errorf("%w: slot name %q must be 1..%d bytes", ErrBadState, name, MaxSlotNameLen)
+	}
+	return nil
+}
+
+// Slots returns the timeline's persistent slots, sorted by name.
+func (t *Timeline) Slots() ([]Slot, error) {
+	var out []Slot
+	err := t.db.bolt.View(func(tx *bolt.Tx) error {
+		tb := tx.Bucket(bucketTimelines).Bucket(t.key[:])
+		if tb == nil {
+			return fmt.Errorf("%w: %s", ErrNoTimeline, t.Key())
+		}
+		sb := tb.Bucket(bucketSlots)
+		if sb == nil {
+			return nil
+		}
+		return sb.ForEach(func(k, v []byte) error {
+			s, err := decodeSlot(string(k), v) // copies out of the transaction
+			if err != nil {
+				return err
+			}
+			out = append(out, s)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storage: slots of timeline %s: %w", t.Key(), err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// CreateSlot stores a new slot. It fails with ErrSlotExists if the name is
+// taken.
+func (t *Timeline) CreateSlot(s Slot) error {
+	return t.updateSlot(s.Name, func(sb *bolt.Bucket) error {
+		if sb.Get([]byte(s.Name)) != nil {
+			return fmt.Errorf("%w: %q", ErrSlotExists, s.Name)
+		}
+		return sb.Put([]byte(s.Name), encodeSlot(nil, &s))
+	})
+}
+
+// SaveSlot replaces the stored record of an existing slot. It fails with
+// ErrNoSlot if the slot is not stored (it was dropped).
+func (t *Timeline) SaveSlot(s Slot) error {
+	return t.updateSlot(s.Name, func(sb *bolt.Bucket) error {
+		if sb.Get([]byte(s.Name)) == nil {
+			return fmt.Errorf("%w: %q", ErrNoSlot, s.Name)
+		}
+		return sb.Put([]byte(s.Name), encodeSlot(nil, &s))
+	})
+}
+
+// DropSlot removes a slot. It fails with ErrNoSlot if it is not stored.
+func (t *Timeline) DropSlot(name string) error {
+	return t.updateSlot(name, func(sb *bolt.Bucket) error {
+		if sb.Get([]byte(name)) == nil {
+			return fmt.Errorf("%w: %q", ErrNoSlot, name)
+		}
+		return sb.Delete([]byte(name))
+	})
+}
+
+func (t *Timeline) updateSlot(name string, fn func(sb *bolt.Bucket) error) error {
+	if err := checkSlotName(name); err != nil {
+		return err
+	}
+	if err := t.db.checkOpen(); err != nil {
+		return err
+	}
+	err := t.db.bolt.Update(func(tx *bolt.Tx) error {
+		tb := tx.Bucket(bucketTimelines).Bucket(t.key[:])
+		if tb == nil {
+			return fmt.Errorf("%w: %s", ErrNoTimeline, t.Key())
+		}
+		sb, err := tb.CreateBucketIfNotExists(bucketSlots)
+		if err != nil {
+			return err
+		}
+		return fn(sb)
+	})
+	if err != nil {
+		if errors.Is(err, ErrSlotExists) || errors.Is(err, ErrNoSlot) {
+			return err
+		}
+		return fmt.Errorf("storage: slot %q of timeline %s: %w", name, t.Key(), err)
+	}
+	return nil
+}
