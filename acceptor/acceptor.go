@@ -63,10 +63,10 @@ func New(cfg Config, st State, store Storage) (*Acceptor, error) {
 	a.proposerCommit = st.CommitLSN
 	a.truncateLSN = st.TruncateLSN
 	if err := store.TruncateWAL(st.FlushLSN); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrStorage, err)
+		return nil, fmt.Errorf("%w: %w", ErrStorage, err)
 	}
 	if err := store.Commit(a.st.Clone()); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrStorage, err)
+		return nil, fmt.Errorf("%w: %w", ErrStorage, err)
 	}
 	return a, nil
 }
@@ -314,7 +314,7 @@ func (a *Acceptor) commit(next State) error {
 
 func (a *Acceptor) fail(err error) error {
 	if !errors.Is(err, ErrStorage) {
-		err = fmt.Errorf("%w: %v", ErrStorage, err)
+		err = fmt.Errorf("%w: %w", ErrStorage, err)
 	}
 	a.failed = err
 	return err

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/safekeeper/safekeeper/acceptor"
@@ -330,7 +331,13 @@ func (s *Server) startTimeline(key TimelineKey, st acceptor.State, store *storag
 	s.ownerWG.Add(2)
 	go func() {
 		defer s.ownerWG.Done()
-		t.run(s.ctx, acc)
+		t.run(s.ctx, acc, func() (*acceptor.Acceptor, error) {
+			_, st, err := s.db.OpenTimeline(key.Tenant, key.Timeline)
+			if err != nil {
+				return nil, err
+			}
+			return acceptor.New(acceptor.Config{NodeID: s.cfg.NodeID}, st, store)
+		})
 	}()
 	go func() {
 		defer s.ownerWG.Done()
@@ -421,6 +428,8 @@ func wireError(err error) error {
 		code = pgwire.TruncateCommitted
 	case errors.Is(err, acceptor.ErrIncompatible):
 		code = pgwire.IncompatibleTimeline
+	case errors.Is(err, acceptor.ErrStorage) && errors.Is(err, syscall.ENOSPC):
+		code = pgwire.DiskFull
 	case errors.Is(err, acceptor.ErrStorage):
 		code = pgwire.StorageFailure
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 
@@ -72,9 +73,9 @@ func (t *timeline) publish(st acceptor.State) {
 
 // run is the owner loop. It returns when ctx is done and every connection
 // has left (the server closes them first).
-func (t *timeline) run(ctx context.Context, acc *acceptor.Acceptor) {
+func (t *timeline) run(ctx context.Context, acc *acceptor.Acceptor, rebuild func() (*acceptor.Acceptor, error)) {
 	defer close(t.stopped)
-	o := owner{t: t, acc: acc}
+	o := owner{t: t, acc: acc, rebuild: rebuild}
 	for {
 		select {
 		case <-ctx.Done():
@@ -100,12 +101,46 @@ func (t *timeline) run(ctx context.Context, acc *acceptor.Acceptor) {
 type owner struct {
 	t   *timeline
 	acc *acceptor.Acceptor
+	// broken is the storage failure that stopped acc (nil while healthy).
+	// The next greeting rebuilds the acceptor from what is durable, so a
+	// safekeeper recovers by itself once the disk works again.
+	broken  error
+	rebuild func() (*acceptor.Acceptor, error)
 	// waiting lists, in order, the connection of every staged request.
 	waiting []*pushConn
 }
 
 // flush commits staged WAL and sends every waiting SafeKeeperResponse.
+// refuse ends c's stream with err; a storage failure also stops the
+// acceptor until it is rebuilt.
+func (o *owner) refuse(c *pushConn, err error) {
+	if errors.Is(err, acceptor.ErrStorage) {
+		o.storageFailed(err)
+	}
+	c.fail(err)
+}
+
+// tryRebuild replaces a failed acceptor with one rebuilt from the durable
+// state (acceptor.New discards whatever was staged and not committed).
+func (o *owner) tryRebuild() {
+	acc, err := o.rebuild()
+	if err != nil {
+		o.t.log.Warn("timeline still cannot write", "err", err)
+		if !errors.Is(err, acceptor.ErrStorage) {
+			err = fmt.Errorf("%w: %w", acceptor.ErrStorage, err)
+		}
+		o.broken = err
+		return
+	}
+	o.acc, o.broken = acc, nil
+	o.t.log.Info("timeline recovered from storage failure", "flush_lsn", acc.State().FlushLSN)
+	o.t.publish(acc.State())
+}
+
 func (o *owner) flush() {
+	if o.broken != nil {
+		return // waiting connections were failed with it
+	}
 	resp, n, err := o.acc.Flush()
 	if err != nil {
 		o.storageFailed(err)
@@ -127,7 +162,10 @@ func (o *owner) flush() {
 // storageFailed ends every waiting connection: nothing they sent since the
 // last commit is acknowledged.
 func (o *owner) storageFailed(err error) {
-	o.t.log.Error("storage failed; timeline stops accepting WAL", "err", err)
+	if o.broken == nil {
+		o.t.log.Error("storage failed; timeline refuses WAL until a proposer reconnects and the disk works", "err", err)
+	}
+	o.broken = err
 	for _, c := range o.waiting {
 		c.fail(err)
 	}
@@ -148,11 +186,20 @@ func (o *owner) handle(ev event) {
 		c.enqueue(*ev.end)
 		return
 	}
+	if o.broken != nil {
+		if _, greeting := ev.msg.(*proto.ServerInfo); greeting {
+			o.tryRebuild()
+		}
+		if o.broken != nil {
+			c.fail(o.broken)
+			return
+		}
+	}
 	switch m := ev.msg.(type) {
 	case *proto.ServerInfo:
 		info, err := o.acc.ServerInfo(m)
 		if err != nil {
-			c.fail(err)
+			o.refuse(c, err)
 			return
 		}
 		c.send(info)
@@ -162,24 +209,21 @@ func (o *owner) handle(ev event) {
 			c.send(verdict)
 		}
 		if err != nil {
-			c.fail(err)
+			o.refuse(c, err)
 			return
 		}
 		c.ballot = m.Candidate
 		c.send(info)
 	case *proto.ProposerElected:
 		if err := o.acc.ProposerElected(c.ballot, m); err != nil {
-			c.fail(err)
+			o.refuse(c, err)
 			return
 		}
 		o.t.log.Info("proposer elected", "term", m.Term, "start_streaming_at", m.StartStreamingAt,
 			"conn", c.remote)
 	case *proto.SafeKeeperRequest:
 		if err := o.acc.Append(m); err != nil {
-			if errors.Is(err, acceptor.ErrStorage) {
-				o.storageFailed(err)
-			}
-			c.fail(err)
+			o.refuse(c, err)
 			return
 		}
 		o.waiting = append(o.waiting, c)
