@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/safekeeper/safekeeper/proto"
 )
 
-// ErrSyncNeedsWALCopy: a quorum could only be reached by copying WAL from
-// the donor to safekeepers that lack it, which Sync does not do yet.
-var ErrSyncNeedsWALCopy = errors.New("proposer: sync needs WAL copied from the donor, which is not implemented")
+// ErrSyncIncomplete: the election was won but not every reachable
+// safekeeper confirmed commit_lsn at the donor's end of WAL in time (for
+// instance the WAL copy from the donor kept failing).
+var ErrSyncIncomplete = errors.New("proposer: sync incomplete")
 
 // SyncConfig configures Sync. The timeline fields must match what the
 // safekeepers stored when the timeline was created (rule 1).
@@ -22,14 +25,18 @@ type SyncConfig struct {
 	Safekeepers []string
 	// TenantID and TimelineID name the timeline.
 	TenantID, TimelineID proto.ID
-	// SystemID is the primary's database system identifier.
+	// SystemID is the primary's database system identifier. 0: read it,
+	// with PgVersion, WalSegSize and PgTimeline, from the first safekeeper
+	// that answers TIMELINE_STATUS.
 	SystemID uint64
 	// PgVersion is PG_VERSION_NUM of the primary (only the major version is
-	// checked). Default 150000.
+	// checked). Default 150000, or discovered with SystemID.
 	PgVersion uint32
-	// WalSegSize is the WAL segment size in bytes. Default 16 MiB.
+	// WalSegSize is the WAL segment size in bytes. Default 16 MiB, or
+	// discovered with SystemID.
 	WalSegSize uint32
-	// PgTimeline is the PostgreSQL TLI. Default 1.
+	// PgTimeline is the PostgreSQL TLI. Default 1, or discovered with
+	// SystemID.
 	PgTimeline uint32
 	// ProposerUUID owns the sync's term. Default random.
 	ProposerUUID proto.ID
@@ -40,14 +47,20 @@ type SyncConfig struct {
 }
 
 // Sync is `safekeeper sync` (Neon's sync-safekeepers): it wins an election
-// without generating WAL and brings a quorum to the donor's end of WAL with
-// that point committed, and returns it. It handles the case where a quorum
-// already holds the donor's WAL (it then only needs commit_lsn carried by
-// heartbeats); a quorum that needs WAL copied from the donor fails with
-// ErrSyncNeedsWALCopy once ctx expires (reading WAL from a safekeeper needs
-// the replication server of issue 4). A timeline without WAL returns
-// (0, ErrNoWAL). The caller bounds the whole run with ctx.
+// without generating WAL, brings every reachable safekeeper of the term to
+// the donor's end of WAL — copying what one lacks from the donor over a
+// term reader (START_REPLICATION ... (term 'N'), which serves the donor's
+// WAL up to its flush_lsn while it votes in our term) — and returns once a
+// quorum, and every other safekeeper still connected, reports that point as
+// commit_lsn. A timeline without WAL returns (0, ErrNoWAL). The caller
+// bounds the whole run with ctx: no quorum in time is ErrNoQuorum, a quorum
+// that did not finish is ErrSyncIncomplete.
 func Sync(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
+	if cfg.SystemID == 0 {
+		if err := describeTimeline(ctx, &cfg); err != nil {
+			return 0, err
+		}
+	}
 	if cfg.PgVersion == 0 {
 		cfg.PgVersion = 150000
 	}
@@ -97,8 +110,16 @@ func Sync(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 		behind   bool // needs WAL from the donor
 		inflight int
 		synced   bool // reported commit_lsn ≥ term start
+
+		copyID   int        // the current copy stream (0: none)
+		copyStop func()     // stops it
+		chunk    *copyChunk // a chunk from the donor not yet fully sent
+		sent     proto.LSN  // next LSN to send while behind
 	}
 	sks := make([]skSync, len(cfg.Safekeepers))
+	copies := make(chan copyChunk)
+	copyIDs := 0
+	var copyWG sync.WaitGroup
 	defer func() {
 		cancel()
 		for i := range sks {
@@ -107,7 +128,19 @@ func Sync(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 			}
 		}
 		links.wg.Wait()
+		copyWG.Wait()
 	}()
+	stopCopy := func(i int) {
+		s := &sks[i]
+		if s.copyStop != nil {
+			s.copyStop()
+		}
+		if s.chunk != nil {
+			close(s.chunk.ack)
+		}
+		s.copyID, s.copyStop, s.chunk = 0, nil, nil
+	}
+	const copyWindow = 8 // SafeKeeperRequests in flight per safekeeper while copying
 	send := func(i int, m proto.Message) {
 		if sks[i].out != nil {
 			select {
@@ -117,6 +150,51 @@ func Sync(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 		}
 	}
 	var target proto.LSN
+	// feed sends the pending donor chunk to safekeeper i, at most
+	// copyWindow requests in flight; the chunk is acknowledged to its copy
+	// stream (which then reads the next) once wholly sent.
+	feed := func(i int) {
+		s := &sks[i]
+		for s.chunk != nil && s.inflight < copyWindow {
+			c := s.chunk
+			end := c.start + proto.LSN(len(c.wal))
+			if c.start > s.sent || end <= s.sent {
+				if c.start > s.sent {
+					cfg.Logger.Error("WAL copy from the donor skipped bytes", "safekeeper", cfg.Safekeepers[i], "chunk", c.start, "want", s.sent)
+					stopCopy(i)
+					return
+				}
+			} else {
+				d := c.wal[s.sent-c.start:]
+				d = d[:min(len(d), proto.MaxWALPerRequest, int(target-s.sent))]
+				s.inflight++
+				send(i, core.Request(s.sent, d))
+				s.sent += proto.LSN(len(d))
+			}
+			if s.sent >= end || s.sent >= target {
+				close(c.ack)
+				s.chunk = nil
+			}
+			if s.sent >= target {
+				s.behind = false
+				stopCopy(i)
+				cfg.Logger.Info("safekeeper has the donor's WAL", "safekeeper", cfg.Safekeepers[i], "end_of_wal", target)
+			}
+		}
+	}
+	startCopy := func(i int, from proto.LSN) {
+		e := core.Election()
+		copyIDs++
+		cctx, stop := context.WithCancel(ctx)
+		sks[i].copyID, sks[i].copyStop, sks[i].sent = copyIDs, stop, from
+		cfg.Logger.Info("copying WAL from the donor", "safekeeper", cfg.Safekeepers[i],
+			"donor", cfg.Safekeepers[e.Donor], "from", from, "to", target)
+		copyWG.Add(1)
+		go func(id int) {
+			defer copyWG.Done()
+			copyFromDonor(cctx, cfg, cfg.Safekeepers[e.Donor], e.Term, from, target, i, id, copies)
+		}(copyIDs)
+	}
 	start := func(i int) {
 		pe, err := core.ProposerElected(i)
 		if err != nil {
@@ -127,36 +205,69 @@ func Sync(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 		sks[i].elected = true
 		sks[i].behind = pe.StartStreamingAt < target
 		if sks[i].behind {
-			cfg.Logger.Warn("safekeeper lacks the donor's WAL; copying it is not implemented yet",
-				"safekeeper", cfg.Safekeepers[i], "has", pe.StartStreamingAt, "needs", target)
+			startCopy(i, pe.StartStreamingAt)
 			return
 		}
 		sks[i].inflight++
 		send(i, core.Request(pe.StartStreamingAt, nil))
 	}
-	behind := 0
+	// done: a quorum confirmed target as commit_lsn, and so did every
+	// safekeeper still connected in this term.
+	done := func() bool {
+		n, open := 0, 0
+		for i := range sks {
+			switch {
+			case sks[i].synced:
+				n++
+			case sks[i].elected && sks[i].out != nil:
+				open++
+			}
+		}
+		return n >= core.Quorum() && open == 0
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			if core.Election() == nil {
 				return 0, fmt.Errorf("%w: %d greeted, %d granted of %d before the timeout", ErrNoQuorum, core.Greetings(), core.Grants(), core.N())
 			}
-			behind = 0
+			synced, behind := 0, 0
 			for i := range sks {
+				if sks[i].synced {
+					synced++
+				}
 				if sks[i].behind {
 					behind++
 				}
 			}
-			if behind > 0 {
-				return 0, fmt.Errorf("%w: %d safekeeper(s) lack WAL below %s", ErrSyncNeedsWALCopy, behind, target)
+			return 0, fmt.Errorf("%w: commit_lsn %s confirmed by %d of %d safekeepers (quorum %d), %d still copying WAL from the donor, at the timeout",
+				ErrSyncIncomplete, target, synced, core.N(), core.Quorum(), behind)
+		case c := <-copies:
+			s := &sks[c.sk]
+			if c.id != s.copyID {
+				if c.ack != nil {
+					close(c.ack)
+				}
+				continue
 			}
-			return 0, fmt.Errorf("%w: commit_lsn %s not confirmed by a quorum before the timeout", ErrNoQuorum, target)
+			if c.err != nil {
+				cfg.Logger.Warn("WAL copy from the donor failed; retrying", "safekeeper", cfg.Safekeepers[c.sk], "err", c.err)
+				stopCopy(c.sk)
+				if s.behind && s.out != nil {
+					// Resume where the safekeeper's pipeline ends.
+					startCopy(c.sk, s.sent)
+				}
+				continue
+			}
+			s.chunk = &c
+			feed(c.sk)
 		case ev := <-links.events:
 			s := &sks[ev.sk]
 			if ev.out != nil {
 				if s.out != nil {
 					close(s.out)
 				}
+				stopCopy(ev.sk)
 				*s = skSync{gen: ev.gen, out: ev.out}
 				if err := core.Greeted(ev.sk, ev.info); err != nil {
 					return 0, err
@@ -186,6 +297,7 @@ func Sync(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 				if s.out != nil {
 					close(s.out)
 				}
+				stopCopy(ev.sk)
 				*s = skSync{gen: -1}
 				core.Disconnected(ev.sk)
 				continue
@@ -228,19 +340,17 @@ func Sync(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 				if _, err := core.Response(ev.sk, m); err != nil {
 					return 0, err
 				}
+				if s.behind {
+					feed(ev.sk)
+					continue
+				}
 				if m.CommitLSN >= target {
 					s.synced = true
 				} else if core.CommitLSN() >= target && s.inflight == 0 {
 					s.inflight++
 					send(ev.sk, core.Request(m.FlushLSN, nil)) // carry the commit_lsn
 				}
-				n := 0
-				for i := range sks {
-					if sks[i].synced {
-						n++
-					}
-				}
-				if n >= core.Quorum() {
+				if done() {
 					return target, nil
 				}
 				// The first heartbeats may have raced the commit decision:
@@ -256,4 +366,125 @@ func Sync(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 			}
 		}
 	}
+}
+
+// copyChunk is one piece of the donor's WAL (or the copy stream's failure)
+// for the sync loop; the loop closes ack once it has sent the chunk on.
+type copyChunk struct {
+	sk, id int
+	start  proto.LSN
+	wal    []byte
+	err    error
+	ack    chan struct{}
+}
+
+// copyFromDonor reads the donor's WAL from `from` up to `to` over a term
+// reader and hands it to the sync loop one chunk at a time.
+func copyFromDonor(ctx context.Context, cfg SyncConfig, donor string, term uint64, from, to proto.LSN, sk, id int, out chan<- copyChunk) {
+	post := func(c copyChunk) bool {
+		c.sk, c.id = sk, id
+		select {
+		case out <- c:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	host, port, err := splitHostPort(donor)
+	if err != nil {
+		post(copyChunk{err: err})
+		return
+	}
+	connStr := fmt.Sprintf("host=%s port=%s user=sync sslmode=disable options='-c tenant_id=%s -c timeline_id=%s'",
+		host, port, cfg.TenantID, cfg.TimelineID)
+	up, err := dialUpstream(ctx, connStr, "sync_copy", cfg.ConnectTimeout)
+	if err != nil {
+		post(copyChunk{err: err})
+		return
+	}
+	defer up.close()
+	if err := up.startReplicationTerm(ctx, "", from, cfg.PgTimeline, term); err != nil {
+		post(copyChunk{err: err})
+		return
+	}
+	received := from
+	for received < to {
+		m, err := up.recv(ctx)
+		if err != nil {
+			post(copyChunk{err: err})
+			return
+		}
+		if m.wal == nil {
+			if m.replyRequested {
+				up.sendStatus(received, 0, 0, time.Now())
+			}
+			continue
+		}
+		ack := make(chan struct{})
+		if !post(copyChunk{start: m.start, wal: m.wal, ack: ack}) {
+			return
+		}
+		received = m.start + proto.LSN(len(m.wal))
+		select {
+		case <-ack:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// describeTimeline fills SystemID, PgVersion, WalSegSize and PgTimeline from
+// the first safekeeper that answers TIMELINE_STATUS for the timeline.
+func describeTimeline(ctx context.Context, cfg *SyncConfig) error {
+	var errs []error
+	for _, addr := range cfg.Safekeepers {
+		host, port, err := splitHostPort(addr)
+		if err != nil {
+			return err
+		}
+		connStr := fmt.Sprintf("host=%s port=%s user=sync sslmode=disable options='-c tenant_id=%s -c timeline_id=%s'",
+			host, port, cfg.TenantID, cfg.TimelineID)
+		timeout := cfg.ConnectTimeout
+		if timeout == 0 {
+			timeout = 10 * time.Second
+		}
+		up, err := dialUpstream(ctx, connStr, "sync", timeout)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		res, err := up.pg.Exec(ctx, "TIMELINE_STATUS").ReadAll()
+		up.close()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: TIMELINE_STATUS: %w", addr, err))
+			continue
+		}
+		if len(res) != 1 || len(res[0].Rows) != 1 {
+			errs = append(errs, fmt.Errorf("%s: TIMELINE_STATUS returned no row", addr))
+			continue
+		}
+		col := map[string]string{}
+		for j, f := range res[0].FieldDescriptions {
+			if j < len(res[0].Rows[0]) {
+				col[f.Name] = string(res[0].Rows[0][j])
+			}
+		}
+		var perr error
+		parse := func(name string, bits int) uint64 {
+			v, err := strconv.ParseUint(col[name], 10, bits)
+			if err != nil && perr == nil {
+				perr = fmt.Errorf("%s: TIMELINE_STATUS %s %q: %v", addr, name, col[name], err)
+			}
+			return v
+		}
+		sysID := parse("system_id", 64)
+		pgv, seg, tli := parse("pg_version", 32), parse("wal_seg_size", 32), parse("pg_timeline", 32)
+		if perr != nil {
+			errs = append(errs, perr)
+			continue
+		}
+		cfg.SystemID, cfg.PgVersion, cfg.WalSegSize, cfg.PgTimeline = sysID, uint32(pgv), uint32(seg), uint32(tli)
+		return nil
+	}
+	return fmt.Errorf("%w: no safekeeper described timeline %s/%s: %w", ErrNoQuorum, cfg.TenantID, cfg.TimelineID, errors.Join(errs...))
 }

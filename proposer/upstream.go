@@ -155,11 +155,21 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 // startReplication sends START_REPLICATION [SLOT s] PHYSICAL from TIMELINE
 // tli and waits for CopyBothResponse.
 func (u *upstream) startReplication(ctx context.Context, slot string, from proto.LSN, tli uint32) error {
+	return u.startReplicationTerm(ctx, slot, from, tli, 0)
+}
+
+// startReplicationTerm is startReplication with, for term > 0, a
+// safekeeper's term-reader option (term 'N'): the safekeeper then serves WAL
+// up to its flush_lsn while it still votes in term N (docs/serving.md).
+func (u *upstream) startReplicationTerm(ctx context.Context, slot string, from proto.LSN, tli uint32, term uint64) error {
 	q := "START_REPLICATION "
 	if slot != "" {
 		q += "SLOT " + quoteIdent(slot) + " "
 	}
 	q += fmt.Sprintf("PHYSICAL %s TIMELINE %d", from, tli)
+	if term > 0 {
+		q += fmt.Sprintf(" (term '%d')", term)
+	}
 	fe := u.pg.Frontend()
 	fe.Send(&pgproto3.Query{String: q})
 	if err := fe.Flush(); err != nil {

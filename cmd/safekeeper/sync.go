@@ -17,21 +17,23 @@ func syncCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "sync",
 		Usage:     "elect without generating WAL and bring a quorum to the end of WAL, committed; print that LSN",
-		UsageText: "safekeeper sync --safekeepers H:P,H:P,H:P --tenant-id HEX --timeline-id HEX --system-id N [--timeout 30s]",
-		Description: "Runs an election with a new term on the safekeepers, picks the donor's end of WAL and\n" +
-			"makes it committed on a quorum, then prints it as X/X (0/0 for a timeline without WAL).\n" +
-			"Limitation: safekeepers that lack part of the donor's WAL are not filled in yet (that needs\n" +
-			"reading WAL from a safekeeper); if they are needed for the quorum, sync fails at --timeout.\n" +
+		UsageText: "safekeeper sync --safekeepers H:P,H:P,H:P --tenant-id HEX --timeline-id HEX [--timeout 30s]",
+		Description: "The disaster-recovery step after the primary is lost. Runs an election with a new term on the\n" +
+			"safekeepers, picks the donor's end of WAL, copies what each reachable safekeeper lacks from the\n" +
+			"donor, waits until every reachable safekeeper (and at least a quorum) has commit_lsn at that point,\n" +
+			"then prints it as X/X. Afterwards a standby reading from any safekeeper gets all acknowledged WAL.\n" +
+			"The timeline's system id, version, segment size and TLI are read from the safekeepers\n" +
+			"(TIMELINE_STATUS) unless --system-id is given.\n" +
 			"Exit codes: 0 success, 1 no quorum within --timeout or another error, 2 usage, 3 deposed.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "safekeepers", Required: true, Usage: "comma-separated host:port list of every safekeeper of the timeline"},
 			&cli.StringFlag{Name: "tenant-id", Required: true, Usage: "tenant id, 32 hex digits"},
 			&cli.StringFlag{Name: "timeline-id", Required: true, Usage: "timeline id, 32 hex digits"},
-			&cli.Uint64Flag{Name: "system-id", Required: true, Usage: "the primary's database system identifier (must match the timeline's)"},
-			&cli.UintFlag{Name: "pg-version", Value: 150000, Usage: "PG_VERSION_NUM of the primary (only the major version must match)"},
-			&cli.UintFlag{Name: "wal-seg-size", Value: 16 << 20, Usage: "WAL segment size in bytes (must match the timeline's)"},
-			&cli.UintFlag{Name: "pg-timeline", Value: 1, Usage: "PostgreSQL timeline id (TLI) of the timeline"},
+			&cli.Uint64Flag{Name: "system-id", Usage: "the primary's database system identifier (default: read from the safekeepers, with the three flags below)"},
+			&cli.UintFlag{Name: "pg-version", Value: 150000, Usage: "with --system-id: PG_VERSION_NUM of the primary (only the major version must match)"},
+			&cli.UintFlag{Name: "wal-seg-size", Value: 16 << 20, Usage: "with --system-id: WAL segment size in bytes (must match the timeline's)"},
+			&cli.UintFlag{Name: "pg-timeline", Value: 1, Usage: "with --system-id: PostgreSQL timeline id (TLI) of the timeline"},
 			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up (exit 1) if no quorum is synced within this time"},
 		},
 		Action: func(c *cli.Context) error {

@@ -150,7 +150,7 @@ func (c *replConn) timelineStatus() bool {
 		pgwire.TextColumn("flush_lsn"), pgwire.TextColumn("commit_lsn"), pgwire.TextColumn("truncate_lsn"),
 		pgwire.TextColumn("timeline_start_lsn"), pgwire.TextColumn("removed_up_to"),
 		pgwire.Int4Column("pg_timeline"), pgwire.TextColumn("system_id"), pgwire.Int4Column("wal_seg_size"),
-		pgwire.Int4Column("readers"), pgwire.Int4Column("slots"),
+		pgwire.Int4Column("readers"), pgwire.Int4Column("slots"), pgwire.Int4Column("pg_version"),
 	}
 	u := func(v uint64) []byte { return text(strconv.FormatUint(v, 10)) }
 	row := [][]byte{
@@ -159,7 +159,7 @@ func (c *replConn) timelineStatus() bool {
 		text(st.FlushLSN.String()), text(st.CommitLSN.String()), text(st.TruncateLSN.String()),
 		text(st.TimelineStartLSN.String()), text(max(st.RemovedUpTo, tl.store.RemovedUpTo()).String()),
 		u(uint64(st.PgTimeline)), u(st.SystemID), u(uint64(st.WalSegSize)),
-		u(uint64(readers)), u(uint64(slots)),
+		u(uint64(readers)), u(uint64(slots)), u(uint64(st.PgVersion)),
 	}
 	return c.done(c.pc.SendRows(cols, [][][]byte{row}, "TIMELINE_STATUS"))
 }

@@ -253,7 +253,7 @@ func TestCommandResultShapes(t *testing.T) {
 	_, err = exec(t, c, `DROP_REPLICATION_SLOT "s1"`)
 	wantCode(t, err, pgwire.UndefinedObject)
 	row = oneRow(t, must(exec(t, c, "TIMELINE_STATUS")), nil, "tenant_id", "timeline_id", "term", "voted_for", "last_log_term",
-		"flush_lsn", "commit_lsn", "truncate_lsn", "timeline_start_lsn", "removed_up_to", "pg_timeline", "system_id", "wal_seg_size", "readers", "slots")
+		"flush_lsn", "commit_lsn", "truncate_lsn", "timeline_start_lsn", "removed_up_to", "pg_timeline", "system_id", "wal_seg_size", "readers", "slots", "pg_version")
 	if row[2] != "1" || row[4] != "1" || row[5] != st.FlushLSN.String() || row[6] != st.CommitLSN.String() || row[8] != tStart.String() || row[14] != "1" {
 		t.Fatalf("TIMELINE_STATUS %q", row)
 	}

@@ -1,0 +1,132 @@
+package test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/xlog/xlogtest"
+	"github.com/safekeeper/safekeeper/test/harness"
+)
+
+// TestSyncCopiesDonorWALAndCommitsEverywhere is the disaster-recovery step:
+// the primary (here a test proposer) is gone, one safekeeper lags behind the
+// other two, and `safekeeper sync` must elect, copy the missing WAL from the
+// donor, commit the donor's end of WAL on every reachable safekeeper and
+// print it.
+func TestSyncCopiesDonorWALAndCommitsEverywhere(t *testing.T) {
+	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
+	var ps []*tp
+	for _, sk := range sks {
+		ps = append(ps, startTerm(t, sk, 1, 1))
+	}
+	gen := xlogtest.NewGenerator(tlStart, segSize, 1, sysID)
+	// WAL every safekeeper gets, committed.
+	_, end1 := gen.Record(100)
+	for i := 0; i < 30; i++ {
+		_, end1 = gen.Record(3000 + i*500)
+	}
+	common := gen.Take()
+	for _, p := range ps {
+		p.send(p.appendReq(tlStart, common[:min(len(common), proto.MaxWALPerRequest)], 0))
+		for off := proto.MaxWALPerRequest; off < len(common); off += proto.MaxWALPerRequest {
+			p.send(p.appendReq(tlStart+proto.LSN(off), common[off:min(len(common), off+proto.MaxWALPerRequest)], end1))
+		}
+	}
+	// More WAL, only on safekeepers 1 and 2 (3 is partitioned away), never
+	// committed before the primary is lost: flush_lsn differs, commit lags.
+	var end2 proto.LSN
+	for i := 0; i < 200; i++ {
+		_, end2 = gen.Record(2000 + i*37%9000)
+	}
+	more := gen.Take()
+	for _, p := range ps[:2] {
+		for off := 0; off < len(more); off += proto.MaxWALPerRequest {
+			p.send(p.appendReq(end1+proto.LSN(off), more[off:min(len(more), off+proto.MaxWALPerRequest)], end1))
+		}
+	}
+	for i, p := range ps {
+		want := end2
+		if i == 2 {
+			want = end1
+		}
+		harness.WaitFor(t, 30*time.Second, "appends acknowledged", func() bool { return p.resp().FlushLSN >= want })
+		p.c.Close()
+	}
+
+	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
+	cmd := exec.Command(harness.Binary(t), "sync", "--safekeepers", strings.Join(addrs, ","),
+		"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String(), "--timeout", "60s")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("sync: %v\n%s", err, stderr.String())
+	}
+	got, err := proto.ParseLSN(strings.TrimSpace(stdout.String()))
+	if err != nil || got != end2 {
+		t.Fatalf("sync printed %q, want %v\n%s", stdout.String(), end2, stderr.String())
+	}
+	// Every safekeeper, the lagging one included, holds and commits end2.
+	for i, sk := range sks {
+		g := dial(t, sk, 1).greet()
+		if g.FlushLSN != end2 || g.CommitLSN != end2 {
+			t.Fatalf("safekeeper %d after sync: flush %v commit %v, want both %v", i+1, g.FlushLSN, g.CommitLSN, end2)
+		}
+	}
+	// The copied bytes are the donor's: export safekeeper 3 and compare.
+	if err := sks[2].Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	exp := exec.Command(harness.Binary(t), "wal", "export", "--data-dir", sks[2].DataDir,
+		"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String(), "--output", out)
+	if b, err := exp.CombinedOutput(); err != nil {
+		t.Fatalf("wal export: %v\n%s", err, b)
+	}
+	var exported []byte
+	for seg := tlStart; seg < end2; seg += segSize {
+		name := proto.SegmentFileName(1, seg, segSize)
+		b, err := os.ReadFile(filepath.Join(out, name))
+		if os.IsNotExist(err) {
+			b, err = os.ReadFile(filepath.Join(out, name+".partial"))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		exported = append(exported, b...)
+	}
+	want := append(append([]byte(nil), common...), more...)
+	if !bytes.Equal(exported[:len(want)], want) {
+		t.Fatal("safekeeper 3's WAL after sync differs from the donor's")
+	}
+}
+
+func TestSyncWithoutQuorumFailsClearly(t *testing.T) {
+	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
+	p := startTerm(t, sks[0], 1, 1)
+	gen := xlogtest.NewGenerator(tlStart, segSize, 1, sysID)
+	_, end := gen.Record(100)
+	p.send(p.appendReq(tlStart, gen.Take(), 0))
+	if r := p.resp(); r.FlushLSN != end {
+		t.Fatalf("flush %v", r.FlushLSN)
+	}
+	p.c.Close()
+	sks[1].Kill()
+	sks[2].Kill()
+	cmd := exec.Command(harness.Binary(t), "sync", "--safekeepers", sks[0].Addr+","+sks[1].Addr+","+sks[2].Addr,
+		"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String(), "--timeout", "3s")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err == nil || cmd.ProcessState.ExitCode() != 1 {
+		t.Fatalf("sync without a quorum: %v (exit %d), want exit 1\n%s", err, cmd.ProcessState.ExitCode(), stderr.String())
+	}
+	if stdout.Len() != 0 || !strings.Contains(stderr.String(), "no quorum") {
+		t.Fatalf("stdout %q stderr %q: want nothing on stdout and a message naming the missing quorum", stdout.String(), stderr.String())
+	}
+}
