@@ -188,6 +188,9 @@ func open(path string, opts Options, hooks testHooks) (*DB, error) {
 		ReadOnly:   opts.ReadOnly,
 		NoSync:     opts.UnsafeNoFsync,
 		NoGrowSync: opts.UnsafeNoFsync,
+		// Map 1 GiB up front (address space, not memory): growing the map
+		// means remapping, which waits for every reader and stalls commits.
+		InitialMmapSize: 1 << 30,
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("%w: %s (waited %v)", ErrLocked, path, opts.Timeout)
