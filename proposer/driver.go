@@ -59,6 +59,7 @@ type session struct {
 	core *Core
 
 	up       *upstream
+	slot     *slotKeeper
 	ui       upstreamInfo
 	si       proto.ServerInfo
 	links    *skLinks
@@ -133,6 +134,11 @@ func (s *session) run(ctx context.Context) error {
 	if s.ui.RestartLSN, err = up.ensureSlot(ctx, s.cfg.SlotName); err != nil {
 		return err
 	}
+	slot := newSlotKeeper(s.cfg.Upstream, s.cfg.SlotName, s.ui.RestartLSN, s.log)
+	s.slot = slot
+	slotDone := make(chan struct{})
+	go func() { defer close(slotDone); slot.run(ctx) }()
+	defer func() { cancel(); <-slotDone }()
 	s.log.Info("connected to primary", "system_id", s.ui.SystemID, "timeline", s.ui.Timeline, "flush", s.ui.XLogPos,
 		"wal_segment_size", s.ui.SegSize, "server_version_num", s.ui.PgVersion, "slot", s.cfg.SlotName, "slot_restart_lsn", s.ui.RestartLSN)
 	s.si = proto.ServerInfo{
@@ -359,7 +365,9 @@ func (s *session) elect(ctx context.Context) error {
 	if keep := s.ui.RestartLSN.SegmentStart(uint64(s.ui.SegSize)); s.ui.RestartLSN != 0 && from < keep {
 		from = min(keep, e.TermStartLSN)
 	}
-	if err := s.up.startReplication(ctx, s.cfg.SlotName, from, s.ui.Timeline); err != nil {
+	// The stream runs without the slot: the slot is held at truncate_lsn by
+	// the slot keeper, while this stream reports commit_lsn as flushed.
+	if err := s.up.startReplication(ctx, "", from, s.ui.Timeline); err != nil {
 		return err
 	}
 	s.log.Info("streaming from primary", "start", from)
@@ -536,4 +544,5 @@ func (s *session) sendStatus(force bool) {
 		s.log.Debug("standby status update failed", "err", err) // the reader reports the broken connection
 	}
 	s.lastStatus, s.lastCommit = time.Now(), flush
+	s.slot.offer(min(s.core.TruncateLSN(), flush))
 }

@@ -276,6 +276,25 @@ func TestEndToEnd(t *testing.T) {
 	})
 	t.Logf("WAL %s..%s (%.1f MB) committed on all three at %v", walStart, final, float64(final-walStart)/1e6, time.Since(c.start).Round(time.Millisecond))
 
+	// The primary's slot follows truncate_lsn, the lowest flush_lsn of all
+	// safekeepers: it has left the start of WAL behind, and never passes
+	// what the slowest safekeeper holds.
+	c.waitFor(30*time.Second, "the slot's restart_lsn to advance to the safekeepers' common flush_lsn", func() bool {
+		restart := c.lsn("SELECT restart_lsn FROM pg_replication_slots WHERE slot_name = 'proposer'")
+		lowest := final
+		for _, sk := range c.sks {
+			info, err := c.info(sk)
+			if err != nil {
+				return false
+			}
+			lowest = min(lowest, info.FlushLSN)
+		}
+		if restart > lowest {
+			t.Fatalf("slot restart_lsn %s is past the lowest safekeeper flush_lsn %s", restart, lowest)
+		}
+		return restart >= lowest.SegmentStart(16<<20) && restart > walStart
+	})
+
 	// Byte-identical WAL: export every safekeeper offline and compare every
 	// complete segment with the primary's pg_wal.
 	if err := c.prop.Stop(20 * time.Second); err != nil {
