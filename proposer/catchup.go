@@ -74,29 +74,20 @@ func (s *session) runCatchup(ctx context.Context, i, id int, from proto.LSN) {
 		post(catchupEvent{err: err})
 		return
 	}
-	received := from
-	for {
-		m, err := up.recv(ctx)
-		if err != nil {
-			post(catchupEvent{err: err})
-			return
-		}
-		if m.wal == nil {
-			if m.replyRequested {
-				up.sendStatus(received, 0, 0, time.Now())
-			}
-			continue
-		}
+	err = up.forward(ctx, from, 0, func(start proto.LSN, wal []byte) bool {
 		ack := make(chan struct{})
-		if !post(catchupEvent{start: m.start, wal: m.wal, ack: ack}) {
-			return
+		if !post(catchupEvent{start: start, wal: wal, ack: ack}) {
+			return false
 		}
-		received = m.start + proto.LSN(len(m.wal))
 		select {
 		case <-ack:
+			return true
 		case <-ctx.Done():
-			return
+			return false
 		}
+	})
+	if err != nil {
+		post(catchupEvent{err: err})
 	}
 }
 

@@ -407,29 +407,20 @@ func copyFromDonor(ctx context.Context, cfg SyncConfig, donor string, term uint6
 		post(copyChunk{err: err})
 		return
 	}
-	received := from
-	for received < to {
-		m, err := up.recv(ctx)
-		if err != nil {
-			post(copyChunk{err: err})
-			return
-		}
-		if m.wal == nil {
-			if m.replyRequested {
-				up.sendStatus(received, 0, 0, time.Now())
-			}
-			continue
-		}
+	err = up.forward(ctx, from, to, func(start proto.LSN, wal []byte) bool {
 		ack := make(chan struct{})
-		if !post(copyChunk{start: m.start, wal: m.wal, ack: ack}) {
-			return
+		if !post(copyChunk{start: start, wal: wal, ack: ack}) {
+			return false
 		}
-		received = m.start + proto.LSN(len(m.wal))
 		select {
 		case <-ack:
+			return true
 		case <-ctx.Done():
-			return
+			return false
 		}
+	})
+	if err != nil {
+		post(copyChunk{err: err})
 	}
 }
 

@@ -259,3 +259,29 @@ func (u *upstream) sendStatus(write, flush, apply proto.LSN, now time.Time) erro
 	}
 	return u.pg.Frontend().SendUnbufferedEncodedCopyData(buf)
 }
+
+// forward reads the started replication stream from `from` and hands each
+// XLogData chunk to deliver, answering keepalives that ask for a reply with
+// write = received (flush 0: a forwarding stream never counts as a
+// synchronous standby). It stops when deliver returns false (nil), when the
+// stream reaches `to` (nil; 0 means never), or at the first error.
+func (u *upstream) forward(ctx context.Context, from, to proto.LSN, deliver func(start proto.LSN, wal []byte) bool) error {
+	received := from
+	for to == 0 || received < to {
+		m, err := u.recv(ctx)
+		if err != nil {
+			return err
+		}
+		if m.wal == nil {
+			if m.replyRequested {
+				u.sendStatus(received, 0, 0, time.Now())
+			}
+			continue
+		}
+		if !deliver(m.start, m.wal) {
+			return nil
+		}
+		received = m.start + proto.LSN(len(m.wal))
+	}
+	return nil
+}
