@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/safekeeper
 PKGS    := ./...
 
-.PHONY: build test test-unit demo vet fmt bench clean
+.PHONY: build test test-unit demo sim vet fmt bench clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/safekeeper
@@ -20,6 +20,12 @@ test: build
 # under pgbench, a standby fed by a safekeeper, byte-for-byte checks, a report.
 demo: build
 	bash scripts/demo.sh
+
+# The deterministic simulation over many seeds (make test runs 200).
+# Replay one: go test ./test/sim -run 'TestSim$$' -seed=N
+SEEDS ?= 5000
+sim:
+	$(GO) test ./test/sim -run 'TestSim$$' -seeds=$(SEEDS) -timeout 0 -v
 
 test-unit:
 	$(GO) test -short -count=1 $(PKGS)

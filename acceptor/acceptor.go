@@ -13,6 +13,10 @@ type Config struct {
 	// NodeID is this safekeeper's configured node id, reported in
 	// SafeKeeperInfo.safekeeper_id.
 	NodeID uint64
+	// UnsafeTestingBug re-introduces a known safety bug (bugs.go). Only the
+	// simulation's planted-bug test sets it; the server never does. Zero
+	// (NoBug) is the correct acceptor.
+	UnsafeTestingBug Bug
 }
 
 // Acceptor is the state machine of one timeline on one safekeeper: the
@@ -158,7 +162,9 @@ func (a *Acceptor) RequestVote(m *proto.RequestVote) (*proto.VoteResponse, *prot
 	if c != a.st.VotedFor {
 		next := a.st.Clone()
 		next.VotedFor = c
-		if err := a.commit(next); err != nil {
+		if a.cfg.UnsafeTestingBug == BugVoteWithoutPersisting {
+			a.st, a.dirty = next, true // UNSAFE planted bug: reply before the vote is durable
+		} else if err := a.commit(next); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -193,7 +199,7 @@ func (a *Acceptor) ProposerElected(from proto.NodeID, m *proto.ProposerElected) 
 	if a.st.TimelineStartLSN == 0 {
 		cp = m.TimelineStartLSN // no WAL yet: everything starts at the timeline start
 	}
-	if cp != m.StartStreamingAt {
+	if cp != m.StartStreamingAt && a.cfg.UnsafeTestingBug != BugSkipCommonPointCheck {
 		return fmt.Errorf("%w: start_streaming_at %s, but this safekeeper's WAL agrees with the proposer's history up to %s",
 			ErrCommonPointMismatch, m.StartStreamingAt, cp)
 	}

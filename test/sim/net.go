@@ -1,0 +1,61 @@
+package sim
+
+import "github.com/safekeeper/safekeeper/proto"
+
+// The in-memory network. A connection is a TCP connection between a
+// proposer and a safekeeper: each direction delivers its frames in order,
+// never reorders, loses or duplicates within the connection on its own —
+// faults are injected explicitly by the world (net faults in sim.go):
+//
+//   - cut (an RST, a partition, a crashed host): both directions lose every
+//     frame in flight and both ends learn the connection is gone; nothing of
+//     it is ever delivered afterwards;
+//   - close by the proposer (it gave up on the connection, or ended its
+//     session): what it already sent is still delivered, in order, then the
+//     safekeeper reads EOF; what the safekeeper sends is discarded. This is
+//     how a late ProposerElected or SafeKeeperRequest of an old connection
+//     reaches a safekeeper after the proposer reconnected;
+//   - duplicated frame (a misbehaving proxy): one frame is delivered twice;
+//     the safekeeper's per-connection order rules must turn that into an
+//     error, never into damage.
+//
+// Delay and reordering between connections come from the scheduler: every
+// step delivers the head of a randomly chosen connection direction,
+// weighted by the connection's speed.
+
+// frame is one CopyData payload, or the end of a direction.
+type frame struct {
+	payload []byte // an encoded proto.Message
+	eof     bool   // the sender closed its end (EOF)
+	err     string // safekeeper → proposer: ErrorResponse, then close
+}
+
+type pushState int
+
+// Per-connection order of the WAL push protocol, as the server's readLoop
+// checks it (cmd/safekeeper/server/walpush.go).
+const (
+	pushWantServerInfo pushState = iota
+	pushWantVote
+	pushWantElected
+	pushStreaming
+)
+
+type conn struct {
+	id   int
+	p, s int // proposer and safekeeper index
+
+	toSK, toP    []frame
+	pOpen, sOpen bool // each end still reads and writes
+	// speed weighs the scheduler's choice of this connection's frames
+	// (100 normal; 1..20 a slow, congested or far link): slow links are
+	// how old messages arrive late, after a newer connection's.
+	speed int
+
+	// server side (the server's pushConn)
+	order  pushState
+	ballot proto.NodeID // granted on this connection
+	dead   bool         // failed: nothing more from it is processed
+}
+
+func (c *conn) closed() bool { return !c.pOpen && !c.sOpen }

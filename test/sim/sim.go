@@ -1,0 +1,562 @@
+package sim
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/safekeeper/safekeeper/acceptor"
+	"github.com/safekeeper/safekeeper/proto"
+)
+
+// Config is one simulation run. Everything that happens in it follows from
+// Seed: the same Config always produces the same run, step for step.
+type Config struct {
+	// Seed seeds the one PRNG (PCG) that chooses every event.
+	Seed uint64
+	// Steps is the number of steps with faults on.
+	Steps int
+	// LivenessSteps bounds the final phase: faults off, downed safekeepers
+	// restarted, one proposer left; it must commit new WAL within this many
+	// steps. 0 skips the phase.
+	LivenessSteps int
+	// Safekeepers is the number of acceptors (0: 3 or 5, chosen by the seed).
+	Safekeepers int
+	// Proposers is the number of competing proposers (0: 2..3 by the seed).
+	Proposers int
+	// Bug is passed to every acceptor (acceptor.Config.UnsafeTestingBug);
+	// only the planted-bug test sets it.
+	Bug acceptor.Bug
+	// NoReplyDurabilityCheck turns off invariant 7 (every reply reflects
+	// durable state), so that the planted-bug test can show a durability bug
+	// is also caught by its consequence.
+	NoReplyDurabilityCheck bool
+}
+
+// faults are the per-step probabilities of each fault, in 1/10000 (at most
+// 1000 for a kind, so all together stay well below 1). Each seed
+// draws its own, so runs range from calm to very hostile (FoundationDB's
+// "buggify" idea: a fault mix per seed rather than one mix for all).
+type faults struct {
+	crash, restart, cut, closeConn, dup, newCampaign int
+	// crashAfter: a safekeeper crashes right after it handled a message
+	// (its reply is in flight): the worst moment for a durability bug.
+	crashAfter int
+	// slowConn: percentage of new connections that are slow.
+	slowConn int
+}
+
+// Result is the outcome of a run.
+type Result struct {
+	Seed    uint64
+	Steps   int      // steps run
+	Err     error    // the first broken invariant, nil if none
+	Trace   []string // the last events before Err
+	Counts  []Count  // how often each interesting event happened
+	Commit  proto.LSN
+	Elected int
+	// Digest hashes every safekeeper's durable state and WAL at the end:
+	// two runs of one seed must have the same.
+	Digest uint64
+}
+
+// Count is how often a named event happened in a run.
+type Count struct {
+	Name string
+	N    int
+}
+
+// World is one simulated cluster.
+type World struct {
+	cfg      Config
+	rng      *rand.Rand
+	step     int
+	faults   faults
+	faultsOn bool
+	maxWAL   proto.LSN
+
+	tlStart    proto.LSN
+	serverInfo proto.ServerInfo
+	sks        []*server
+	props      []*simProposer
+	conns      []*conn // open connections, in creation order
+	nextConn   int
+	wal        *walStore
+	chk        *checker
+
+	trace  []traceEntry // ring of recent events, formatted only on failure
+	traceN int
+	counts []Count
+	err    error
+}
+
+const (
+	segSize  = 1 << 20
+	traceLen = 40
+	// WAL generated per 3000 steps, at most (a memory and time bound): one
+	// seed in eight writes past the first 1 MiB segment.
+	maxWAL     = 256 << 10
+	maxWALLong = 1100 << 10
+)
+
+// NewWorld builds the cluster of cfg: every safekeeper with the timeline
+// created (rule 1) and no WAL, no proposer session yet.
+func NewWorld(cfg Config) *World {
+	w := &World{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5afe_4ee9e7)), faultsOn: true}
+	if w.cfg.Safekeepers == 0 {
+		w.cfg.Safekeepers = 3
+		if w.rng.IntN(4) == 0 {
+			w.cfg.Safekeepers = 5
+		}
+	}
+	if w.cfg.Proposers == 0 {
+		w.cfg.Proposers = 2 + w.rng.IntN(2)
+	}
+	w.faults = faults{
+		crash:       w.rng.IntN(150),
+		restart:     200 + w.rng.IntN(800),
+		cut:         w.rng.IntN(300),
+		closeConn:   w.rng.IntN(300),
+		dup:         w.rng.IntN(30),
+		newCampaign: w.rng.IntN(60),
+		crashAfter:  w.rng.IntN(300),
+		slowConn:    w.rng.IntN(40),
+	}
+	w.maxWAL = maxWAL
+	if w.rng.IntN(8) == 0 {
+		w.maxWAL = maxWALLong
+	}
+	w.maxWAL *= proto.LSN(max(1, cfg.Steps/3000)) // long runs keep writing
+
+	w.tlStart = proto.LSN(0x2000000) // a segment boundary
+	w.serverInfo = proto.ServerInfo{
+		ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018, SystemID: 0x5afe, TenantID: proto.ID{1},
+		TimelineID: proto.ID{2}, PgTimeline: 1, WalSegSize: segSize,
+	}
+	w.wal = newWALStore(segSize, w.serverInfo.SystemID)
+	w.chk = newChecker(w)
+	st := acceptor.NewState(&w.serverInfo)
+	for i := range w.cfg.Safekeepers {
+		s := &server{w: w, idx: i, cfg: acceptor.Config{NodeID: uint64(i + 1), UnsafeTestingBug: cfg.Bug}, disk: newDisk(st)}
+		w.sks = append(w.sks, s)
+		s.restart()
+	}
+	for i := range w.cfg.Proposers {
+		w.props = append(w.props, &simProposer{w: w, idx: i, uuid: proto.ID{0xa0 + byte(i), 0x55}, idleUntil: w.rng.IntN(30)})
+	}
+	return w
+}
+
+// Run runs cfg and returns its result.
+func Run(cfg Config) Result {
+	w := NewWorld(cfg)
+	for w.step = 1; w.step <= cfg.Steps && w.err == nil; w.step++ {
+		w.doStep()
+		w.chk.check()
+	}
+	if w.err == nil && cfg.LivenessSteps > 0 {
+		w.liveness()
+	}
+	if w.err == nil {
+		for _, s := range w.sks {
+			if _, err := s.disk.verify(); err != nil {
+				w.failf("sk%d at the end: %v", s.idx, err)
+			}
+		}
+	}
+	return w.result()
+}
+
+func (w *World) result() Result {
+	r := Result{Seed: w.cfg.Seed, Steps: w.step, Err: w.err, Counts: w.counts, Commit: w.chk.commit, Elected: w.chk.elections}
+	h := fnv.New64a()
+	for _, s := range w.sks {
+		fmt.Fprintf(h, "%+v %d %d|", s.disk.state, s.disk.start, len(s.disk.wal))
+		h.Write(s.disk.wal)
+	}
+	r.Digest = h.Sum64()
+	if w.err != nil {
+		n := min(w.traceN, traceLen)
+		for k := w.traceN - n; k < w.traceN; k++ {
+			r.Trace = append(r.Trace, w.trace[k%traceLen].String())
+		}
+	}
+	return r
+}
+
+// liveness turns faults off, restarts every safekeeper, keeps one proposer
+// and requires it to commit new WAL within LivenessSteps steps.
+func (w *World) liveness() {
+	w.faultsOn = false
+	w.tracef("liveness phase: faults off")
+	for _, s := range w.sks {
+		if !s.up() {
+			s.restart()
+		}
+	}
+	for _, p := range w.props[1:] {
+		p.endSession(fmt.Errorf("stopped for the liveness phase"), 0)
+		p.stopped = true
+	}
+	p := w.props[0]
+	target := w.chk.commit
+	end := w.step + w.cfg.LivenessSteps
+	for ; w.step < end && w.err == nil; w.step++ {
+		w.doStep()
+		w.chk.check()
+		if p.elected() && p.core.CommitLSN() > target && p.core.CommitLSN() > p.core.Election().TermStartLSN {
+			w.count("liveness: committed new WAL")
+			return
+		}
+	}
+	if w.err == nil {
+		term := uint64(0)
+		if p.core != nil {
+			term = p.core.Ballot().Term
+		}
+		w.failf("liveness: with faults off, p0 (term %d, elected %v) committed no new WAL above %s in %d steps",
+			term, p.elected(), target, w.cfg.LivenessSteps)
+	}
+}
+
+// action is one thing that may happen in a step.
+type action struct {
+	weight int
+	do     func()
+}
+
+// doStep picks one enabled action, weighted, and does it.
+func (w *World) doStep() {
+	var acts []action
+	add := func(weight int, do func()) {
+		if weight > 0 {
+			acts = append(acts, action{weight, do})
+		}
+	}
+	// Deliveries: the head of any connection direction.
+	for _, c := range w.conns {
+		if c.sOpen && len(c.toSK) > 0 {
+			add(c.speed, func() { w.deliverToSK(c) })
+		}
+		if c.pOpen && len(c.toP) > 0 {
+			add(c.speed, func() { w.deliverToP(c) })
+		}
+	}
+	for _, s := range w.sks {
+		if s.up() && len(s.waiting) > 0 {
+			add(60, func() { w.tracef("sk%d: group flush", s.idx); s.flush() })
+		}
+	}
+	for _, p := range w.props {
+		switch {
+		case p.stopped:
+		case !p.active():
+			if w.step >= p.idleUntil {
+				add(20, p.startSession)
+			}
+		default:
+			add(15, p.tick)
+			if p.elected() && (p.walEnd()-w.tlStart < w.maxWAL || !w.faultsOn) {
+				add(25, func() { p.generate() })
+			}
+			for i, l := range p.links {
+				if l.phase == linkDown && w.sks[i].up() {
+					add(10, func() { w.tracef("p%d: reconnect sk%d", p.idx, i); p.connect(i) })
+				}
+			}
+		}
+	}
+	if w.faultsOn {
+		// A fault takes the step with its own probability, independent of
+		// how many ordinary actions are enabled.
+		var faults []action
+		w.addFaults(func(weight int, do func()) {
+			if weight > 0 {
+				faults = append(faults, action{weight, do})
+			}
+		})
+		r := w.rng.IntN(10000)
+		for _, a := range faults {
+			if r < a.weight {
+				a.do()
+				w.reap()
+				return
+			}
+			r -= a.weight
+		}
+	}
+	total := 0
+	for _, a := range acts {
+		total += a.weight
+	}
+	if total == 0 {
+		return
+	}
+	r := w.rng.IntN(total)
+	for _, a := range acts {
+		if r < a.weight {
+			a.do()
+			break
+		}
+		r -= a.weight
+	}
+	w.reap()
+}
+
+// addFaults offers the faults of this seed's mix, each with its probability
+// per step in 1/10000.
+func (w *World) addFaults(add func(int, func())) {
+	f := w.faults
+	down := 0
+	for _, s := range w.sks {
+		if !s.up() {
+			down++
+		}
+	}
+	for _, s := range w.sks {
+		if s.up() {
+			add(f.crash/len(w.sks), func() { w.count("fault: crash"); w.tracef("FAULT sk%d crashes", s.idx); s.crash() })
+		} else {
+			add(f.restart/max(down, 1), func() { w.count("fault: restart"); w.tracef("sk%d restarts", s.idx); s.restart() })
+		}
+	}
+	if len(w.conns) > 0 {
+		add(f.cut, func() {
+			c := w.conns[w.rng.IntN(len(w.conns))]
+			w.count("fault: cut")
+			w.tracef("FAULT conn%d (p%d-sk%d) cut, %d+%d frames lost", c.id, c.p, c.s, len(c.toSK), len(c.toP))
+			w.cut(c, true)
+		})
+		add(f.closeConn, func() {
+			// Half the time the proposer gives up on a slow connection
+			// (as a timeout would), leaving its frames in flight.
+			c := w.conns[w.rng.IntN(len(w.conns))]
+			if w.rng.IntN(2) == 0 {
+				var slow []*conn
+				for _, o := range w.conns {
+					if o.speed < 100 && o.pOpen && len(o.toSK) > 0 {
+						slow = append(slow, o)
+					}
+				}
+				if len(slow) > 0 {
+					c = slow[w.rng.IntN(len(slow))]
+				}
+			}
+			if !c.pOpen {
+				return
+			}
+			p := w.props[c.p]
+			w.count("fault: proposer closes connection")
+			w.tracef("FAULT p%d gives up conn%d to sk%d (%d frames still in flight to it)", c.p, c.id, c.s, len(c.toSK))
+			p.close(c.s)
+		})
+		add(f.dup, func() {
+			c := w.conns[w.rng.IntN(len(w.conns))]
+			q := &c.toSK
+			if w.rng.IntN(2) == 0 {
+				q = &c.toP
+			}
+			if len(*q) == 0 {
+				return
+			}
+			k := w.rng.IntN(len(*q))
+			if (*q)[k].eof || (*q)[k].err != "" {
+				return
+			}
+			w.count("fault: duplicate frame")
+			w.tracef("FAULT conn%d: frame %d duplicated", c.id, k)
+			*q = append((*q)[:k+1], (*q)[k:]...)
+		})
+	}
+	for _, p := range w.props {
+		if p.active() {
+			add(f.newCampaign/len(w.props), func() {
+				w.count("fault: proposer restarts its campaign")
+				p.endSession(fmt.Errorf("restarted to campaign again"), 0)
+				p.startSession()
+			})
+		}
+	}
+}
+
+// dial opens a connection from proposer p to safekeeper s.
+func (w *World) dial(p, s int) *conn {
+	w.nextConn++
+	c := &conn{id: w.nextConn, p: p, s: s, pOpen: true, sOpen: true, speed: 100}
+	if w.rng.IntN(100) < w.faults.slowConn {
+		c.speed = 1 + w.rng.IntN(10)
+	}
+	w.conns = append(w.conns, c)
+	w.tracef("p%d: conn%d to sk%d", p, c.id, s)
+	return c
+}
+
+func (w *World) deliverToSK(c *conn) {
+	f := c.toSK[0]
+	c.toSK = c.toSK[1:]
+	w.traceFrame(c, f, true)
+	s := w.sks[c.s]
+	s.receive(c, f)
+	if w.faultsOn && s.up() && w.rng.IntN(10000) < w.faults.crashAfter {
+		w.count("fault: crash right after a message")
+		w.tracef("FAULT sk%d crashes right after that", s.idx)
+		s.crash()
+	}
+}
+
+func (w *World) deliverToP(c *conn) {
+	f := c.toP[0]
+	c.toP = c.toP[1:]
+	w.traceFrame(c, f, false)
+	w.props[c.p].receive(c, f)
+}
+
+// closeByProposer is the proposer closing its end: what it sent is still
+// delivered, then EOF.
+func (w *World) closeByProposer(c *conn) {
+	if !c.pOpen {
+		return
+	}
+	c.pOpen = false
+	c.toP = nil
+	if c.sOpen {
+		c.toSK = append(c.toSK, frame{eof: true})
+	}
+}
+
+// cut breaks c: everything in flight is lost, both ends see it at once.
+// serverAlive: the safekeeper process survives (a network cut, not a
+// crash) and flushes what the connection sent, as on any EOF.
+func (w *World) cut(c *conn, serverAlive bool) {
+	c.toSK, c.toP = nil, nil
+	if c.sOpen {
+		c.sOpen = false
+		if s := w.sks[c.s]; serverAlive && s.up() {
+			s.flush()
+		}
+	}
+	if c.pOpen {
+		c.pOpen = false
+		if p := w.props[c.p]; p.active() && p.links[c.s].c == c {
+			p.disconnected(c.s)
+		}
+	}
+}
+
+// reap forgets connections closed at both ends.
+func (w *World) reap() {
+	k := 0
+	for _, c := range w.conns {
+		if !c.closed() {
+			w.conns[k] = c
+			k++
+		}
+	}
+	clear(w.conns[k:])
+	w.conns = w.conns[:k]
+}
+
+func (w *World) traceFrame(c *conn, f frame, toSK bool) {
+	dir := direction{c.p, c.s, toSK}
+	switch {
+	case f.eof:
+		w.tracef("deliver conn%d %s: EOF", c.id, dir)
+	case f.err != "":
+		w.tracef("deliver conn%d %s: ErrorResponse", c.id, dir)
+	default:
+		w.traceAdd(traceEntry{step: w.step, format: "deliver conn%d %s: ", args: []any{c.id, dir}, frame: f.payload})
+	}
+}
+
+type direction struct {
+	p, s int
+	toSK bool
+}
+
+func (d direction) String() string {
+	if d.toSK {
+		return fmt.Sprintf("p%d→sk%d", d.p, d.s)
+	}
+	return fmt.Sprintf("sk%d→p%d", d.s, d.p)
+}
+
+// describe summarizes an encoded message for the trace.
+func describe(b []byte) string {
+	var m proto.Message
+	var err error
+	switch b[0] {
+	case proto.TagServerInfo, proto.TagRequestVote, proto.TagProposerElected, proto.TagSafeKeeperRequest:
+		m, err = proto.DecodeProposerMessage(b)
+	default:
+		m, err = proto.DecodeSafeKeeperMessage(b)
+	}
+	if err != nil {
+		return fmt.Sprintf("undecodable (%v)", err)
+	}
+	switch m := m.(type) {
+	case *proto.ServerInfo:
+		return "ServerInfo"
+	case *proto.SafeKeeperInfo:
+		return fmt.Sprintf("SafeKeeperInfo voted_for %s last_log_term %d flush %s commit %s", m.VotedFor, m.LastLogTerm, m.FlushLSN, m.CommitLSN)
+	case *proto.RequestVote:
+		return fmt.Sprintf("RequestVote %s", m.Candidate)
+	case *proto.VoteResponse:
+		return fmt.Sprintf("NodeId %s", m.VotedFor)
+	case *proto.ProposerElected:
+		return fmt.Sprintf("ProposerElected term %d start_streaming_at %s history %v", m.Term, m.StartStreamingAt, m.History)
+	case *proto.SafeKeeperRequest:
+		return fmt.Sprintf("SafeKeeperRequest %s %s..%s commit %s", m.Sender, m.BeginLSN, m.EndLSN, m.CommitLSN)
+	case *proto.SafeKeeperResponse:
+		return fmt.Sprintf("SafeKeeperResponse term %d flush %s commit %s", m.Term, m.FlushLSN, m.CommitLSN)
+	}
+	return fmt.Sprintf("%T", m)
+}
+
+type traceEntry struct {
+	step   int
+	format string
+	args   []any // values only: formatted later
+	frame  []byte
+}
+
+func (e traceEntry) String() string {
+	s := fmt.Sprintf("%6d  ", e.step) + fmt.Sprintf(e.format, e.args...)
+	if e.frame != nil {
+		s += describe(e.frame)
+	}
+	return s
+}
+
+func (w *World) tracef(format string, args ...any) {
+	w.traceAdd(traceEntry{step: w.step, format: format, args: args})
+}
+
+func (w *World) traceAdd(e traceEntry) {
+	if len(w.trace) < traceLen {
+		w.trace = append(w.trace, traceEntry{})
+	}
+	w.trace[w.traceN%traceLen] = e
+	w.traceN++
+}
+
+// failf records the first broken invariant; the run stops after this step.
+func (w *World) failf(format string, args ...any) {
+	if w.err == nil {
+		w.err = fmt.Errorf("step %d: "+format, append([]any{w.step}, args...)...)
+		w.tracef("FAILED: %v", w.err)
+	}
+}
+
+func (w *World) count(name string) {
+	for i := range w.counts {
+		if w.counts[i].Name == name {
+			w.counts[i].N++
+			return
+		}
+	}
+	w.counts = append(w.counts, Count{name, 1})
+}
+
+// FormatTrace renders a trace for a failure message.
+func FormatTrace(t []string) string { return "    " + strings.Join(t, "\n    ") }
