@@ -180,12 +180,18 @@ func TestCrashKill(t *testing.T) {
 
 	const budget = 12 * time.Second
 	began := time.Now()
-	var iterations, inFlightSeen uint64
+	var iterations, inFlightSeen, wantCommits uint64
 	for iterations < 40 && (iterations < 5 || time.Since(began) < budget) {
 		iterations++
 		childSeed := rng.Uint64()
-		delay := time.Duration(rng.Int64N(int64(120 * time.Millisecond)))
-		acked, pending, err := runCrashChild(dir, childSeed, delay, model)
+		// The kill is armed once the child has acknowledged killAfter
+		// commits in this run, then fires after a random delay: every run
+		// makes progress however slow the machine is, and the kill still
+		// lands at a random point of a commit.
+		killAfter := uint64(rng.IntN(4))
+		wantCommits += killAfter
+		delay := time.Duration(rng.Int64N(int64(30 * time.Millisecond)))
+		acked, pending, err := runCrashChild(dir, childSeed, killAfter, delay, model)
 		if err != nil {
 			t.Fatalf("seed %d, iteration %d: %v", seed, iterations, err)
 		}
@@ -198,16 +204,17 @@ func TestCrashKill(t *testing.T) {
 		}
 	}
 	t.Logf("%d kills, last commit seq %d, %d times the in-flight commit had become durable", iterations, model.seq, inFlightSeen)
-	if model.seq < iterations {
-		t.Fatalf("only %d commits over %d runs: the helper is not making progress", model.seq, iterations)
+	if model.seq < wantCommits {
+		t.Fatalf("only %d commits over %d runs, want at least %d: the helper is not making progress", model.seq, iterations, wantCommits)
 	}
 }
 
-// runCrashChild runs the helper until it is killed delay after it is ready.
+// runCrashChild runs the helper until it is killed delay after it is ready
+// and has acknowledged killAfter commits.
 // It applies acknowledged commits and creations to model and returns the
 // number of new acknowledged commits and the ops of the commit in flight
 // (nil if none was announced).
-func runCrashChild(dir string, seed uint64, delay time.Duration, model *crashModel) (acked uint64, pending *pendingCommit, err error) {
+func runCrashChild(dir string, seed, killAfter uint64, delay time.Duration, model *crashModel) (acked uint64, pending *pendingCommit, err error) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, crashSeedEnv+"="+strconv.FormatUint(seed, 10))
 	var stderr bytes.Buffer
@@ -238,7 +245,9 @@ func runCrashChild(dir string, seed uint64, delay time.Duration, model *crashMod
 		f := strings.Fields(line)
 		switch {
 		case len(f) == 1 && f[0] == "R":
-			timer = time.AfterFunc(delay, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
+			if killAfter == 0 {
+				timer = time.AfterFunc(delay, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
+			}
 		case len(f) >= 2 && f[0] == "P":
 			seq, _ := strconv.ParseUint(f[1], 10, 64)
 			if seq != model.seq+1 {
@@ -254,6 +263,9 @@ func runCrashChild(dir string, seed uint64, delay time.Duration, model *crashMod
 			if parseErr = model.apply(pending.ops, seq); parseErr == nil {
 				model.seq = seq
 				acked++
+				if acked == killAfter && timer == nil {
+					timer = time.AfterFunc(delay, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
+				}
 			}
 			pending = nil
 		case len(f) == 2 && f[0] == "K":
