@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/safekeeper
 PKGS    := ./...
 
-.PHONY: build test test-unit demo sim vet fmt bench clean
+.PHONY: build test test-unit demo sim chaos vet fmt bench clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/safekeeper
@@ -26,6 +26,13 @@ demo: build
 SEEDS ?= 5000
 sim:
 	$(GO) test ./test/sim -run 'TestSim$$' -seeds=$(SEEDS) -timeout 0 -v
+
+# The long crash loop (test/chaos TestChaos): safekeeper and proposer kills,
+# partitions, then the invariant checks. make test runs the short forms.
+CHAOS_DURATION ?= 10m
+CHAOS_SEED     ?= 0
+chaos: build
+	$(GO) test -count=1 -timeout 0 -v ./test/chaos -run '^TestChaos$$' -chaos.duration=$(CHAOS_DURATION) -chaos.seed=$(CHAOS_SEED)
 
 test-unit:
 	$(GO) test -short -count=1 $(PKGS)

@@ -158,7 +158,9 @@ func (c *Core) Campaign() (proto.NodeID, error) {
 
 // Voted records safekeeper i's verdict v and, for a grant, the fresh
 // SafeKeeperInfo sent after it (rule 2). A refusal returns ErrVoteRefused
-// during the campaign, a *DeposedError once elected. It reports whether a
+// during the campaign; once elected, a refusal showing a higher term is a
+// *DeposedError and one showing another ballot of our own term is
+// ErrCannotJoin (that safekeeper sits out the term). It reports whether a
 // quorum has now granted.
 func (c *Core) Voted(i int, v *proto.VoteResponse, fresh *proto.SafeKeeperInfo) (quorum bool, err error) {
 	if c.ballot.Term == 0 {
@@ -166,6 +168,12 @@ func (c *Core) Voted(i int, v *proto.VoteResponse, fresh *proto.SafeKeeperInfo) 
 	}
 	if v.VotedFor != c.ballot {
 		c.maxTerm = max(c.maxTerm, v.VotedFor.Term)
+		if c.election != nil && v.VotedFor.Term == c.ballot.Term {
+			// Another candidate of our own term got this vote. It cannot
+			// have a quorum (we do, and quorums intersect), so we are not
+			// deposed; this safekeeper just cannot join our term.
+			return false, fmt.Errorf("%w: safekeeper #%d voted for %s in our term %d", ErrCannotJoin, i, v.VotedFor, c.ballot.Term)
+		}
 		if c.election != nil {
 			return false, c.deposed(i, v.VotedFor.Term)
 		}

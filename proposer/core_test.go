@@ -378,6 +378,20 @@ func TestRefusedVoteAfterElectionDeposes(t *testing.T) {
 	}
 }
 
+func TestSameTermRefusalAfterElectionIsNotDeposal(t *testing.T) {
+	// A late safekeeper voted for another candidate of our own term: that
+	// candidate cannot have a quorum (we do), so we are not deposed; the
+	// safekeeper only sits out the term.
+	c := streaming(t)
+	c.Disconnected(2)
+	c.Greeted(2, info(c.Ballot().Term, 0, 0, nil))
+	other := proto.NodeID{Term: c.Ballot().Term, UUID: proto.ID{0xee}}
+	_, err := c.Voted(2, &proto.VoteResponse{VotedFor: other}, nil)
+	if errors.Is(err, ErrDeposed) || !errors.Is(err, ErrCannotJoin) {
+		t.Fatalf("got %v, want ErrCannotJoin and not ErrDeposed", err)
+	}
+}
+
 func TestReconnectIsReGrantedWithSameBallotAndNewStart(t *testing.T) {
 	c := streaming(t)
 	b := c.Ballot()

@@ -282,6 +282,11 @@ func (s *session) onSafekeeper(ctx context.Context, ev skEvent) error {
 		}
 		if m.VotedFor != s.core.Ballot() {
 			_, err := s.core.Voted(ev.sk, m, nil)
+			if errors.Is(err, ErrCannotJoin) {
+				s.log.Warn("safekeeper voted for another candidate of our term; it sits out this term", "safekeeper", addr, "err", err)
+				sk.phase = skParked
+				return nil
+			}
 			return err
 		}
 		sk.pendingVote = m
@@ -340,6 +345,14 @@ func (s *session) requestVote(sk *skState) {
 // elect decides the election, sends ProposerElected to every voter and
 // starts the primary's stream.
 func (s *session) elect(ctx context.Context) error {
+	// The primary's flush position read at connect time is stale by now if
+	// another proposer kept streaming meanwhile: read it again, or the
+	// donor's WAL would look like WAL the primary lost.
+	if pos, err := s.up.flushPos(ctx); err != nil {
+		return err
+	} else if pos > s.ui.XLogPos {
+		s.ui.XLogPos = pos
+	}
 	newStart := s.ui.RestartLSN
 	if newStart == 0 || newStart > s.ui.XLogPos {
 		newStart = s.ui.XLogPos

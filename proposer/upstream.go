@@ -53,6 +53,16 @@ func dialUpstream(ctx context.Context, connStr, appName string, timeout time.Dur
 
 func (u *upstream) close() { u.pg.Close(context.Background()) }
 
+// flushPos returns the primary's current flush position (IDENTIFY_SYSTEM's
+// xlogpos). The connection must not be streaming.
+func (u *upstream) flushPos(ctx context.Context) (proto.LSN, error) {
+	is, err := pglogrepl.IdentifySystem(ctx, u.pg)
+	if err != nil {
+		return 0, fmt.Errorf("proposer: IDENTIFY_SYSTEM: %w", err)
+	}
+	return proto.LSN(is.XLogPos), nil
+}
+
 // identify runs IDENTIFY_SYSTEM and the SHOWs.
 func (u *upstream) identify(ctx context.Context) (upstreamInfo, error) {
 	var in upstreamInfo

@@ -77,3 +77,47 @@ func TestBinDir(t *testing.T) {
 		t.Errorf("BinDir %s has no pg_waldump: %v", dir, err)
 	}
 }
+
+// TestKillRestart: Kill ends the postmaster and its children with SIGKILL
+// (no shutdown checkpoint: the next start runs crash recovery) and a
+// committed row survives Restart.
+func TestKillRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	c := Start(t, Options{})
+	c.Exec(t, "CREATE TABLE k(i int); INSERT INTO k VALUES (42)")
+	pid, err := c.Pid()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kids := children(pid)
+	if len(kids) == 0 {
+		t.Fatalf("postmaster %d has no children", pid)
+	}
+	c.Kill(t)
+	for _, p := range append(kids, pid) {
+		if alive(p) {
+			t.Fatalf("process %d alive after Kill", p)
+		}
+	}
+	if _, err := c.Query(context.Background(), "SELECT 1"); err == nil {
+		t.Fatal("server answers after Kill")
+	}
+	c.Stop(t) // a no-op after Kill
+	c.Restart(t)
+	if got := c.Exec(t, "SELECT i FROM k"); got != "42" {
+		t.Fatalf("after restart: %q", got)
+	}
+	if p2, err := c.Pid(); err != nil || p2 == pid {
+		t.Fatalf("pid after restart %d (%v), before %d", p2, err, pid)
+	}
+	b, _ := os.ReadFile(c.LogFile)
+	if !strings.Contains(string(b), "not properly shut down; automatic recovery in progress") {
+		t.Fatalf("no crash recovery after Kill:\n%s", b)
+	}
+	c.Restart(t) // running: stops, then starts
+	if got := c.Exec(t, "SELECT i FROM k"); got != "42" {
+		t.Fatalf("after second restart: %q", got)
+	}
+}

@@ -1,0 +1,481 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/test/harness"
+	"github.com/safekeeper/safekeeper/test/pgtest"
+)
+
+var (
+	chaosDuration = flag.Duration("chaos.duration", 0, "run TestChaos's crash loop this long (0: TestChaos is skipped)")
+	chaosSeed     = flag.Uint64("chaos.seed", 0, "seed of the fault schedule (0: from the clock; the seed is logged)")
+)
+
+var (
+	tenantID   = proto.ID{0xc4, 0xa0, 1}
+	timelineID = proto.ID{0xc4, 0xa0, 2}
+)
+
+// segMB is the primary's WAL segment size: small, so that complete
+// segments (what is compared byte for byte) come quickly.
+const segMB = 1
+
+// newRand returns the test's PRNG and logs its seed.
+func newRand(t *testing.T) *rand.Rand {
+	seed := *chaosSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (replay the fault schedule with -chaos.seed=%d)", seed, seed)
+	return rand.New(rand.NewPCG(seed, seed^0x5afe))
+}
+
+// options shapes a cluster.
+type options struct {
+	// proxies puts a harness.Proxy between the proposer and every
+	// safekeeper (the proposer's --safekeepers lists the proxies).
+	proxies bool
+	// conf is appended to the primary's postgresql.conf.
+	conf []string
+	// noProposer leaves the proposer to the test.
+	noProposer bool
+	// sk3 adjusts safekeeper 3 before the proposer starts (e.g. moves its
+	// data directory); it must leave it running.
+	sk3 func(sk *harness.Safekeeper)
+}
+
+// cluster is the pipeline under test.
+type cluster struct {
+	t       *testing.T
+	pg      *pgtest.Cluster
+	sks     []*harness.Safekeeper
+	proxies []*harness.Proxy // nil without options.proxies
+	prop    *harness.Process
+	started time.Time
+}
+
+func startCluster(t *testing.T, o options) *cluster {
+	t.Helper()
+	c := &cluster{t: t, started: time.Now()}
+	conf := append([]string{
+		"synchronous_standby_names = 'proposer'",
+		"wal_sender_timeout = '20s'",
+		// The primary keeps its WAL, so a safekeeper that was down or cut
+		// off catches up from it (docs/proposer.md, known limits).
+		"wal_keep_size = '1GB'",
+		"max_wal_size = '1GB'",
+		"checkpoint_timeout = '1h'",
+	}, o.conf...)
+	c.pg = pgtest.Start(t, pgtest.Options{WALSegSizeMB: segMB, Conf: conf})
+	for id := uint64(1); id <= 3; id++ {
+		sk := harness.StartSafekeeper(t, id)
+		if id == 3 && o.sk3 != nil {
+			o.sk3(sk)
+		}
+		c.sks = append(c.sks, sk)
+		if o.proxies {
+			c.proxies = append(c.proxies, harness.StartProxy(t, sk.Addr))
+		}
+	}
+	if !o.noProposer {
+		c.prop = c.startProposer("proposer", "proposer")
+		c.waitSyncStandby("proposer")
+	}
+	return c
+}
+
+// proposerAddrs is what the proposer's --safekeepers lists.
+func (c *cluster) proposerAddrs() string {
+	var addrs []string
+	for i, sk := range c.sks {
+		if c.proxies != nil {
+			addrs = append(addrs, c.proxies[i].Addr)
+		} else {
+			addrs = append(addrs, sk.Addr)
+		}
+	}
+	return strings.Join(addrs, ",")
+}
+
+func (c *cluster) startProposer(name, slot string) *harness.Process {
+	c.t.Helper()
+	return c.startProposerOn(timelineID, name, slot)
+}
+
+// startProposerOn starts a proposer for timeline (of tenantID).
+func (c *cluster) startProposerOn(timeline proto.ID, name, slot string) *harness.Process {
+	c.t.Helper()
+	return harness.StartProcess(c.t, name, "--log-level", "debug", "propose",
+		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", c.pg.Port),
+		"--safekeepers", c.proposerAddrs(),
+		"--tenant-id", tenantID.String(), "--timeline-id", timeline.String(),
+		"--slot", slot, "--application-name", name, "--buffer-size", "1MiB")
+}
+
+// waitSyncStandby waits until the proposer named app streams as the
+// primary's synchronous standby (sync_state quorum with ANY n (...)).
+func (c *cluster) waitSyncStandby(app string) {
+	c.t.Helper()
+	harness.WaitFor(c.t, 90*time.Second, app+" streaming as the sync standby", func() bool {
+		c.checkProposerAlive()
+		out, err := c.pg.Query(context.Background(), "SELECT state || '/' || sync_state FROM pg_stat_replication WHERE application_name = '"+app+"'")
+		return err == nil && (out == "streaming/sync" || out == "streaming/quorum")
+	})
+}
+
+func (c *cluster) checkProposerAlive() {
+	if c.prop == nil {
+		return
+	}
+	if exited, code := c.prop.Exited(); exited {
+		c.t.Fatalf("proposer exited with code %d:\n%s", code, tailString(c.prop.Log(), 40))
+	}
+}
+
+// lsn runs sql on the primary and parses its one LSN.
+func (c *cluster) lsn(sql string) proto.LSN {
+	c.t.Helper()
+	l, err := proto.ParseLSN(c.pg.Exec(c.t, sql))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return l
+}
+
+func (c *cluster) flushLSN() proto.LSN { return c.lsn("SELECT pg_current_wal_flush_lsn()") }
+
+// status is a safekeeper's TIMELINE_STATUS row.
+type status struct {
+	Term, LastLogTerm                               uint64
+	FlushLSN, CommitLSN, TruncateLSN, TimelineStart proto.LSN
+}
+
+// timelineStatus reads TIMELINE_STATUS over a replication connection.
+func timelineStatus(addr string) (status, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	host, port, _ := strings.Cut(addr, ":")
+	conn, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres sslmode=disable replication=true connect_timeout=5 options='-c tenant_id=%s -c timeline_id=%s'",
+		host, port, tenantID, timelineID))
+	if err != nil {
+		return status{}, err
+	}
+	defer conn.Close(context.Background())
+	res, err := conn.Exec(ctx, "TIMELINE_STATUS").ReadAll()
+	if err != nil {
+		return status{}, err
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 {
+		return status{}, fmt.Errorf("TIMELINE_STATUS: %d results", len(res))
+	}
+	var st status
+	for i, fd := range res[0].FieldDescriptions {
+		v := string(res[0].Rows[0][i])
+		switch fd.Name {
+		case "term":
+			st.Term, err = strconv.ParseUint(v, 10, 64)
+		case "last_log_term":
+			st.LastLogTerm, err = strconv.ParseUint(v, 10, 64)
+		case "flush_lsn":
+			st.FlushLSN, err = proto.ParseLSN(v)
+		case "commit_lsn":
+			st.CommitLSN, err = proto.ParseLSN(v)
+		case "truncate_lsn":
+			st.TruncateLSN, err = proto.ParseLSN(v)
+		case "timeline_start_lsn":
+			st.TimelineStart, err = proto.ParseLSN(v)
+		}
+		if err != nil {
+			return status{}, fmt.Errorf("TIMELINE_STATUS %s = %q: %v", fd.Name, v, err)
+		}
+	}
+	return st, nil
+}
+
+// statuses reads every safekeeper's status; a safekeeper that does not
+// answer gets ok = false.
+func (c *cluster) statuses() ([]status, []bool) {
+	sts, oks := make([]status, len(c.sks)), make([]bool, len(c.sks))
+	for i, sk := range c.sks {
+		st, err := timelineStatus(sk.Addr)
+		sts[i], oks[i] = st, err == nil
+	}
+	return sts, oks
+}
+
+// waitCommitted waits until every safekeeper's commit_lsn is ≥ l.
+func (c *cluster) waitCommitted(l proto.LSN, d time.Duration) {
+	c.t.Helper()
+	harness.WaitFor(c.t, d, fmt.Sprintf("commit_lsn ≥ %s on every safekeeper", l), func() bool {
+		c.checkProposerAlive()
+		sts, oks := c.statuses()
+		for i := range sts {
+			if !oks[i] || sts[i].CommitLSN < l {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// quorumTerm returns the term a quorum (2 of 3) has voted for at least.
+func (c *cluster) quorumTerm() uint64 {
+	sts, oks := c.statuses()
+	var terms []uint64
+	for i := range sts {
+		if oks[i] {
+			terms = append(terms, sts[i].Term)
+		}
+	}
+	if len(terms) < 2 {
+		return 0
+	}
+	// the 2nd highest
+	hi, second := uint64(0), uint64(0)
+	for _, x := range terms {
+		if x > hi {
+			hi, second = x, hi
+		} else if x > second {
+			second = x
+		}
+	}
+	return second
+}
+
+// finish ends a run: a last commit, a segment switch so that the last
+// segment holding the run's WAL is complete, and every safekeeper's
+// commit_lsn at the primary's flush position. It returns that position.
+func (c *cluster) finish() proto.LSN {
+	c.t.Helper()
+	c.pg.Exec(c.t, "CREATE TABLE IF NOT EXISTS chaos_end(x int); INSERT INTO chaos_end VALUES (1)")
+	c.pg.Exec(c.t, "SELECT pg_switch_wal()")
+	c.pg.Exec(c.t, "INSERT INTO chaos_end VALUES (2)") // waits for the quorum
+	final := c.flushLSN()
+	c.waitCommitted(final, 90*time.Second)
+	return final
+}
+
+// checkSegments stops the proposer and the safekeepers (SIGTERM), exports
+// each safekeeper's WAL and compares every complete segment from the
+// timeline's start up to final with the primary's pg_wal. The primary keeps
+// 1 GB of WAL (wal_keep_size); only in a long run may its oldest segments be
+// recycled, and those are skipped.
+func (c *cluster) checkSegments(final proto.LSN) {
+	t := c.t
+	t.Helper()
+	sts, oks := c.statuses()
+	if !oks[0] {
+		t.Fatal("safekeeper 1 does not answer TIMELINE_STATUS")
+	}
+	start := sts[0].TimelineStart
+	if c.prop != nil {
+		if err := c.prop.Stop(30 * time.Second); err != nil {
+			t.Errorf("proposer exit: %v", err)
+		}
+	}
+	seg := proto.LSN(c.pg.WALSegSize)
+	for _, sk := range c.sks {
+		if err := sk.Stop(30 * time.Second); err != nil {
+			t.Fatalf("stop safekeeper %d: %v", sk.ID, err)
+		}
+		out := c.export(sk)
+		compared, recycled := 0, 0
+		for s := start.SegmentStart(uint64(seg)); s+seg <= final; s += seg {
+			name := proto.SegmentFileName(1, s, uint64(seg))
+			mine, err := os.ReadFile(filepath.Join(out, name))
+			if err != nil {
+				t.Errorf("safekeeper %d: segment %s not exported: %v", sk.ID, name, err)
+				continue
+			}
+			theirs, err := os.ReadFile(filepath.Join(c.pg.WALDir(), name))
+			if os.IsNotExist(err) && compared == 0 {
+				recycled++ // a long run passed max_wal_size: the oldest are gone
+				continue
+			}
+			if err != nil {
+				t.Errorf("primary's segment %s: %v", name, err)
+				continue
+			}
+			if !bytes.Equal(mine, theirs) {
+				at := s + proto.LSN(firstDiff(mine, theirs))
+				t.Errorf("safekeeper %d: segment %s differs from the primary's at %s\n%s", sk.ID, name, at, c.waldump(at))
+			}
+			compared++
+		}
+		if compared < 2 {
+			t.Errorf("safekeeper %d: only %d complete segments compared (%s..%s)", sk.ID, compared, start, final)
+		}
+		t.Logf("safekeeper %d: %d complete segments %s..%s byte-identical to the primary's pg_wal (%d older ones recycled there)", sk.ID, compared, start, final, recycled)
+	}
+}
+
+// export runs `safekeeper wal export` on a stopped safekeeper.
+func (c *cluster) export(sk *harness.Safekeeper) string {
+	c.t.Helper()
+	out := c.t.TempDir()
+	cmd := exec.Command(harness.Binary(c.t), "wal", "export", "--data-dir", sk.DataDir,
+		"--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(), "--output", out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		c.t.Fatalf("wal export of safekeeper %d: %v\n%s", sk.ID, err, b)
+	}
+	return out
+}
+
+// waldump shows the primary's records around at (for failure reports).
+func (c *cluster) waldump(at proto.LSN) string {
+	from := at - min(at, 256<<10)
+	out, _ := pgCmd(context.Background(), c.pg, "pg_waldump", "-p", c.pg.WALDir(), "-s", from.String(), "-e", (at + 64<<10).String()).CombinedOutput()
+	return tailString(string(out), 20)
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+func tailString(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// pgCmd runs a PostgreSQL program as the postgres user when we are root
+// (PostgreSQL refuses root), as the program's direct parent.
+func pgCmd(ctx context.Context, pg *pgtest.Cluster, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, pg.PgBin(name), args...)
+	if os.Geteuid() == 0 {
+		uid, gid := postgresIDs()
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	}
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), "LC_ALL=C", "PGTZ=UTC")
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+func pgRun(t *testing.T, pg *pgtest.Cluster, name string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := pgCmd(ctx, pg, name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %q: %v\n%s", name, args, err, out)
+	}
+	return string(out)
+}
+
+func postgresIDs() (int, int) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		panic("running as root without a postgres user: " + err.Error())
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return uid, gid
+}
+
+// pgDir makes a directory the PostgreSQL programs' user owns.
+func pgDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	if os.Geteuid() == 0 {
+		uid, gid := postgresIDs()
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// standby is a hot standby made by pg_basebackup of the primary whose
+// primary_conninfo points at a safekeeper.
+type standby struct {
+	pg   *pgtest.Cluster // for PgBin
+	dir  string
+	data string
+	port int
+}
+
+func (c *cluster) startStandby(sk *harness.Safekeeper) *standby {
+	t := c.t
+	t.Helper()
+	s := &standby{pg: c.pg, dir: pgDir(t), port: harness.FreePort(t)}
+	s.data = filepath.Join(s.dir, "data")
+	pgRun(t, c.pg, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.pg.Port), "-U", "postgres", "-D", s.data, "-X", "stream", "-c", "fast")
+	host, port, _ := strings.Cut(sk.Addr, ":")
+	conf := fmt.Sprintf(`
+port = %d
+unix_socket_directories = '%s'
+hot_standby = on
+synchronous_standby_names = ''
+primary_conninfo = 'host=%s port=%s user=postgres application_name=standby1 options=''-c tenant_id=%s -c timeline_id=%s'''
+wal_retrieve_retry_interval = 1s
+`, s.port, s.dir, host, port, tenantID, timelineID)
+	f, err := os.OpenFile(filepath.Join(s.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(conf)
+	f.Close()
+	sig := filepath.Join(s.data, "standby.signal")
+	if err := os.WriteFile(sig, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		uid, gid := postgresIDs()
+		os.Chown(sig, uid, gid)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(s.dir, "standby.log"))
+			t.Logf("standby log tail:\n%s", tailString(string(b), 30))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		pgCmd(ctx, c.pg, "pg_ctl", "-D", s.data, "-m", "immediate", "-w", "stop").Run()
+	})
+	pgRun(t, c.pg, "pg_ctl", "-D", s.data, "-l", filepath.Join(s.dir, "standby.log"), "-w", "-t", "90", "start")
+	return s
+}
+
+func (s *standby) query(t *testing.T, sql string) string {
+	t.Helper()
+	return strings.TrimSpace(pgRun(t, s.pg, "psql", "-XAtq", "-h", s.dir, "-p", strconv.Itoa(s.port), "-U", "postgres", "-d", "postgres", "-c", sql))
+}
+
+func (s *standby) waitReplay(t *testing.T, lsn proto.LSN) {
+	t.Helper()
+	harness.WaitFor(t, 120*time.Second, "standby replay to reach "+lsn.String(), func() bool {
+		out, err := pgCmd(context.Background(), s.pg, "psql", "-XAtq", "-h", s.dir, "-p", strconv.Itoa(s.port), "-U", "postgres",
+			"-d", "postgres", "-c", "select pg_last_wal_replay_lsn() >= '"+lsn.String()+"'::pg_lsn").Output()
+		return err == nil && strings.TrimSpace(string(out)) == "t"
+	})
+}

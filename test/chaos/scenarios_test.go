@@ -1,0 +1,384 @@
+package chaos
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/safekeeper/safekeeper/proposer"
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/test/harness"
+)
+
+func skipShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes: skipped in -short mode")
+	}
+}
+
+// waitAcked waits until n more transfers have been acknowledged.
+func (c *cluster) waitAcked(b *bank, n int, what string) {
+	c.t.Helper()
+	from := b.ackedCount()
+	harness.WaitFor(c.t, 60*time.Second, fmt.Sprintf("%d more acknowledged transfers (%s)", n, what), func() bool {
+		c.checkProposerAlive()
+		return b.ackedCount() >= from+n
+	})
+}
+
+// quorumFlushAbove counts the safekeepers whose flush_lsn is above l.
+func (c *cluster) quorumFlushAbove(l proto.LSN) (int, []status) {
+	sts, oks := c.statuses()
+	n := 0
+	for i := range sts {
+		if oks[i] && sts[i].FlushLSN > l {
+			n++
+		}
+	}
+	return n, sts
+}
+
+// TestProposerKill9NewTermNoAckedWALLost: the proposer is killed -9 mid-
+// stream, twice. At the moment of the kill every acknowledged transfer's
+// commit is above a WAL position that a quorum has flushed; the restarted
+// proposer is elected in a higher term (TIMELINE_STATUS on a quorum),
+// commits resume, and at the end the standby fed by a safekeeper has every
+// acknowledged transfer and the invariant total.
+func TestProposerKill9NewTermNoAckedWALLost(t *testing.T) {
+	skipShort(t)
+	rng := newRand(t)
+	c := startCluster(t, options{})
+	b := newBank(t, c.pg)
+	sb := c.startStandby(c.sks[1])
+	b.start(4, rng)
+	for round := 1; round <= 2; round++ {
+		c.waitAcked(b, 200, "before the kill")
+		before := c.quorumTerm()
+		c.prop.Kill()
+		// No commit is acknowledged after this: the primary has no
+		// synchronous standby until the proposer is back.
+		acked, hi := b.snapshot()
+		if n, sts := c.quorumFlushAbove(hi); n < 2 {
+			t.Fatalf("round %d: %d acknowledged transfers (commits above %s), but only %d safekeepers flushed past it: %+v", round, len(acked), hi, n, sts)
+		}
+		c.prop.Start()
+		harness.WaitFor(t, 90*time.Second, fmt.Sprintf("a term above %d on a quorum", before), func() bool {
+			c.checkProposerAlive()
+			return c.quorumTerm() > before
+		})
+		c.waitAcked(b, 100, "after the restart")
+		t.Logf("round %d: %d acknowledged before kill -9 of the proposer were on a quorum (above %s); new term %d > %d; commits resumed",
+			round, len(acked), hi, c.quorumTerm(), before)
+	}
+	b.stopAndReport()
+	acked, _ := b.snapshot()
+	final := c.finish()
+	sb.waitReplay(t, final)
+	onPrimary := b.check(t, "primary", func(sql string) string { return c.pg.Exec(t, sql) }, acked)
+	onStandby := b.check(t, "standby fed by safekeeper 2", func(sql string) string { return sb.query(t, sql) }, acked)
+	if onPrimary != onStandby {
+		t.Errorf("standby %q, primary %q", onStandby, onPrimary)
+	}
+	c.checkSegments(final)
+}
+
+// TestPrimaryKill9TornTailTruncated: the primary is killed -9 (postmaster
+// and every backend at once) under load with large records — logical
+// messages of up to 1 MiB, rows of 8–40 kB, full-page images right after a
+// CHECKPOINT, wal_buffers at 64 kB so records are written out (and
+// streamed) before they are complete — and restarted. The proposer
+// reconnects by itself in a new term; in the end every safekeeper's WAL is
+// byte-identical to the primary's pg_wal, so whatever torn tail a
+// safekeeper held past the last complete record was truncated and replaced
+// by what the primary wrote after recovery.
+func TestPrimaryKill9TornTailTruncated(t *testing.T) {
+	skipShort(t)
+	rng := newRand(t)
+	c := startCluster(t, options{conf: []string{"wal_buffers = '64kB'"}})
+	b := newBank(t, c.pg)
+	b.start(2, rng)
+	b.startBig(3, rng)
+	for round := 1; round <= 3; round++ {
+		c.waitAcked(b, 50, "load before the checkpoint")
+		c.pg.Exec(t, "CHECKPOINT")
+		<-time.After(time.Duration(rng.Int64N(int64(500 * time.Millisecond)))) // the fault schedule
+		before := c.quorumTerm()
+		at := c.flushLSN()
+		c.pg.Kill(t)
+		sts, _ := c.statuses()
+		c.pg.Restart(t)
+		after := c.flushLSN()
+		harness.WaitFor(t, 90*time.Second, fmt.Sprintf("a term above %d on a quorum", before), func() bool {
+			c.checkProposerAlive()
+			return c.quorumTerm() > before
+		})
+		c.waitSyncStandby("proposer")
+		c.waitAcked(b, 50, "after the primary's restart")
+		t.Logf("round %d: primary killed -9 near %s (safekeepers' flush_lsn then %s %s %s); restarted at %s; proposer elected in term %d",
+			round, at, sts[0].FlushLSN, sts[1].FlushLSN, sts[2].FlushLSN, after, c.quorumTerm())
+	}
+	b.stopAndReport()
+	acked, _ := b.snapshot()
+	final := c.finish()
+	b.check(t, "primary", func(sql string) string { return c.pg.Exec(t, sql) }, acked)
+	st, _ := timelineStatus(c.sks[0].Addr)
+	out, _ := pgCmd(harness.Context(t, time.Minute), c.pg, "pg_waldump", "-p", c.pg.WALDir(), "-r", "XLOG",
+		"-s", st.TimelineStart.String(), "-e", final.String()).CombinedOutput()
+	t.Logf("torn continuation records overwritten by the primary after a crash (OVERWRITE_CONTRECORD): %d", strings.Count(string(out), "OVERWRITE_CONTRECORD"))
+	c.checkSegments(final)
+}
+
+// TestTwoProposersOneWins: two proposers started at once against the same
+// timeline (each with its own slot, both allowed as synchronous standby):
+// one is elected, the other stops with a 'deposed' message and exit code 3.
+// The safekeepers' WAL equals the primary's: never mixed.
+func TestTwoProposersOneWins(t *testing.T) {
+	skipShort(t)
+	rng := newRand(t)
+	c := startCluster(t, options{noProposer: true, conf: []string{"synchronous_standby_names = 'ANY 1 (pa, pb)'"}})
+	pa, pb := c.startProposer("pa", "pa"), c.startProposer("pb", "pb")
+	name, w := c.race([]string{"pa", "pb"}, pa, pb)
+	c.prop = w
+	c.waitSyncStandby(name)
+	b := newBank(t, c.pg) // commits wait for the winner
+	b.start(2, rng)
+	c.waitAcked(b, 200, "with proposer "+name)
+	b.stopAndReport()
+	acked, _ := b.snapshot()
+	final := c.finish()
+	b.check(t, "primary", func(sql string) string { return c.pg.Exec(t, sql) }, acked)
+	c.checkSegments(final)
+}
+
+// race waits until one of procs exits deposed (code 3, a 'deposed'
+// message) and returns the other.
+func (c *cluster) race(names []string, procs ...*harness.Process) (string, *harness.Process) {
+	t := c.t
+	t.Helper()
+	loser := -1
+	harness.WaitFor(t, 120*time.Second, "one proposer to be deposed", func() bool {
+		for i, p := range procs {
+			if exited, _ := p.Exited(); exited {
+				loser = i
+				return true
+			}
+		}
+		return false
+	})
+	_, code := procs[loser].Exited()
+	log := procs[loser].Log()
+	if code != 3 || !strings.Contains(log, "deposed") {
+		t.Fatalf("proposer %s exited with code %d, want 3 and a 'deposed' message:\n%s", names[loser], code, tailString(log, 30))
+	}
+	t.Logf("proposer %s deposed (exit 3): %s", names[loser], lastLine(log, "deposed"))
+	return names[1-loser], procs[1-loser]
+}
+
+// TestTakeoverUnderLoadEverySafekeeperFollows: while a proposer streams
+// under load (transfers and large records), a new proposer is started
+// against the same timeline, three times in a row. Each newcomer must
+// depose the running one (exit 3, 'deposed'), become the synchronous
+// standby, and then every safekeeper — not only the quorum it was elected
+// by — must follow it to the primary's flush position; in the end all are
+// byte-identical to the primary.
+//
+// It fails today in about one run of three: the newcomer takes the primary's flush
+// position from IDENTIFY_SYSTEM at its session start, which is stale while
+// the old proposer is still streaming; at the election the donor's
+// flush_lsn is above it, so the newcomer takes the "primary lost WAL"
+// branch (docs/proposer.md, Primary restarted) and starts its term at the
+// voters' highest commit_lsn. A safekeeper whose commit_lsn is above that
+// refuses ("safekeeper cannot join this term: start_streaming_at X below
+// its commit_lsn Y") and sits out the whole term: it never catches up.
+func TestTakeoverUnderLoadEverySafekeeperFollows(t *testing.T) {
+	skipShort(t)
+	rng := newRand(t)
+	c := startCluster(t, options{noProposer: true, conf: []string{"synchronous_standby_names = 'ANY 1 (p0, p1, p2, p3)'"}})
+	c.prop = c.startProposer("p0", "p0")
+	c.waitSyncStandby("p0")
+	b := newBank(t, c.pg)
+	b.start(3, rng)
+	b.startBig(1, rng)
+	for i := 1; i <= 3; i++ {
+		c.waitAcked(b, 100, fmt.Sprintf("with proposer p%d", i-1))
+		old, oldName := c.prop, fmt.Sprintf("p%d", i-1)
+		name := fmt.Sprintf("p%d", i)
+		next := c.startProposer(name, name)
+		c.prop = nil // one of the two exits now
+		if winner, _ := c.race([]string{oldName, name}, old, next); winner != name {
+			t.Fatalf("the running proposer %s deposed the newcomer %s", oldName, name)
+		}
+		c.prop = next
+		c.waitSyncStandby(name)
+		c.waitAcked(b, 100, "with proposer "+name)
+		mark := c.flushLSN()
+		c.waitCommitted(mark, 30*time.Second)
+		t.Logf("takeover %d: %s deposed %s; every safekeeper followed it to %s", i, name, oldName, mark)
+	}
+	b.stopAndReport()
+	acked, _ := b.snapshot()
+	final := c.finish()
+	b.check(t, "primary", func(sql string) string { return c.pg.Exec(t, sql) }, acked)
+	c.checkSegments(final)
+}
+
+func lastLine(log, with string) string {
+	lines := strings.Split(log, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], with) {
+			return strings.TrimSpace(lines[i])
+		}
+	}
+	return ""
+}
+
+// TestPartitionedSafekeeperCatchesUp: safekeeper 3 is cut off behind its
+// proxy (first blackholed, then refused) while the other two keep the
+// quorum: commits keep succeeding and the others' commit_lsn runs ahead of
+// its flush_lsn by more than the proposer's buffer. After each heal it
+// catches up to the same commit_lsn, and in the end its WAL is
+// byte-identical to the primary's.
+func TestPartitionedSafekeeperCatchesUp(t *testing.T) {
+	skipShort(t)
+	rng := newRand(t)
+	c := startCluster(t, options{proxies: true})
+	b := newBank(t, c.pg)
+	b.start(3, rng)
+	b.startBig(1, rng)
+	c.waitAcked(b, 100, "before the partition")
+	for _, mode := range []harness.PartitionMode{harness.Blackhole, harness.Refuse} {
+		i := rng.IntN(3)
+		sk, p := c.sks[i], c.proxies[i]
+		p.Partition(mode)
+		cut, err := timelineStatus(sk.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.waitAcked(b, 200, fmt.Sprintf("with safekeeper %d partitioned", sk.ID))
+		harness.WaitFor(t, 60*time.Second, "the others' commit_lsn 2 MiB past the partitioned safekeeper's flush_lsn", func() bool {
+			sts, oks := c.statuses()
+			n := 0
+			for j := range sts {
+				if j != i && oks[j] && sts[j].CommitLSN > cut.FlushLSN+2<<20 {
+					n++
+				}
+			}
+			return n == 2
+		})
+		isolated, err := timelineStatus(sk.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if isolated.FlushLSN > cut.FlushLSN+1<<20 {
+			t.Fatalf("safekeeper %d received WAL while partitioned: flush_lsn %s → %s", sk.ID, cut.FlushLSN, isolated.FlushLSN)
+		}
+		p.Heal()
+		c.pg.Exec(t, "INSERT INTO transfers VALUES (-1, 0, 0, 0) ON CONFLICT DO NOTHING")
+		mark := c.flushLSN()
+		harness.WaitFor(t, 90*time.Second, fmt.Sprintf("safekeeper %d to catch up to %s", sk.ID, mark), func() bool {
+			c.checkProposerAlive()
+			st, err := timelineStatus(sk.Addr)
+			return err == nil && st.CommitLSN >= mark && st.FlushLSN >= mark
+		})
+		t.Logf("safekeeper %d partitioned (%v) at flush_lsn %s, the others committed past %s; after heal it reached %s",
+			sk.ID, mode, cut.FlushLSN, cut.FlushLSN+2<<20, mark)
+	}
+	b.stopAndReport()
+	acked, _ := b.snapshot()
+	final := c.finish()
+	b.check(t, "primary", func(sql string) string { return c.pg.Exec(t, sql) }, acked)
+	c.checkSegments(final)
+}
+
+// TestElectedProposerNotDeposedBySameTermVote: after its election a
+// proposer is deposed only by a term above its own (docs/proposer.md). A
+// safekeeper that voted for another candidate in the same term — a ballot
+// that can never gain a quorum in that term — must not depose the elected
+// proposer. Deterministic: the test itself is candidate B and wins safekeeper
+// 3's vote in term 1 while the proposer reaches only safekeepers 1 and 2
+// (its proxy to 3 refuses); the proposer is elected in term 1; then the
+// proxy heals, the proposer greets 3 and asks for its vote, and is refused.
+//
+// It fails today: proposer.Core.Voted treats every refusal after the
+// election as deposal, also one at the proposer's own term, and the elected
+// proposer exits 3 with "deposed: safekeeper #2 is at term 1, above our term
+// 1". Kept apart from TestTwoProposersOneWins, which passes either way (one
+// proposer still ends up streaming).
+func TestElectedProposerNotDeposedBySameTermVote(t *testing.T) {
+	skipShort(t)
+	c := startCluster(t, options{proxies: true, noProposer: true})
+	c.proxies[2].Partition(harness.Refuse)
+
+	// Candidate B: greet safekeeper 3 with the primary's identity and win
+	// its vote in term 1.
+	sysid, err := strconv.ParseUint(c.pg.Exec(t, "SELECT system_identifier FROM pg_control_system()"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ver, _ := strconv.ParseUint(c.pg.Exec(t, "SHOW server_version_num"), 10, 32)
+	ctx := harness.Context(t, 30*time.Second)
+	conn, err := proposer.Dial(ctx, proposer.DialConfig{Addr: c.sks[2].Addr, TenantID: tenantID, TimelineID: timelineID, ApplicationName: "candidate-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ballotB := proto.NodeID{Term: 1, UUID: proto.ID{0xbb}}
+	start := c.flushLSN().SegmentStart(c.pg.WALSegSize)
+	for _, m := range []proto.Message{
+		&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: uint32(ver), SystemID: sysid, TenantID: tenantID,
+			TimelineID: timelineID, PgTimeline: 1, WalSegSize: uint32(c.pg.WALSegSize), ProposerUUID: ballotB.UUID, WalEnd: start},
+		&proto.RequestVote{Candidate: ballotB},
+	} {
+		if err := conn.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"greeting", "verdict"} {
+		m, err := conn.Recv(ctx)
+		if err != nil {
+			t.Fatalf("candidate B: %s: %v", want, err)
+		}
+		if v, ok := m.(*proto.VoteResponse); ok && v.VotedFor != ballotB {
+			t.Fatalf("safekeeper 3 refused candidate B: %+v", v)
+		}
+	}
+	conn.Close()
+
+	// The proposer: elected in term 1 by safekeepers 1 and 2.
+	c.prop = c.startProposer("proposer", "proposer")
+	c.waitSyncStandby("proposer")
+	if st, _ := timelineStatus(c.sks[0].Addr); st.Term != 1 {
+		t.Fatalf("proposer elected in term %d, want 1", st.Term)
+	}
+	from := len(c.sks[2].Log())
+	c.proxies[2].Heal()
+	harness.WaitFor(t, 30*time.Second, "safekeeper 3 to refuse the proposer's vote request", func() bool {
+		return strings.Contains(c.sks[2].Log()[from:], "vote refused")
+	})
+	// A commit needs the proposer as the synchronous standby: it returns
+	// only if the proposer kept its term.
+	committed := make(chan error, 1)
+	go func() {
+		_, err := c.pg.Query(ctx, "CREATE TABLE after_refusal(x int); INSERT INTO after_refusal VALUES (1)")
+		committed <- err
+	}()
+	var done bool
+	harness.WaitFor(t, 30*time.Second, "a commit, or the proposer's exit", func() bool {
+		select {
+		case err := <-committed:
+			if err != nil {
+				t.Fatalf("commit after the refusal: %v", err)
+			}
+			done = true
+			return true
+		default:
+		}
+		exited, _ := c.prop.Exited()
+		return exited
+	})
+	if exited, code := c.prop.Exited(); exited || !done {
+		t.Fatalf("the proposer elected in term 1 exited (code %d) after a same-term refusal: %s", code, lastLine(c.prop.Log(), "deposed"))
+	}
+}
