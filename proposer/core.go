@@ -29,6 +29,10 @@ var (
 	// ErrCannotJoin: a safekeeper's start point would be below its
 	// commit_lsn; it would refuse ProposerElected. It sits out this term.
 	ErrCannotJoin = errors.New("proposer: safekeeper cannot join this term")
+	// ErrDuplicateSafekeeper: two configured addresses reached the same
+	// safekeeper (the same safekeeper_id). Counting it twice would let one
+	// safekeeper stand for a quorum, so this is a fatal configuration error.
+	ErrDuplicateSafekeeper = errors.New("proposer: the same safekeeper is configured twice")
 )
 
 // DeposedError says which safekeeper showed which higher term.
@@ -82,6 +86,8 @@ type Core struct {
 
 // skCore is what the core knows about one safekeeper.
 type skCore struct {
+	id        uint64 // safekeeper_id it answered with (hasID)
+	hasID     bool
 	greeted   bool
 	granted   bool
 	fresh     proto.SafeKeeperInfo // the SafeKeeperInfo sent right after the grant
@@ -118,9 +124,18 @@ func (c *Core) Election() *Election { return c.election }
 func (c *Core) ObserveTerm(t uint64) { c.maxTerm = max(c.maxTerm, t) }
 
 // Greeted records safekeeper i's answer to ServerInfo. After the election, a
-// voted_for.term above ours means deposed.
+// voted_for.term above ours means deposed. A safekeeper_id already seen at
+// another index is ErrDuplicateSafekeeper: one safekeeper must never count
+// twice toward a quorum.
 func (c *Core) Greeted(i int, info *proto.SafeKeeperInfo) error {
+	for j := range c.sks {
+		// safekeeper_id 0 is "not configured" (`safekeeper run` refuses it).
+		if j != i && c.sks[j].hasID && info.SafekeeperID != 0 && c.sks[j].id == info.SafekeeperID {
+			return fmt.Errorf("%w: safekeepers #%d and #%d both answer as safekeeper_id %d", ErrDuplicateSafekeeper, j, i, info.SafekeeperID)
+		}
+	}
 	s := &c.sks[i]
+	s.id, s.hasID = info.SafekeeperID, true
 	s.greeted = true
 	s.granted, s.elected = false, false
 	s.known, s.flush = true, info.FlushLSN

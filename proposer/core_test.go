@@ -378,6 +378,24 @@ func TestRefusedVoteAfterElectionDeposes(t *testing.T) {
 	}
 }
 
+func TestOneSafekeeperNeverCountsTwiceTowardQuorum(t *testing.T) {
+	c := NewCore(3, proto.ID{1})
+	a := info(0, 0, 0, nil)
+	a.SafekeeperID = 7
+	if err := c.Greeted(0, a); err != nil {
+		t.Fatal(err)
+	}
+	b := info(0, 0, 0, nil)
+	b.SafekeeperID = 7 // the same safekeeper behind a second address
+	if err := c.Greeted(1, b); !errors.Is(err, ErrDuplicateSafekeeper) {
+		t.Fatalf("got %v, want ErrDuplicateSafekeeper", err)
+	}
+	// Its own reconnection is fine.
+	if err := c.Greeted(0, a); err != nil {
+		t.Fatalf("reconnect of the same safekeeper: %v", err)
+	}
+}
+
 func TestSameTermRefusalAfterElectionIsNotDeposal(t *testing.T) {
 	// A late safekeeper voted for another candidate of our own term: that
 	// candidate cannot have a quorum (we do), so we are not deposed; the

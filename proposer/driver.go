@@ -35,7 +35,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, ErrDeposed) {
+		if errors.Is(err, ErrDeposed) || errors.Is(err, ErrDuplicateSafekeeper) {
 			return err
 		}
 		if s.streamed {

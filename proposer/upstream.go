@@ -135,10 +135,14 @@ func (u *upstream) ensureSlot(ctx context.Context, name string) (proto.LSN, erro
 	var pe *pgconn.PgError
 	switch {
 	case err == nil:
-		if len(res) == 1 && len(res[0].Rows) == 1 && len(res[0].Rows[0]) >= 2 {
-			return parseLSNCol(res[0].Rows[0][1])
+		if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) < 2 {
+			return 0, errors.New("proposer: CREATE_REPLICATION_SLOT: unexpected result shape")
 		}
-		return 0, errors.New("proposer: CREATE_REPLICATION_SLOT: unexpected result shape")
+		if lsn, err := parseLSNCol(res[0].Rows[0][1]); err != nil || lsn != 0 {
+			return lsn, err
+		}
+		// A physical slot's consistent_point is NULL on PostgreSQL 15: read
+		// the restart_lsn RESERVE_WAL gave it.
 	case errors.As(err, &pe) && pe.Code == "42710": // duplicate_object: reuse
 	default:
 		return 0, fmt.Errorf("proposer: %s: %w", q, err)

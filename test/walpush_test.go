@@ -396,6 +396,12 @@ func TestProtocolViolations(t *testing.T) {
 		q.send(&q.info)
 		q.recvErr("22023")
 	})
+	t.Run("a PostgreSQL other than 15", func(t *testing.T) {
+		p := dial(t, sk, 6)
+		p.info.PgVersion = 140010
+		p.send(&p.info)
+		p.recvErr("22023")
+	})
 	t.Run("garbage bytes on the socket", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(1, 2))
 		for i := 0; i < 20; i++ {

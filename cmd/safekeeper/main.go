@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -96,7 +97,7 @@ func runCommand() *cli.Command {
 			"durable, answer and close every stream, exit 0.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Flags: []cli.Flag{
-			&cli.Uint64Flag{Name: "id", Required: true, Usage: "this safekeeper's node id (reported to proposers)"},
+			&cli.Uint64Flag{Name: "id", Required: true, Usage: "this safekeeper's node id: positive, unique among the safekeepers of a timeline (reported to proposers, which refuse to count one id twice)"},
 			&cli.StringFlag{Name: "listen-pg", Value: "127.0.0.1:5454", Usage: "host:port of the PostgreSQL-protocol listener"},
 			&cli.StringFlag{Name: "data-dir", Required: true, Usage: "directory of the safekeeper's bbolt database (created if missing)"},
 			&cli.BoolFlag{Name: "unsafe-no-fsync", Hidden: true, Usage: "TESTS AND BENCHMARKS ONLY: never fsync; a crash loses acknowledged WAL"},
@@ -106,6 +107,12 @@ func runCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usagef("run takes no arguments, got %q", c.Args().Slice())
+			}
+			if c.Uint64("id") == 0 {
+				return usagef("--id must be a positive node id, unique among the safekeepers of a timeline")
+			}
+			if _, _, err := net.SplitHostPort(c.String("listen-pg")); err != nil {
+				return usagef("--listen-pg %q: want host:port", c.String("listen-pg"))
 			}
 			log, err := logger(c)
 			if err != nil {

@@ -15,6 +15,12 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"--log-format", "xml", "run", "--id", "1", "--data-dir", t.TempDir()},
 		{"run", "--id", "1", "--data-dir", t.TempDir(), "extra-arg"},
 		{"no-such-command"},
+		{"run", "--id", "0", "--data-dir", t.TempDir()},
+		{"run", "--id", "1", "--data-dir", t.TempDir(), "--listen-pg", "nope"},
+		{"propose", "--upstream", "host=127.0.0.1", "--safekeepers", "127.0.0.1:1,127.0.0.1:1,127.0.0.1:2",
+			"--tenant-id", strings.Repeat("a", 32), "--timeline-id", strings.Repeat("b", 32)},
+		{"sync", "--safekeepers", "127.0.0.1:1,localhost:2,LOCALHOST:2",
+			"--tenant-id", strings.Repeat("a", 32), "--timeline-id", strings.Repeat("b", 32)},
 	}
 	for _, args := range cases {
 		var out, errb bytes.Buffer

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/urfave/cli/v2"
 
 	"github.com/safekeeper/safekeeper/proposer"
@@ -60,6 +62,9 @@ func proposeCommand() *cli.Command {
 			if err != nil {
 				return usagef("--buffer-size: %v", err)
 			}
+			if _, err := pgconn.ParseConfig(c.String("upstream")); err != nil {
+				return usagef("--upstream: %v", err)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			err = proposer.Run(ctx, proposer.Config{
@@ -78,14 +83,23 @@ func proposeCommand() *cli.Command {
 	}
 }
 
+// parseSafekeepers parses the --safekeepers list. An address given twice is
+// refused: it would count one safekeeper twice toward the quorum. (Two
+// spellings of one server are caught later, by safekeeper_id.)
 func parseSafekeepers(s string) ([]string, error) {
 	var out []string
+	seen := map[string]bool{}
 	for _, a := range strings.Split(s, ",") {
 		a = strings.TrimSpace(a)
-		i := strings.LastIndexByte(a, ':')
-		if i <= 0 || i == len(a)-1 {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" || port == "" {
 			return nil, usagef("--safekeepers: %q is not host:port", a)
 		}
+		key := strings.ToLower(net.JoinHostPort(host, port))
+		if seen[key] {
+			return nil, usagef("--safekeepers: %s is listed twice; one safekeeper must not count twice toward the quorum", a)
+		}
+		seen[key] = true
 		out = append(out, a)
 	}
 	return out, nil

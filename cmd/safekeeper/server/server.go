@@ -286,6 +286,10 @@ func parseStartupIDs(options string) (startupIDs, error) {
 	return ids, nil
 }
 
+// supportedPgMajor is the PostgreSQL major version whose WAL format
+// (page magic 0xD110, record layout) proto/xlog decodes.
+const supportedPgMajor = 15
+
 // timelineFor returns the running timeline named by m, opening it from disk
 // or creating it (atomically, rule 1) if it is new.
 func (s *Server) timelineFor(m *proto.ServerInfo) (*timeline, error) {
@@ -300,6 +304,10 @@ func (s *Server) timelineFor(m *proto.ServerInfo) (*timeline, error) {
 	}
 	store, st, err := s.db.OpenTimeline(key.Tenant, key.Timeline)
 	if errors.Is(err, storage.ErrNoTimeline) {
+		if major := m.PgVersion / 10000; major != supportedPgMajor {
+			return nil, fmt.Errorf("%w: PostgreSQL major version %d: this safekeeper decodes PostgreSQL %d WAL only",
+				acceptor.ErrIncompatible, major, supportedPgMajor)
+		}
 		st = acceptor.NewState(m)
 		store, err = s.db.CreateTimeline(st)
 		if err == nil {
