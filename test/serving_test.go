@@ -11,8 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -185,64 +183,6 @@ func (f *walFeeder) heartbeat() *proto.SafeKeeperResponse {
 	return f.recv().(*proto.SafeKeeperResponse)
 }
 
-// pgCmd runs a PostgreSQL program, as the postgres user when we are root
-// (PostgreSQL refuses root). The program is our direct child (no runuser in
-// between), so signals reach it.
-func pgCmd(ctx context.Context, pg *pgtest.Cluster, name string, args ...string) *exec.Cmd {
-	path := pg.PgBin(name)
-	if name == "touch" {
-		path = "touch"
-	}
-	cmd := exec.CommandContext(ctx, path, args...)
-	if os.Geteuid() == 0 {
-		uid, gid := postgresIDs()
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-	}
-	cmd.Dir = "/"
-	cmd.Env = append(os.Environ(), "LC_ALL=C", "PGTZ=UTC")
-	cmd.WaitDelay = 5 * time.Second
-	return cmd
-}
-
-func pgRun(t *testing.T, pg *pgtest.Cluster, name string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := pgCmd(ctx, pg, name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %q: %v\n%s", name, args, err, out)
-	}
-	return string(out)
-}
-
-// pgDir makes a directory the PostgreSQL programs' user owns.
-func pgDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "svtest-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o700)
-	if os.Geteuid() == 0 {
-		uid, gid := postgresIDs()
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
-func postgresIDs() (int, int) {
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		panic("running as root without a postgres user: " + err.Error())
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return uid, gid
-}
-
 // syncBuffer is a bytes.Buffer safe to read while a process writes it.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -271,13 +211,13 @@ func skHostPort(sk *harness.Safekeeper) (string, string) {
 // that it exits 0 and that each complete segment equals the primary's.
 func receiveWAL(t *testing.T, pg *pgtest.Cluster, f *walFeeder, extra ...string) {
 	t.Helper()
-	dir := pgDir(t)
+	dir := pgtest.Dir(t, "svtest-")
 	host, port := skHostPort(f.sk)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	args := append([]string{"-D", dir, "-h", host, "-p", port, "-U", "postgres", "--no-loop", "-v", "-d",
 		"options='" + svOptions() + "'"}, extra...)
-	cmd := pgCmd(ctx, pg, "pg_receivewal", args...)
+	cmd := pg.Cmd(ctx, "pg_receivewal", args...)
 	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -354,7 +294,7 @@ func TestPgReceiveWALSegmentsMatchPrimary(t *testing.T) {
 	receiveWAL(t, pg, f, "--synchronous")
 
 	host, port := skHostPort(sk)
-	pgRun(t, pg, "pg_receivewal", "-h", host, "-p", port, "-U", "postgres", "-d", "options='"+svOptions()+"'", "--slot", "rwslot", "--create-slot")
+	pg.Run(t, "pg_receivewal", "-h", host, "-p", port, "-U", "postgres", "-d", "options='"+svOptions()+"'", "--slot", "rwslot", "--create-slot")
 	receiveWAL(t, pg, f, "--slot", "rwslot")
 	c := svConn(t, sk)
 	res, err := c.Exec(harness.Context(t, 10*time.Second), "READ_REPLICATION_SLOT rwslot").ReadAll()
@@ -387,14 +327,14 @@ type standby struct {
 
 func (s *standby) query(t *testing.T, sql string) string {
 	t.Helper()
-	return strings.TrimSpace(pgRun(t, s.pg, "psql", "-XAtq", "-h", s.sock, "-p", strconv.Itoa(s.port), "-U", "postgres", "-d", "postgres", "-c", sql))
+	return strings.TrimSpace(s.pg.Run(t, "psql", "-XAtq", "-h", s.sock, "-p", strconv.Itoa(s.port), "-U", "postgres", "-d", "postgres", "-c", sql))
 }
 
 func startStandby(t *testing.T, pg *pgtest.Cluster, sk *harness.Safekeeper) *standby {
 	t.Helper()
-	s := &standby{pg: pg, dir: pgDir(t), port: harness.FreePort(t)}
+	s := &standby{pg: pg, dir: pgtest.Dir(t, "svtest-"), port: harness.FreePort(t)}
 	s.data, s.sock = filepath.Join(s.dir, "data"), s.dir
-	pgRun(t, pg, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "-D", s.data, "-X", "stream", "-c", "fast")
+	pg.Run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "-D", s.data, "-X", "stream", "-c", "fast")
 	host, port := skHostPort(sk)
 	conf := fmt.Sprintf(`
 port = %d
@@ -409,7 +349,7 @@ wal_retrieve_retry_interval = 1s
 	}
 	f.WriteString(conf)
 	f.Close()
-	pgRun(t, pg, "touch", filepath.Join(s.data, "standby.signal"))
+	pg.Run(t, "touch", filepath.Join(s.data, "standby.signal"))
 	t.Cleanup(func() {
 		if t.Failed() {
 			b, _ := os.ReadFile(filepath.Join(s.dir, "standby.log"))
@@ -417,16 +357,16 @@ wal_retrieve_retry_interval = 1s
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		pgCmd(ctx, pg, "pg_ctl", "-D", s.data, "-m", "immediate", "-w", "stop").Run()
+		pg.Cmd(ctx, "pg_ctl", "-D", s.data, "-m", "immediate", "-w", "stop").Run()
 	})
-	pgRun(t, pg, "pg_ctl", "-D", s.data, "-l", filepath.Join(s.dir, "standby.log"), "-w", "-t", "90", "start")
+	pg.Run(t, "pg_ctl", "-D", s.data, "-l", filepath.Join(s.dir, "standby.log"), "-w", "-t", "90", "start")
 	return s
 }
 
 func (pgs *standby) waitReplay(t *testing.T, lsn proto.LSN) {
 	t.Helper()
 	harness.WaitFor(t, 90*time.Second, "standby replay to reach "+lsn.String(), func() bool {
-		out, err := pgCmd(context.Background(), pgs.pg, "psql", "-XAtq", "-h", pgs.sock, "-p", strconv.Itoa(pgs.port), "-U", "postgres",
+		out, err := pgs.pg.Cmd(context.Background(), "psql", "-XAtq", "-h", pgs.sock, "-p", strconv.Itoa(pgs.port), "-U", "postgres",
 			"-d", "postgres", "-c", "select pg_last_wal_replay_lsn() >= '"+lsn.String()+"'::pg_lsn").Output()
 		return err == nil && strings.TrimSpace(string(out)) == "t"
 	})
@@ -446,8 +386,8 @@ func TestHotStandbyFedBySafekeeper(t *testing.T) {
 	sb := startStandby(t, pg, sk)
 	f.push()
 
-	pgRun(t, pg, "pgbench", "-i", "-s", "1", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
-	pgRun(t, pg, "pgbench", "-n", "-t", "200", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
+	pg.Run(t, "pgbench", "-i", "-s", "1", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
+	pg.Run(t, "pgbench", "-n", "-t", "200", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
 	sb.waitReplay(t, f.push())
 	if got, want := sb.query(t, accountsQuery), pg.Exec(t, accountsQuery); got != want {
 		t.Fatalf("standby %q, primary %q", got, want)
@@ -459,7 +399,7 @@ func TestHotStandbyFedBySafekeeper(t *testing.T) {
 	sk.Kill()
 	sk.Start()
 	f.connect() // a new term, continuing at the safekeeper's flush_lsn
-	pgRun(t, pg, "pgbench", "-n", "-t", "200", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
+	pg.Run(t, "pgbench", "-n", "-t", "200", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
 	sb.waitReplay(t, f.push())
 	if got, want := sb.query(t, accountsQuery), pg.Exec(t, accountsQuery); got != want {
 		t.Fatalf("after the safekeeper restart: standby %q, primary %q", got, want)

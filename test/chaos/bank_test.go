@@ -59,7 +59,7 @@ type bank struct {
 // newBank initialises pgbench_accounts (scale 1) and the transfers table.
 func newBank(t *testing.T, pg *pgtest.Cluster) *bank {
 	t.Helper()
-	pgRun(t, pg, "pgbench", "-i", "-s", "1", "-q", "-h", pg.SocketDir, "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
+	pg.Run(t, "pgbench", "-i", "-s", "1", "-q", "-h", pg.SocketDir, "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
 	pg.Exec(t, "CREATE TABLE transfers(id bigint PRIMARY KEY, aid1 int, aid2 int, delta int)")
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &bank{t: t, pg: pg, stop: make(chan struct{}), ctx: ctx, hard: cancel, acked: map[int64]proto.LSN{}}
@@ -258,12 +258,12 @@ var (
 // pgbench runs the transfer script with clients for d and returns its
 // output (an error if pgbench failed or reported failed transactions).
 func pgbench(ctx context.Context, t *testing.T, pg *pgtest.Cluster, clients int, d time.Duration) (string, error) {
-	dir := pgDir(t)
+	dir := pgtest.Dir(t, "chaos-")
 	script := filepath.Join(dir, "transfer.sql")
 	if err := os.WriteFile(script, []byte(transferScript), 0o644); err != nil {
 		return "", err
 	}
-	out, err := pgCmd(ctx, pg, "pgbench", "-n", "-f", script, "-c", strconv.Itoa(clients), "-j", "1",
+	out, err := pg.Cmd(ctx, "pgbench", "-n", "-f", script, "-c", strconv.Itoa(clients), "-j", "1",
 		"-T", strconv.Itoa(int(d/time.Second)), "--max-tries", "10",
 		"-h", pg.SocketDir, "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres").CombinedOutput()
 	if err != nil {

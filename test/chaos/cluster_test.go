@@ -8,11 +8,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -341,7 +339,7 @@ func (c *cluster) export(sk *harness.Safekeeper) string {
 // waldump shows the primary's records around at (for failure reports).
 func (c *cluster) waldump(at proto.LSN) string {
 	from := at - min(at, 256<<10)
-	out, _ := pgCmd(context.Background(), c.pg, "pg_waldump", "-p", c.pg.WALDir(), "-s", from.String(), "-e", (at + 64<<10).String()).CombinedOutput()
+	out, _ := c.pg.Cmd(context.Background(), "pg_waldump", "-p", c.pg.WALDir(), "-s", from.String(), "-e", (at + 64<<10).String()).CombinedOutput()
 	return tailString(string(out), 20)
 }
 
@@ -362,59 +360,6 @@ func tailString(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// pgCmd runs a PostgreSQL program as the postgres user when we are root
-// (PostgreSQL refuses root), as the program's direct parent.
-func pgCmd(ctx context.Context, pg *pgtest.Cluster, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, pg.PgBin(name), args...)
-	if os.Geteuid() == 0 {
-		uid, gid := postgresIDs()
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-	}
-	cmd.Dir = "/"
-	cmd.Env = append(os.Environ(), "LC_ALL=C", "PGTZ=UTC")
-	cmd.WaitDelay = 5 * time.Second
-	return cmd
-}
-
-func pgRun(t *testing.T, pg *pgtest.Cluster, name string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := pgCmd(ctx, pg, name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %q: %v\n%s", name, args, err, out)
-	}
-	return string(out)
-}
-
-func postgresIDs() (int, int) {
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		panic("running as root without a postgres user: " + err.Error())
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return uid, gid
-}
-
-// pgDir makes a directory the PostgreSQL programs' user owns.
-func pgDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "chaos-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o755)
-	if os.Geteuid() == 0 {
-		uid, gid := postgresIDs()
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
 // standby is a hot standby made by pg_basebackup of the primary whose
 // primary_conninfo points at a safekeeper.
 type standby struct {
@@ -427,9 +372,9 @@ type standby struct {
 func (c *cluster) startStandby(sk *harness.Safekeeper) *standby {
 	t := c.t
 	t.Helper()
-	s := &standby{pg: c.pg, dir: pgDir(t), port: harness.FreePort(t)}
+	s := &standby{pg: c.pg, dir: pgtest.Dir(t, "chaos-"), port: harness.FreePort(t)}
 	s.data = filepath.Join(s.dir, "data")
-	pgRun(t, c.pg, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.pg.Port), "-U", "postgres", "-D", s.data, "-X", "stream", "-c", "fast")
+	c.pg.Run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.pg.Port), "-U", "postgres", "-D", s.data, "-X", "stream", "-c", "fast")
 	host, port, _ := strings.Cut(sk.Addr, ":")
 	conf := fmt.Sprintf(`
 port = %d
@@ -449,9 +394,8 @@ wal_retrieve_retry_interval = 1s
 	if err := os.WriteFile(sig, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if os.Geteuid() == 0 {
-		uid, gid := postgresIDs()
-		os.Chown(sig, uid, gid)
+	if err := pgtest.ChownToPostgres(sig); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -460,21 +404,21 @@ wal_retrieve_retry_interval = 1s
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		pgCmd(ctx, c.pg, "pg_ctl", "-D", s.data, "-m", "immediate", "-w", "stop").Run()
+		c.pg.Cmd(ctx, "pg_ctl", "-D", s.data, "-m", "immediate", "-w", "stop").Run()
 	})
-	pgRun(t, c.pg, "pg_ctl", "-D", s.data, "-l", filepath.Join(s.dir, "standby.log"), "-w", "-t", "90", "start")
+	c.pg.Run(t, "pg_ctl", "-D", s.data, "-l", filepath.Join(s.dir, "standby.log"), "-w", "-t", "90", "start")
 	return s
 }
 
 func (s *standby) query(t *testing.T, sql string) string {
 	t.Helper()
-	return strings.TrimSpace(pgRun(t, s.pg, "psql", "-XAtq", "-h", s.dir, "-p", strconv.Itoa(s.port), "-U", "postgres", "-d", "postgres", "-c", sql))
+	return strings.TrimSpace(s.pg.Run(t, "psql", "-XAtq", "-h", s.dir, "-p", strconv.Itoa(s.port), "-U", "postgres", "-d", "postgres", "-c", sql))
 }
 
 func (s *standby) waitReplay(t *testing.T, lsn proto.LSN) {
 	t.Helper()
 	harness.WaitFor(t, 120*time.Second, "standby replay to reach "+lsn.String(), func() bool {
-		out, err := pgCmd(context.Background(), s.pg, "psql", "-XAtq", "-h", s.dir, "-p", strconv.Itoa(s.port), "-U", "postgres",
+		out, err := s.pg.Cmd(context.Background(), "psql", "-XAtq", "-h", s.dir, "-p", strconv.Itoa(s.port), "-U", "postgres",
 			"-d", "postgres", "-c", "select pg_last_wal_replay_lsn() >= '"+lsn.String()+"'::pg_lsn").Output()
 		return err == nil && strings.TrimSpace(string(out)) == "t"
 	})

@@ -124,7 +124,7 @@ func TestPrimaryKill9TornTailTruncated(t *testing.T) {
 	final := c.finish()
 	b.check(t, "primary", func(sql string) string { return c.pg.Exec(t, sql) }, acked)
 	st, _ := timelineStatus(c.sks[0].Addr)
-	out, _ := pgCmd(harness.Context(t, time.Minute), c.pg, "pg_waldump", "-p", c.pg.WALDir(), "-r", "XLOG",
+	out, _ := c.pg.Cmd(harness.Context(t, time.Minute), "pg_waldump", "-p", c.pg.WALDir(), "-r", "XLOG",
 		"-s", st.TimelineStart.String(), "-e", final.String()).CombinedOutput()
 	t.Logf("torn continuation records overwritten by the primary after a crash (OVERWRITE_CONTRECORD): %d", strings.Count(string(out), "OVERWRITE_CONTRECORD"))
 	c.checkSegments(final)
