@@ -74,18 +74,9 @@ func (s *session) runCatchup(ctx context.Context, i, id int, from proto.LSN) {
 		post(catchupEvent{err: err})
 		return
 	}
-	err = up.forward(ctx, from, 0, func(start proto.LSN, wal []byte) bool {
-		ack := make(chan struct{})
-		if !post(catchupEvent{start: start, wal: wal, ack: ack}) {
-			return false
-		}
-		select {
-		case <-ack:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	})
+	err = up.forward(ctx, from, 0, handOff(ctx, func(start proto.LSN, wal []byte, ack chan struct{}) bool {
+		return post(catchupEvent{start: start, wal: wal, ack: ack})
+	}))
 	if err != nil {
 		post(catchupEvent{err: err})
 	}

@@ -407,18 +407,9 @@ func copyFromDonor(ctx context.Context, cfg SyncConfig, donor string, term uint6
 		post(copyChunk{err: err})
 		return
 	}
-	err = up.forward(ctx, from, to, func(start proto.LSN, wal []byte) bool {
-		ack := make(chan struct{})
-		if !post(copyChunk{start: start, wal: wal, ack: ack}) {
-			return false
-		}
-		select {
-		case <-ack:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	})
+	err = up.forward(ctx, from, to, handOff(ctx, func(start proto.LSN, wal []byte, ack chan struct{}) bool {
+		return post(copyChunk{start: start, wal: wal, ack: ack})
+	}))
 	if err != nil {
 		post(copyChunk{err: err})
 	}

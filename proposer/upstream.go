@@ -299,3 +299,22 @@ func (u *upstream) forward(ctx context.Context, from, to proto.LSN, deliver func
 	}
 	return nil
 }
+
+// handOff returns a deliver function for forward that passes each chunk to
+// post with a fresh ack channel and waits until the receiver closes it (it
+// has taken the chunk), which paces the stream to its consumer. It stops
+// the stream when post refuses or ctx ends.
+func handOff(ctx context.Context, post func(start proto.LSN, wal []byte, ack chan struct{}) bool) func(proto.LSN, []byte) bool {
+	return func(start proto.LSN, wal []byte) bool {
+		ack := make(chan struct{})
+		if !post(start, wal, ack) {
+			return false
+		}
+		select {
+		case <-ack:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
