@@ -605,6 +605,8 @@ func (db *DB) commitBatch(batch []*commitReq) {
 	if elapsed > db.opts.SlowCommit {
 		db.log.Warn("storage: slow commit", "duration", elapsed, "commits", len(batch), "wal_bytes", walBytes, "err", err)
 	}
+	// Count first, then wake the committers: a caller that reads Stats
+	// after its Commit returned sees that commit counted.
 	var ok uint64
 	for _, r := range batch {
 		if err != nil {
@@ -612,11 +614,13 @@ func (db *DB) commitBatch(batch []*commitReq) {
 		} else if r.err == nil {
 			ok++
 		}
-		close(r.done)
 	}
 	if err == nil {
 		db.commits.Add(ok)
 		db.walBytes.Add(uint64(walBytes))
+	}
+	for _, r := range batch {
+		close(r.done)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
@@ -81,10 +82,11 @@ func (c *pushConn) writer() {
 	var buf []byte
 	for it := range c.out {
 		for {
-			if err := c.write(it, &buf); err != nil || it.err != nil {
-				if err != nil {
-					c.log.Debug("write to proposer failed", "err", err)
-				}
+			if err := c.write(it, &buf); err != nil {
+				c.writeFailed(err)
+				return
+			}
+			if it.err != nil {
 				c.pc.Close()
 				c.drain()
 				return
@@ -103,12 +105,32 @@ func (c *pushConn) writer() {
 			}
 		}
 		if err := c.pc.Flush(); err != nil {
-			c.pc.Close()
-			c.drain()
+			c.writeFailed(err)
 			return
 		}
 	}
 	c.pc.Close() // out closed by an overflow
+}
+
+// drainGrace bounds how long the reader may go on after the response path
+// broke: long enough to read what the kernel already holds.
+const drainGrace = time.Second
+
+// writeFailed ends the stream after a failed socket write, which means the
+// proposer is gone (typically it closed with our responses unread, so its
+// kernel reset the connection). WAL it sent before that may still sit in our
+// receive buffer; Linux delivers it before reporting the reset. The reader
+// goes on until it has read all of it (then EOF or the reset) or drainGrace
+// passes, so everything that reached this machine is made durable and every
+// report (TIMELINE_STATUS, IDENTIFY_SYSTEM, the next vote) agrees on one
+// flush_lsn. Nothing is acknowledged any more: replies are discarded.
+func (c *pushConn) writeFailed(err error) {
+	c.log.Debug("write to proposer failed; reading what it already sent", "err", err)
+	if c.pc.SetReadDeadline(time.Now().Add(drainGrace)) != nil {
+		c.pc.Close()
+	}
+	c.drain()
+	c.pc.Close()
 }
 
 // drain discards queued items until enqueue closes out (it always does once
