@@ -520,6 +520,25 @@ func svQuery(t *testing.T, c *pgconn.PgConn, q string) {
 	}
 }
 
+// TestWalSenderTimeoutZeroDisablesIt: `run --wal-sender-timeout 0` means
+// no timeout, as wal_sender_timeout = 0 does in PostgreSQL, not the default.
+func TestWalSenderTimeoutZeroDisablesIt(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--wal-sender-timeout", "0"}, "0"},
+		{nil, "1min"},
+	} {
+		sk := harness.StartSafekeeper(t, 1, tc.args...)
+		c := svConn(t, sk)
+		res, err := c.Exec(harness.Context(t, 10*time.Second), "SHOW wal_sender_timeout").ReadAll()
+		if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != tc.want {
+			t.Fatalf("run %q: SHOW wal_sender_timeout = %v (%v), want %s", tc.args, res, err, tc.want)
+		}
+	}
+}
+
 // TestStreamEdgeCasesOnBinary: against `safekeeper run` with a short
 // --wal-sender-timeout: CopyDone then a second START_REPLICATION on the
 // same connection (first byte exactly the requested LSN), a start ahead of
@@ -535,6 +554,9 @@ func TestStreamEdgeCasesOnBinary(t *testing.T) {
 	ctx := harness.Context(t, 60*time.Second)
 
 	c := svConn(t, sk)
+	if res, err := c.Exec(ctx, "SHOW wal_sender_timeout").ReadAll(); err != nil || string(res[0].Rows[0][0]) != "1s" {
+		t.Fatalf("SHOW wal_sender_timeout: %v, want 1s", err)
+	}
 	for _, from := range []proto.LSN{f.start, f.start + 12345} {
 		svQuery(t, c, "START_REPLICATION "+from.String()+" TIMELINE 1")
 		if _, ok := svNext(t, ctx, c).(*pgproto3.CopyBothResponse); !ok {

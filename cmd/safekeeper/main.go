@@ -101,7 +101,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen-pg", Value: "127.0.0.1:5454", Usage: "host:port of the PostgreSQL-protocol listener"},
 			&cli.StringFlag{Name: "data-dir", Required: true, Usage: "directory of the safekeeper's bbolt database (created if missing)"},
 			&cli.BoolFlag{Name: "unsafe-no-fsync", Hidden: true, Usage: "TESTS AND BENCHMARKS ONLY: never fsync; a crash loses acknowledged WAL"},
-			&cli.DurationFlag{Name: "wal-sender-timeout", Value: 60 * time.Second, Usage: "disconnect a replication client silent this long; it is asked for a reply after half of it (at most 10s)"},
+			&cli.DurationFlag{Name: "wal-sender-timeout", Value: 60 * time.Second, Usage: "disconnect a replication client silent this long; it is asked for a reply after half of it (at most 10s); 0 disables, like PostgreSQL's wal_sender_timeout = 0"},
 			&cli.DurationFlag{Name: "retention-interval", Value: time.Second, Usage: "least time between two WAL removal passes of a timeline"},
 		},
 		Action: func(c *cli.Context) error {
@@ -113,6 +113,16 @@ func runCommand() *cli.Command {
 			}
 			if _, _, err := net.SplitHostPort(c.String("listen-pg")); err != nil {
 				return usagef("--listen-pg %q: want host:port", c.String("listen-pg"))
+			}
+			walSenderTimeout := c.Duration("wal-sender-timeout")
+			switch {
+			case walSenderTimeout < 0:
+				return usagef("--wal-sender-timeout %v: want a duration ≥ 0 (0 disables the timeout)", walSenderTimeout)
+			case walSenderTimeout == 0:
+				walSenderTimeout = -1 // server.Config: negative disables
+			}
+			if c.Duration("retention-interval") <= 0 {
+				return usagef("--retention-interval %v: want a positive duration", c.Duration("retention-interval"))
 			}
 			log, err := logger(c)
 			if err != nil {
@@ -128,7 +138,7 @@ func runCommand() *cli.Command {
 			srv, err := server.New(server.Config{
 				NodeID: c.Uint64("id"), ListenPG: c.String("listen-pg"), DataDir: dir,
 				Logger: log, UnsafeNoFsync: c.Bool("unsafe-no-fsync"),
-				WalSenderTimeout: c.Duration("wal-sender-timeout"), RetentionInterval: c.Duration("retention-interval"),
+				WalSenderTimeout: walSenderTimeout, RetentionInterval: c.Duration("retention-interval"),
 			})
 			if err != nil {
 				return err

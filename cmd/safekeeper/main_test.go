@@ -17,6 +17,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"no-such-command"},
 		{"run", "--id", "0", "--data-dir", t.TempDir()},
 		{"run", "--id", "1", "--data-dir", t.TempDir(), "--listen-pg", "nope"},
+		{"run", "--id", "1", "--data-dir", t.TempDir(), "--wal-sender-timeout", "-1s"},
+		{"run", "--id", "1", "--data-dir", t.TempDir(), "--retention-interval", "0s"},
 		{"propose", "--upstream", "host=127.0.0.1", "--safekeepers", "127.0.0.1:1,127.0.0.1:1,127.0.0.1:2",
 			"--tenant-id", strings.Repeat("a", 32), "--timeline-id", strings.Repeat("b", 32)},
 		{"sync", "--safekeepers", "127.0.0.1:1,localhost:2,LOCALHOST:2",

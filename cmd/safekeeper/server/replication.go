@@ -172,9 +172,30 @@ func formatSegSize(n uint32) string {
 	return fmt.Sprintf("%dMB", n>>20)
 }
 
+// formatMS is PostgreSQL's display of a time setting kept in milliseconds
+// (SHOW wal_sender_timeout): the largest unit that divides it exactly,
+// "1min", "30s", "1500ms"; zero (disabled) is "0".
+func formatMS(d time.Duration) string {
+	ms := d.Milliseconds()
+	if ms <= 0 {
+		return "0"
+	}
+	for _, u := range []struct {
+		name string
+		ms   int64
+	}{{"d", 86400000}, {"h", 3600000}, {"min", 60000}, {"s", 1000}} {
+		if ms%u.ms == 0 {
+			return fmt.Sprintf("%d%s", ms/u.ms, u.name)
+		}
+	}
+	return fmt.Sprintf("%dms", ms)
+}
+
 func (c *replConn) show(cmd cmdShow) bool {
 	var val string
 	switch cmd.Var {
+	case "wal_sender_timeout":
+		val = formatMS(c.srv.cfg.WalSenderTimeout)
 	case "data_directory_mode":
 		val = "0700"
 	case "wal_block_size":
@@ -477,7 +498,11 @@ func (w *walSender) fatal(err error) streamEnd {
 
 func (w *walSender) loop() streamEnd {
 	cfg := &w.c.srv.cfg
-	pingEvery := min(maxIdleKeepalive, cfg.WalSenderTimeout/2)
+	timeout := cfg.WalSenderTimeout // negative: no timeout
+	pingEvery := maxIdleKeepalive
+	if timeout > 0 {
+		pingEvery = min(maxIdleKeepalive, timeout/2)
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -500,8 +525,8 @@ func (w *walSender) loop() streamEnd {
 		}
 		now := time.Now()
 		lastRecv := time.Unix(0, w.lastRecv.Load())
-		if now.Sub(lastRecv) >= cfg.WalSenderTimeout {
-			w.c.log.Info("terminating walsender process due to replication timeout", "timeout", cfg.WalSenderTimeout, "sent_up_to", w.pos)
+		if timeout > 0 && now.Sub(lastRecv) >= timeout {
+			w.c.log.Info("terminating walsender process due to replication timeout", "timeout", timeout, "sent_up_to", w.pos)
 			return endClose
 		}
 		quietSince := lastRecv
@@ -534,7 +559,10 @@ func (w *walSender) loop() streamEnd {
 		if w.c.pc.Flush() != nil {
 			return endClose
 		}
-		wait := min(time.Until(lastRecv.Add(cfg.WalSenderTimeout)), time.Until(quietSince.Add(pingEvery)))
+		wait := time.Until(quietSince.Add(pingEvery))
+		if timeout > 0 {
+			wait = min(wait, time.Until(lastRecv.Add(timeout)))
+		}
 		timer.Reset(max(wait, time.Millisecond))
 		select {
 		case <-changed:

@@ -572,6 +572,9 @@ func TestSilentReaderTimesOutRespondingReaderStays(t *testing.T) {
 		if err != nil {
 			break // disconnected
 		}
+		if e, ok := m.(*pgproto3.ErrorResponse); ok {
+			t.Fatalf("silent reader: %s (SQLSTATE %s)", e.Message, e.Code)
+		}
 		if cd, ok := m.(*pgproto3.CopyData); ok && cd.Data[0] == 'k' {
 			if len(cd.Data) != pgwire.PrimaryKeepaliveLen {
 				t.Fatalf("keepalive of %d bytes", len(cd.Data))
@@ -601,6 +604,33 @@ func TestSilentReaderTimesOutRespondingReaderStays(t *testing.T) {
 	polite.status(p.pos, p.pos, true)
 	for {
 		if k, ok := polite.next().(pgwire.PrimaryKeepalive); ok && !k.ReplyRequested {
+			break
+		}
+	}
+}
+
+// TestNegativeWalSenderTimeoutDisablesIt: with the timeout disabled (the
+// CLI's --wal-sender-timeout 0, like wal_sender_timeout = 0), SHOW reports 0
+// and a reader that stays silent for seconds is still connected and
+// still answered.
+func TestNegativeWalSenderTimeoutDisablesIt(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), func(c *Config) { c.WalSenderTimeout = -1 })
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	p.push(2, 100, 0)
+
+	silent := newStream(t, addr)
+	res, err := silent.c.Exec(silent.ctx, "SHOW wal_sender_timeout").ReadAll()
+	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != "0" {
+		t.Fatalf("SHOW wal_sender_timeout: %v %v, want 0", res, err)
+	}
+	silent.start("START_REPLICATION " + p.pos.String())
+	// Nothing can be waited for here: the point is that time passes.
+	// 2 s is well past a timeout of 0 or any other short misreading of -1.
+	<-time.After(2 * time.Second)
+	silent.status(p.pos, p.pos, true)
+	for { // next fails the test if the connection was closed
+		if k, ok := silent.next().(pgwire.PrimaryKeepalive); ok && !k.ReplyRequested {
 			break
 		}
 	}

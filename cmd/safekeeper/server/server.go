@@ -37,7 +37,9 @@ type Config struct {
 	// WalSenderTimeout is PostgreSQL's wal_sender_timeout for replication
 	// streams: a reader silent for half of it (or for 10 s, whichever is
 	// shorter) gets a keepalive asking for a reply, and a reader silent for
-	// all of it is disconnected. Default 60 s.
+	// all of it is disconnected. Default (zero) 60 s; negative disables the
+	// timeout, like wal_sender_timeout = 0: silent readers stay connected and
+	// idle streams still get a keepalive every 10 s.
 	WalSenderTimeout time.Duration
 	// RetentionInterval is the least time between two WAL removal passes of
 	// a timeline (see retention.go). Default 1 s.
@@ -55,7 +57,7 @@ func (c *Config) withDefaults() error {
 	if c.ServerVersion == "" {
 		c.ServerVersion = "15.18"
 	}
-	if c.WalSenderTimeout <= 0 {
+	if c.WalSenderTimeout == 0 {
 		c.WalSenderTimeout = 60 * time.Second
 	}
 	if c.RetentionInterval <= 0 {

@@ -149,13 +149,16 @@ func (o *owner) flush() {
 	if n != len(o.waiting) {
 		panic("server: acceptor staged count differs from waiting connections")
 	}
+	// Publish before answering: once a proposer holds a response, readers
+	// (START_REPLICATION, IDENTIFY_SYSTEM, TIMELINE_STATUS) see at least
+	// the flush_lsn and commit_lsn it reports.
+	o.t.publish(o.acc.State())
 	// Relay the readers' feedback to the proposer.
 	resp.HotStandby, resp.Consumer = o.t.repl.feedback()
 	for _, c := range o.waiting {
 		c.send(resp)
 	}
 	o.waiting = o.waiting[:0]
-	o.t.publish(o.acc.State())
 	o.t.repl.kickRetention()
 }
 
@@ -195,6 +198,8 @@ func (o *owner) handle(ev event) {
 			return
 		}
 	}
+	// Replies go out after the new state is published (see flush).
+	var replies []proto.Message
 	switch m := ev.msg.(type) {
 	case *proto.ServerInfo:
 		info, err := o.acc.ServerInfo(m)
@@ -202,18 +207,22 @@ func (o *owner) handle(ev event) {
 			o.refuse(c, err)
 			return
 		}
-		c.send(info)
+		replies = append(replies, info)
 	case *proto.RequestVote:
 		verdict, info, err := o.acc.RequestVote(m)
 		if verdict != nil {
-			c.send(verdict)
+			replies = append(replies, verdict)
 		}
 		if err != nil {
+			o.t.publish(o.acc.State())
+			for _, r := range replies {
+				c.send(r)
+			}
 			o.refuse(c, err)
 			return
 		}
 		c.ballot = m.Candidate
-		c.send(info)
+		replies = append(replies, info)
 	case *proto.ProposerElected:
 		if err := o.acc.ProposerElected(c.ballot, m); err != nil {
 			o.refuse(c, err)
@@ -229,4 +238,7 @@ func (o *owner) handle(ev event) {
 		o.waiting = append(o.waiting, c)
 	}
 	o.t.publish(o.acc.State())
+	for _, r := range replies {
+		c.send(r)
+	}
 }
