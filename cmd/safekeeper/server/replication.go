@@ -93,7 +93,9 @@ func (c *replConn) handle(q string) bool {
 		if c.physical {
 			return c.fail(pgwire.Errorf(pgwire.FeatureNotSupported, "cannot execute SQL commands in WAL sender for physical replication"))
 		}
-		return c.fail(pgwire.Errorf(pgwire.SyntaxError, "syntax error: unknown command %q", firstWord(cmd.Text)))
+		e := pgwire.Errorf(pgwire.SyntaxError, "syntax error: unknown command %q", firstWord(cmd.Text))
+		e.Hint = "This is a safekeeper; it runs no SQL. Connect with replication=true for IDENTIFY_SYSTEM, START_REPLICATION and TIMELINE_STATUS."
+		return c.fail(e)
 	case cmdIdentifySystem:
 		return c.identifySystem()
 	case cmdTimelineStatus:

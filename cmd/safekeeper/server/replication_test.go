@@ -265,6 +265,9 @@ func TestCommandResultShapes(t *testing.T) {
 	wantCode(t, err, pgwire.FeatureNotSupported)
 	_, err = exec(t, plain, "SELECT 1")
 	wantCode(t, err, pgwire.SyntaxError)
+	if pe := (*pgconn.PgError)(nil); !errors.As(err, &pe) || !strings.Contains(pe.Hint, "replication=true") {
+		t.Fatalf("SQL on a plain connection: %v: want a hint naming replication=true", err)
+	}
 
 	// Slots are durable: a restarted server still has s2 (not the dropped s1).
 	dir := s.cfg.DataDir
