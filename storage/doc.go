@@ -11,6 +11,8 @@ bbolt; this package imports acceptor, never the reverse.
     Options.ReadOnly) and gives up after Options.Timeout with ErrLocked, so an
     offline tool started next to a running server fails at once and clearly.
   - The on-disk layout and the control record encoding (below).
+  - The node id the file belongs to (ClaimNodeID: recorded once, never
+    changed; refusing another id is the server's decision).
   - The group committer: one goroutine that turns concurrent Commit calls of
     many timelines into one bbolt write transaction and one fsync.
   - The retention horizon (State.RemovedUpTo), which only RemoveWAL moves.
@@ -22,6 +24,7 @@ when WAL may be removed are the acceptor's and the server's decisions.
 
 	meta/                         bucket
 	  format   -> u32 BE 1        Open refuses any other format
+	  node_id  -> node record     the node id owning the file (node.go)
 	timelines/                    bucket
 	  <tenant_id ‖ timeline_id>/  bucket per timeline, 32-byte name
 	    control -> control record (acceptor.State)

@@ -282,9 +282,10 @@ func receiveWAL(t *testing.T, pg *pgtest.Cluster, f *walFeeder, extra ...string)
 	}
 }
 
-// TestPgReceiveWALSegmentsMatchPrimary: pg_receivewal --synchronous, and
-// then with a slot it created, write segments byte-identical to the
-// primary's and end cleanly on SIGINT.
+// TestPgReceiveWALSegmentsMatchPrimary: pg_receivewal --synchronous, then
+// with a slot it created, then with that slot again into an empty directory
+// (it starts from the slot's restart_lsn and restart_tli), write segments
+// byte-identical to the primary's and end cleanly on SIGINT.
 func TestPgReceiveWALSegmentsMatchPrimary(t *testing.T) {
 	pg := svPrimary(t)
 	sk := harness.StartSafekeeper(t, 1, "--unsafe-no-fsync")
@@ -301,6 +302,14 @@ func TestPgReceiveWALSegmentsMatchPrimary(t *testing.T) {
 	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != "physical" || res[0].Rows[0][1] == nil {
 		t.Fatalf("slot after pg_receivewal --slot: %+v %v", res, err)
 	}
+	// --create-slot made it without RESERVE_WAL; the stream moved its
+	// restart_lsn, and restart_tli with it: a pg_receivewal with an empty
+	// directory starts from these two (restart_tli 0 made it fail with
+	// "TIMELINE_HISTORY: invalid timeline 0").
+	if tli := string(res[0].Rows[0][2]); tli != "1" {
+		t.Fatalf("slot after pg_receivewal --slot: restart_tli %q, want 1", tli)
+	}
+	receiveWAL(t, pg, f, "--slot", "rwslot")
 }
 
 func svConn(t *testing.T, sk *harness.Safekeeper) *pgconn.PgConn {

@@ -518,8 +518,16 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 // frameReader is the pgproto3.ChunkReader given to the Backend. It adds what
 // pgproto3 v2 lacks: a limit on message bodies (checked before the body is
-// allocated) and the difference between a connection closed at a message
-// boundary (errCleanEOF) and one closed inside a message.
+// allocated), the difference between a connection closed at a message
+// boundary (errCleanEOF) and one closed inside a message, the type byte of
+// the last message (for PostgreSQL's error texts), PostgreSQL's checks of a
+// Query's string, and only bodies pgproto3 v2 can decode: several of its
+// decoders index short or lying bodies unchecked and panic (an empty Query,
+// an empty FunctionCall or a Bind with a negative length would take the
+// whole server down). So a Query or CopyFail whose string is malformed, and
+// every message of the extended query protocol and FunctionCall (refused by
+// type, as a walsender refuses them before it reads their fields), reach
+// pgproto3 as a valid placeholder body.
 //
 // Backend.Receive calls Next for a 5-byte header, then for the body, and
 // retries the same call after an error (a timeout), so the calls alternate.
@@ -529,7 +537,27 @@ type frameReader struct {
 	max      int
 	consumed int64
 	body     bool // the next Next call reads a message body
+	typ      byte // type byte of the last header read
+
+	// badQuery is the error of the last Query body read, whole but
+	// malformed; pgproto3 was given an empty query instead (its decoder
+	// panics on an empty body). receive returns it.
+	badQuery *Error
 }
+
+// Placeholder bodies handed to pgproto3: an empty string (Query, CopyFail),
+// and for the messages refused by type, the smallest valid body of each.
+var (
+	emptyStringBody = []byte{0}
+	refusedBodies   = map[byte][]byte{
+		'P': make([]byte, 1+1+2),     // Parse: name, query, 0 parameter types
+		'B': make([]byte, 1+1+2+2+2), // Bind: portal, statement, 0 formats, 0 parameters, 0 result formats
+		'D': {'S', 0},                // Describe: statement ""
+		'E': make([]byte, 1+4),       // Execute: portal "", no row limit
+		'C': {'S', 0},                // Close: statement ""
+		'F': make([]byte, 4+2+2+2),   // FunctionCall: function 0, no arguments, text result
+	}
+)
 
 func (f *frameReader) Next(n int) ([]byte, error) {
 	if f.body && n > f.max {
@@ -543,17 +571,66 @@ func (f *frameReader) Next(n int) ([]byte, error) {
 		return nil, err
 	}
 	f.consumed += int64(n)
+	if !f.body {
+		f.typ = buf[0]
+	} else {
+		switch f.typ {
+		case 'Q':
+			if e := checkString(buf); e != nil {
+				f.badQuery, buf = e, emptyStringBody
+			}
+		case 'f':
+			if checkString(buf) != nil {
+				buf = emptyStringBody // "COPY from stdin failed: " all the same
+			}
+		default:
+			if b, ok := refusedBodies[f.typ]; ok {
+				buf = b
+			}
+		}
+	}
 	f.body = !f.body
 	return buf, nil
 }
 
+// checkString applies PostgreSQL's checks to a body holding one string: it
+// ends at the body's last byte (pq_getmsgstring, then pq_getmsgend).
+func checkString(body []byte) *Error {
+	switch i := bytes.IndexByte(body, 0); {
+	case i < 0:
+		return Errorf(ProtocolViolation, "invalid string in message")
+	case i != len(body)-1:
+		return Errorf(ProtocolViolation, "invalid message format")
+	}
+	return nil
+}
+
+// isFrontendType reports whether typ is a message type pgproto3's Backend
+// decodes after startup.
+func isFrontendType(typ byte) bool {
+	return bytes.IndexByte([]byte("BCDEFfdcHPpQSX"), typ) >= 0
+}
+
+// errFrontendType is PostgreSQL's error for a message type it does not take
+// (SocketBackend, PostgresMain): the framing may be lost, so it is FATAL.
+func errFrontendType(typ byte) *Error {
+	return Errorf(ProtocolViolation, "invalid frontend message type %d", typ).fatal()
+}
+
 // receive returns the next frontend message. The message is valid only until
-// the next receive. Errors other than timeouts are sticky.
+// the next receive. Errors other than timeouts and a malformed Query
+// (ERROR 08P01, read whole: the framing is intact) are sticky.
 func (c *Conn) receive() (pgproto3.FrontendMessage, error) {
 	if c.readErr != nil {
 		return nil, c.readErr
 	}
 	msg, err := c.backend.Receive()
+	if bad := c.frames.badQuery; bad != nil {
+		c.frames.badQuery = nil
+		if err == nil {
+			return nil, bad
+		}
+	}
 	if err == nil {
 		return msg, nil
 	}
@@ -570,8 +647,10 @@ func (c *Conn) receive() (pgproto3.FrontendMessage, error) {
 	case errors.As(err, &e):
 	case msg != nil: // a known message type with a bad body
 		err = &Error{Severity: SeverityFatal, Code: ProtocolViolation, Message: fmt.Sprintf("invalid %s message: %v", messageName(msg), err), cause: err}
-	default: // unknown message type; its body is still unread
-		err = &Error{Severity: SeverityFatal, Code: ProtocolViolation, Message: fmt.Sprintf("invalid frontend message: %v", err), cause: err}
+	case !isFrontendType(c.frames.typ): // its body is still unread
+		err = errFrontendType(c.frames.typ)
+	default: // a length word below 4
+		err = &Error{Severity: SeverityFatal, Code: ProtocolViolation, Message: "invalid message length", cause: err}
 	}
 	c.readErr = err
 	return nil, err

@@ -33,7 +33,12 @@
 //  3. Query loop. ReadQuery returns each simple Query's text (io.EOF on
 //     Terminate). The caller answers with SendRows / SendCommandComplete /
 //     SendError and ends every cycle with SendReadyForQuery. The extended
-//     query protocol is refused by ReadQuery itself, as the walsender does.
+//     query protocol is refused by ReadQuery itself, as the walsender does
+//     (by message type: those bodies are never decoded). Malformed input
+//     gets PostgreSQL's answers: a message type it does not take is a
+//     FATAL *Error "invalid frontend message type N" (close); a Query read
+//     whole but malformed is an ERROR *Error ("invalid string in message",
+//     "invalid message format") after which the connection goes on.
 //  4. Streaming. StartCopyBoth, then CopyData both ways: ReadCopy on the
 //     reader side (ErrCopyDone when the client ends its half); SendCopyData,
 //     SendXLogData, SendKeepalive on the writer side; SendCopyDone to end the

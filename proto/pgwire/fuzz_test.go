@@ -3,10 +3,15 @@ package pgwire
 import (
 	"bytes"
 	"errors"
+	"io"
 	"maps"
+	"net"
 	"sort"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgproto3/v2"
 )
 
 // Every decoder is fuzzed: no panic, errors are ProtocolViolation *Errors
@@ -200,5 +205,50 @@ func FuzzParseBool(f *testing.F) {
 		if !ok {
 			t.Fatalf("ParseBool(%q) = %v", s, b)
 		}
+	})
+}
+
+// bytesConn is a net.Conn reading a fixed input and discarding writes.
+type bytesConn struct {
+	net.Conn // nil: other methods are not called
+	r        *bytes.Reader
+}
+
+func (c *bytesConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
+func (c *bytesConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (c *bytesConn) SetWriteDeadline(time.Time) error { return nil }
+func (c *bytesConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *bytesConn) SetDeadline(time.Time) error      { return nil }
+func (c *bytesConn) Close() error                     { return nil }
+func (c *bytesConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+
+// FuzzReadQuery: the frontend message stream after startup never panics
+// the reader; every error is io.EOF, a connection closed inside a message,
+// or an 08P01 *Error (FATAL and sticky, or ERROR for a malformed Query, and
+// then the next message is read).
+func FuzzReadQuery(f *testing.F) {
+	f.Add(query("IDENTIFY_SYSTEM"))
+	f.Add([]byte{'Q', 0, 0, 0, 4})
+	f.Add([]byte{'Q', 0, 0, 0, 6, 'A', 'B'})
+	f.Add([]byte{'?', 0, 0, 0, 4})
+	f.Add(encode(&pgproto3.Parse{Query: "x"}, &pgproto3.Bind{}, &pgproto3.Sync{}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c := newConn(&bytesConn{r: bytes.NewReader(b)}, false, AcceptOptions{MaxMessageSize: 1 << 16}.withDefaults(), nil)
+		for i := 0; i <= len(b); i++ {
+			_, err := c.ReadQuery()
+			if err == nil {
+				continue
+			}
+			var e *Error
+			switch {
+			case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+				return
+			case !errors.As(err, &e) || e.Code != ProtocolViolation:
+				t.Fatalf("error %v is not 08P01", err)
+			case e.Severity == SeverityFatal:
+				return
+			}
+		}
+		t.Fatal("ReadQuery returned more messages than there are bytes")
 	})
 }

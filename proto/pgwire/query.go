@@ -53,14 +53,24 @@ func Int8Column(name string) Column { return Column{name, Int8OID, Int8Size, -1}
 //
 // It returns io.EOF when the client sends Terminate or closes the connection
 // at a message boundary. An *Error with severity FATAL (and SQLSTATE 08P01)
-// means the stream cannot go on: send it with SendError, Flush and Close. An
-// empty query string is returned as is; answer it with
+// means the stream cannot go on: send it with SendError, Flush and Close;
+// that is the answer to a message type PostgreSQL does not take ("invalid
+// frontend message type 63"), whose framing cannot be trusted. An *Error
+// with severity ERROR (unset) is a Query read whole but malformed, with
+// PostgreSQL's text: "invalid string in message" (no NUL terminator) or
+// "invalid message format" (a NUL inside); the connection is intact, so
+// answer it, as PostgreSQL does, with SendError and SendReadyForQuery, and
+// read on. An empty query string is returned as is; answer it with
 // SendEmptyQueryResponse and SendReadyForQuery.
 func (c *Conn) ReadQuery() (string, error) {
 	ignoreTillSync := false
 	for {
 		msg, err := c.receive()
 		if err != nil {
+			var e *Error
+			if ignoreTillSync && errors.As(err, &e) && e.Severity == "" {
+				continue // a malformed Query, read whole: discarded like the rest
+			}
 			return "", err
 		}
 		switch m := msg.(type) {
@@ -106,7 +116,7 @@ func (c *Conn) ReadQuery() (string, error) {
 			// PostgreSQL ignores these outside COPY: they may trail a COPY
 			// that the server ended with an error.
 		default:
-			err := Errorf(ProtocolViolation, "invalid frontend message type %s", messageName(msg)).fatal()
+			err := errFrontendType(c.frames.typ)
 			c.readErr = err
 			return "", err
 		}

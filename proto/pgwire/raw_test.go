@@ -352,6 +352,34 @@ func TestReadQueryRefusesExtendedProtocol(t *testing.T) {
 	}
 }
 
+// Messages refused by their type are refused whatever their body holds,
+// as a walsender does: an empty FunctionCall, a Bind with a negative length
+// (pgproto3 v2 panics decoding both) get the usual answers, and a malformed
+// CopyFail outside COPY is ignored.
+func TestReadQueryRefusedBodiesNotDecoded(t *testing.T) {
+	client, fe, c := ready(t, AcceptOptions{})
+	client.Write([]byte{'F', 0, 0, 0, 4})
+	client.Write([]byte{'B', 0, 0, 0, 14, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xfe}) // one parameter of length -2
+	client.Write([]byte{'f', 0, 0, 0, 4})
+	client.Write(encode(&pgproto3.Sync{}, &pgproto3.Query{String: "IDENTIFY_SYSTEM"}))
+	if q, err := c.ReadQuery(); q != "IDENTIFY_SYSTEM" || err != nil {
+		t.Fatalf("ReadQuery = %q, %v", q, err)
+	}
+	for _, want := range []string{"E:fastpath function calls not supported in a replication connection", "Z",
+		"E:extended query protocol not supported in a replication connection", "Z"} {
+		var got string
+		switch m := receive(t, fe).(type) {
+		case *pgproto3.ErrorResponse:
+			got = "E:" + m.Message
+		case *pgproto3.ReadyForQuery:
+			got = "Z"
+		}
+		if got != want {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+	}
+}
+
 func TestReadQueryEndOfStream(t *testing.T) {
 	t.Run("Terminate", func(t *testing.T) {
 		client, _, c := ready(t, AcceptOptions{})
@@ -396,14 +424,83 @@ func TestReadQueryRefusesOversizedMessage(t *testing.T) {
 	}
 }
 
+// An unknown message type is PostgreSQL's FATAL "invalid frontend message
+// type N" (the framing cannot be trusted after it: sticky), also with a
+// length word PostgreSQL would refuse; so is a known type not taken in
+// query mode. A length word below 4 is "invalid message length".
 func TestReadQueryUnknownMessageType(t *testing.T) {
-	client, _, c := ready(t, AcceptOptions{})
-	client.Write([]byte{'!', 0, 0, 0, 4})
-	_, err := c.ReadQuery()
-	var e *Error
-	if !errors.As(err, &e) || e.Code != ProtocolViolation {
-		t.Fatalf("err = %v, want 08P01", err)
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		want string
+	}{
+		{"unknown", []byte{'?', 0, 0, 0, 4}, "invalid frontend message type 63"},
+		{"unknown with a huge length", []byte{'!', 0x7f, 0xff, 0xff, 0xff}, "invalid frontend message type 33"},
+		{"password message", []byte{'p', 0, 0, 0, 5, 0}, "invalid frontend message type 112"},
+		{"length below 4", []byte{'Q', 0, 0, 0, 3}, "invalid message length"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, _, c := ready(t, AcceptOptions{})
+			client.Write(append(tc.msg, query("IDENTIFY_SYSTEM")...))
+			_, err := c.ReadQuery()
+			var e *Error
+			if !errors.As(err, &e) || e.Code != ProtocolViolation || e.Severity != SeverityFatal || e.Message != tc.want {
+				t.Fatalf("err = %v, want FATAL 08P01 %q", err, tc.want)
+			}
+			if _, err2 := c.ReadQuery(); err2 != err {
+				t.Fatalf("error not sticky: %v", err2)
+			}
+		})
 	}
+}
+
+// A Query read whole but malformed gets PostgreSQL's ERROR 08P01 text and
+// leaves the connection usable: no NUL terminator (also an empty body) is
+// "invalid string in message", a NUL before the end "invalid message
+// format". Between an extended-protocol message and Sync it is discarded,
+// like everything else there.
+func TestReadQueryMalformedQuery(t *testing.T) {
+	rawQuery := func(body string) []byte {
+		return append(binary.BigEndian.AppendUint32([]byte{'Q'}, uint32(4+len(body))), body...)
+	}
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		want string
+	}{
+		{"no terminator", rawQuery("IDENTIFY_SYSTEM"), "invalid string in message"},
+		{"empty body", rawQuery(""), "invalid string in message"},
+		{"NUL inside", rawQuery("IDENTIFY\x00_SYSTEM\x00"), "invalid message format"},
+		{"two strings", rawQuery("A\x00B\x00"), "invalid message format"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, _, c := ready(t, AcceptOptions{})
+			client.Write(append(tc.msg, query("IDENTIFY_SYSTEM")...))
+			_, err := c.ReadQuery()
+			var e *Error
+			if !errors.As(err, &e) || e.Code != ProtocolViolation || e.severity() != SeverityError || e.Message != tc.want {
+				t.Fatalf("err = %v, want ERROR 08P01 %q", err, tc.want)
+			}
+			if q, err := c.ReadQuery(); q != "IDENTIFY_SYSTEM" || err != nil {
+				t.Fatalf("next ReadQuery = %q, %v: the connection should go on", q, err)
+			}
+		})
+	}
+	t.Run("ignored till Sync", func(t *testing.T) {
+		client, fe, c := ready(t, AcceptOptions{})
+		client.Write(encode(&pgproto3.Parse{Query: "x"}))
+		client.Write(rawQuery("no terminator"))
+		client.Write(encode(&pgproto3.Sync{}, &pgproto3.Query{String: "IDENTIFY_SYSTEM"}))
+		if q, err := c.ReadQuery(); q != "IDENTIFY_SYSTEM" || err != nil {
+			t.Fatalf("ReadQuery = %q, %v", q, err)
+		}
+		if _, ok := receive(t, fe).(*pgproto3.ErrorResponse); !ok {
+			t.Fatal("want the extended protocol's ErrorResponse")
+		}
+		if _, ok := receive(t, fe).(*pgproto3.ReadyForQuery); !ok {
+			t.Fatal("want one ReadyForQuery, at Sync")
+		}
+	})
 }
 
 // A read deadline may expire in the middle of a message; the next read

@@ -52,6 +52,7 @@ type slotState struct {
 // SafeKeeperResponse; the retention goroutine reads the horizons.
 type replState struct {
 	store *storage.Timeline
+	tli   uint32 // the timeline's PostgreSQL TLI: every slot's restart_tli
 
 	mu       sync.Mutex
 	readers  map[*walReader]struct{}
@@ -65,14 +66,21 @@ type replState struct {
 	kick chan struct{} // wakes the retention goroutine; capacity 1
 }
 
-func newReplState(store *storage.Timeline) (*replState, error) {
-	r := &replState{store: store, readers: map[*walReader]struct{}{}, slots: map[string]*slotState{}, kick: make(chan struct{}, 1)}
+func newReplState(store *storage.Timeline, tli uint32) (*replState, error) {
+	r := &replState{store: store, tli: tli, readers: map[*walReader]struct{}{}, slots: map[string]*slotState{}, kick: make(chan struct{}, 1)}
 	slots, err := store.Slots()
 	if err != nil {
 		return nil, err
 	}
 	for _, s := range slots {
-		r.slots[s.Name] = &slotState{Slot: s, saved: s.RestartLSN}
+		saved := s.RestartLSN
+		if s.RestartLSN != 0 && s.RestartTLI == 0 {
+			// Saved by a build that moved restart_lsn without setting
+			// restart_tli; a safekeeper timeline has one TLI. Marked dirty
+			// (saved 0) so the next save writes the TLI too.
+			s.RestartTLI, saved = tli, 0
+		}
+		r.slots[s.Name] = &slotState{Slot: s, saved: saved}
 	}
 	return r, nil
 }
@@ -142,7 +150,7 @@ func (r *replState) onStatus(rd *walReader, m pgwire.StandbyStatusUpdate) {
 	var save *storage.Slot
 	if s != nil && s.active == rd.connID {
 		if lsn := min(m.Flush, rd.position()); lsn > s.RestartLSN {
-			s.RestartLSN = lsn
+			s.RestartLSN, s.RestartTLI = lsn, r.tli
 			if !s.temporary && time.Since(s.savedAt) >= slotSaveInterval {
 				cp := s.Slot
 				save = &cp

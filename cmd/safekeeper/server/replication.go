@@ -370,10 +370,11 @@ type walSender struct {
 	segSize uint64
 	tli     uint32
 
-	pos      proto.LSN // next LSN to send
-	lastRecv atomic.Int64
-	lastPing time.Time
-	buf      []byte
+	pos         proto.LSN // next LSN to send
+	lastRecv    atomic.Int64
+	clampWarned bool // reader goroutine: a clamped report was logged
+	lastPing    time.Time
+	buf         []byte
 
 	replyNow   chan struct{} // the client asked for a reply ('r' with replyRequested)
 	gotStatus  chan struct{} // an 'r' arrived
@@ -442,6 +443,7 @@ func (w *walSender) reader() {
 		}
 		switch m := msg.(type) {
 		case pgwire.StandbyStatusUpdate:
+			w.clampReported("standby status update", &m.Write, &m.Flush, &m.Apply)
 			w.tl.repl.onStatus(w.rd, m)
 			signal(w.gotStatus)
 			if m.ReplyRequested {
@@ -450,8 +452,31 @@ func (w *walSender) reader() {
 		case pgwire.HotStandbyFeedback:
 			w.tl.repl.onHotStandby(w.rd, m)
 		case pgwire.ConsumerFeedback:
+			w.clampReported("consumer feedback", &m.ReceivedLSN, &m.DiskConsistentLSN, &m.RemoteConsistentLSN)
 			w.tl.repl.onConsumer(w.rd, m)
 		}
+	}
+}
+
+// clampReported limits the positions a client reports to the end of the WAL
+// this stream has sent it: a reader cannot have received, flushed or
+// stored elsewhere WAL it was never sent, and retention, slots and the
+// proposer trust these positions (one bogus ps_applylsn would otherwise let
+// retention remove WAL up to commit_lsn for good). The first clamped report
+// of a stream is logged. Reader goroutine only.
+func (w *walSender) clampReported(what string, lsns ...*proto.LSN) {
+	sent := w.rd.position()
+	var over proto.LSN
+	for _, l := range lsns {
+		if *l > sent {
+			over = max(over, *l)
+			*l = sent
+		}
+	}
+	if over != 0 && !w.clampWarned {
+		w.clampWarned = true
+		w.c.log.Warn("replication client reported a position past the WAL sent to it; using the end of what was sent",
+			"message", what, "reported", over, "sent_up_to", sent, "slot", w.cmd.Slot, "conn", w.c.id)
 	}
 }
 
@@ -479,9 +504,7 @@ func (w *walSender) readerEnded(err error) streamEnd {
 		w.c.log.Info("WAL stream ended: client disconnected", "sent_up_to", w.pos)
 	case errors.As(err, &pe):
 		w.c.log.Info("WAL stream ended: client protocol violation", "err", err)
-		fatal := *pe
-		fatal.Severity = pgwire.SeverityFatal
-		w.c.pc.SendError(&fatal)
+		w.c.pc.SendError(fatalError(pe))
 		w.c.pc.Flush()
 	default:
 		w.c.log.Info("WAL stream ended: read failed", "err", err)
@@ -490,10 +513,11 @@ func (w *walSender) readerEnded(err error) streamEnd {
 	return endClose
 }
 
-// fatal sends an ErrorResponse and ends the stream (the connection closes).
+// fatal sends a FATAL ErrorResponse and ends the stream (the connection
+// closes).
 func (w *walSender) fatal(err error) streamEnd {
 	w.c.log.Info("WAL stream ended with an error", "err", err)
-	w.c.pc.SendError(err)
+	w.c.pc.SendError(fatalError(err))
 	w.c.pc.Flush()
 	return endClose
 }

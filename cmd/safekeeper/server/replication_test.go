@@ -542,17 +542,24 @@ func TestTermReaderReadsToFlushUntilTermChanges(t *testing.T) {
 	if got := tr.readWAL(tStart, flush); !bytes.Equal(got, wal) {
 		t.Fatal("term reader WAL differs")
 	}
-	// A new proposer of term 2 is elected: the term-1 stream ends.
+	// A new proposer of term 2 is elected: the term-1 stream ends with a
+	// FATAL (the connection closes; pgconn returns it as an error).
 	newTestPush(t, addr, tTimeline, 2, proto.TermHistory{{Term: 1, StartLSN: tStart}, {Term: 2, StartLSN: flush}}, flush)
 	for {
-		m := tr.msg()
-		if _, ok := m.(*pgproto3.CopyData); ok {
-			continue
+		m, err := tr.c.ReceiveMessage(tr.ctx)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			if pe.Code != pgwire.StaleTerm || pe.Severity != pgwire.SeverityFatal {
+				t.Fatalf("term change: %s %s %q, want FATAL 40001", pe.Severity, pe.Code, pe.Message)
+			}
+			break
 		}
-		if e, ok := m.(*pgproto3.ErrorResponse); !ok || e.Code != pgwire.StaleTerm {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.(*pgproto3.CopyData); !ok {
 			t.Fatalf("term change: %T %+v", m, m)
 		}
-		break
 	}
 }
 

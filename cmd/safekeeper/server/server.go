@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 // Config configures a Server.
 type Config struct {
 	// NodeID is this safekeeper's node id (SafeKeeperInfo.safekeeper_id).
+	// It is recorded in DataDir on first start; New refuses another.
 	NodeID uint64
 	// ListenPG is the host:port of the PostgreSQL-protocol listener.
 	ListenPG string
@@ -75,6 +77,27 @@ func (c *Config) withDefaults() error {
 	return nil
 }
 
+// ErrNodeIDMismatch is wrapped by the error of New when the data directory
+// was recorded as another node's (see NodeIDMismatchError).
+var ErrNodeIDMismatch = errors.New("server: data directory belongs to another node id")
+
+// NodeIDMismatchError is the error of New when Config.NodeID differs from
+// the node id recorded in the data directory on its first start. Serving
+// it under another id would present one node's WAL and votes as another's.
+// It wraps ErrNodeIDMismatch.
+type NodeIDMismatchError struct {
+	DataDir    string
+	Recorded   uint64 // the id the data directory belongs to
+	Configured uint64 // Config.NodeID
+}
+
+func (e *NodeIDMismatchError) Error() string {
+	return fmt.Sprintf("server: data directory %s belongs to safekeeper node id %d, not %d: start it with id %d, or give node %d its own data directory",
+		e.DataDir, e.Recorded, e.Configured, e.Recorded, e.Configured)
+}
+
+func (e *NodeIDMismatchError) Unwrap() error { return ErrNodeIDMismatch }
+
 // Server is a safekeeper: it accepts PostgreSQL-protocol connections, runs
 // the WAL push protocol for proposers and keeps each timeline's state in one
 // owner goroutine.
@@ -90,6 +113,9 @@ type Server struct {
 	stopOnce sync.Once
 
 	connSeq atomic.Uint64 // numbers connections: the "PID" of slot errors
+	// writeLimit is the latest write deadline of any connection (unix
+	// nanoseconds), set by Shutdown; 0 before. See limitedConn.
+	writeLimit atomic.Int64
 
 	mu        sync.Mutex
 	timelines map[TimelineKey]*timeline
@@ -98,7 +124,10 @@ type Server struct {
 	ownerWG   sync.WaitGroup
 }
 
-// New opens the data directory and starts listening. Serve accepts.
+// New opens the data directory and starts listening. Serve accepts. The
+// first New on a data directory records Config.NodeID in it (a directory
+// from before that adopts the id it is given); a later New with another
+// NodeID fails with a *NodeIDMismatchError (errors.Is ErrNodeIDMismatch).
 func New(cfg Config) (*Server, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
@@ -107,6 +136,14 @@ func New(cfg Config) (*Server, error) {
 		Logger: cfg.Logger, UnsafeNoFsync: cfg.UnsafeNoFsync,
 	})
 	if err != nil {
+		return nil, err
+	}
+	recorded, err := db.ClaimNodeID(cfg.NodeID)
+	if err == nil && recorded != cfg.NodeID {
+		err = &NodeIDMismatchError{DataDir: cfg.DataDir, Recorded: recorded, Configured: cfg.NodeID}
+	}
+	if err != nil {
+		db.Close()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.ListenPG)
@@ -149,6 +186,7 @@ func (s *Server) Serve() error {
 			}
 			return err
 		}
+		nc = &limitedConn{Conn: nc, limit: &s.writeLimit}
 		s.mu.Lock()
 		if s.isStopping() {
 			s.mu.Unlock()
@@ -176,11 +214,17 @@ func (s *Server) Serve() error {
 // directory.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopOnce.Do(func() {
+		// Streams get ShutdownGrace to end as WalSndDone does, and a second
+		// more for their last writes: a client that stopped reading cannot
+		// hold a write, and so Shutdown, for the whole write timeout.
+		limit := time.Now().Add(s.cfg.ShutdownGrace + shutdownWriteSlack)
+		s.writeLimit.Store(limit.UnixNano())
 		s.mu.Lock()
 		close(s.stopping)
 		s.ln.Close()
 		for nc := range s.conns {
 			nc.SetReadDeadline(time.Now()) // readers stop; owners and writers finish
+			nc.SetWriteDeadline(limit)     // a write in progress ends by then
 		}
 		s.mu.Unlock()
 	})
@@ -201,6 +245,47 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return s.db.Close()
 }
 
+// shutdownWriteSlack is how long after ShutdownGrace the last writes of a
+// shutdown may take (a stream's final CommandComplete, a proposer's last
+// responses and 57P01) before the write deadline closes the connection.
+const shutdownWriteSlack = time.Second
+
+// limitedConn is an accepted socket whose write deadlines never pass the
+// server's writeLimit once Shutdown has set it. pgwire sets a fresh write
+// deadline (Config.WalSenderTimeout) before each write; without the cap a
+// client that stopped reading would hold its stream's write, and Shutdown
+// with it, for that long.
+type limitedConn struct {
+	net.Conn
+	limit *atomic.Int64
+}
+
+func (c *limitedConn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
+}
+
+// SetWriteDeadline sets t, or the limit if t is later (or zero). If the
+// limit is set meanwhile, it sets again: Shutdown stores the limit before it
+// sets every connection's deadline, so one of the two calls applies it.
+func (c *limitedConn) SetWriteDeadline(t time.Time) error {
+	for {
+		l := c.limit.Load()
+		d := t
+		if l != 0 && (t.IsZero() || t.UnixNano() > l) {
+			d = time.Unix(0, l)
+		}
+		if err := c.Conn.SetWriteDeadline(d); err != nil {
+			return err
+		}
+		if c.limit.Load() == l {
+			return nil
+		}
+	}
+}
+
 // serveConn runs one client connection: startup, then simple queries
 // (replication.go: the command set depends on the "replication" startup
 // parameter; START_WAL_PUSH, IDENTIFY_SYSTEM and TIMELINE_STATUS work on
@@ -215,21 +300,17 @@ func (s *Server) serveConn(nc net.Conn) {
 	params := pc.Params()
 	log = log.With("application_name", params["application_name"])
 	ids, err := parseStartupIDs(params["options"])
-	if err != nil {
-		pc.SendError(err)
-		pc.Flush()
-		return
+	var mode pgwire.Replication
+	if err == nil {
+		mode, err = pgwire.ParseReplication(params["replication"])
 	}
-	mode, err := pgwire.ParseReplication(params["replication"])
 	if err == nil && mode == pgwire.ReplicationLogical {
 		err = pgwire.Errorf(pgwire.FeatureNotSupported, "logical replication connections are not supported by a safekeeper")
 	}
 	if err != nil {
-		var pe *pgwire.Error
-		if errors.As(err, &pe) {
-			pe.Severity = pgwire.SeverityFatal
-		}
-		pc.SendError(err)
+		// The connection ends: FATAL, as PostgreSQL refuses a startup packet.
+		log.Info("connection refused at startup", "err", err)
+		pc.SendError(fatalError(err))
 		pc.Flush()
 		return
 	}
@@ -241,10 +322,27 @@ func (s *Server) serveConn(nc net.Conn) {
 	for {
 		q, err := pc.ReadQuery()
 		if err != nil {
-			if s.isStopping() {
-				pc.SendError(&pgwire.Error{Severity: pgwire.SeverityFatal, Code: pgwire.AdminShutdown,
-					Message: "terminating connection due to administrator command"})
+			var pe *pgwire.Error
+			switch {
+			case s.isStopping():
+				pc.SendError(fatalError(errShutdown))
 				pc.Flush()
+				return
+			case errors.As(err, &pe) && pe.Severity != pgwire.SeverityFatal:
+				// A malformed Query, read whole: PostgreSQL answers ERROR
+				// and the connection goes on.
+				log.Info("malformed message from client", "err", err)
+				pc.SendError(pe)
+				if pc.SendReadyForQuery() != nil {
+					return
+				}
+				continue
+			case errors.As(err, &pe):
+				log.Info("closing connection: client protocol violation", "err", err)
+				pc.SendError(pe)
+				pc.Flush()
+			case !errors.Is(err, io.EOF):
+				log.Debug("connection read failed", "err", err)
 			}
 			return
 		}
@@ -269,23 +367,31 @@ func parseStartupIDs(options string) (startupIDs, error) {
 	if options == "" {
 		return ids, nil
 	}
-	opts, err := pgwire.ParseOptions(options)
+	opts, err := pgwire.ParseOptions(options) // an *pgwire.Error (22023) naming the options
 	if err != nil {
-		return ids, pgwire.Errorf(pgwire.InvalidParameterValue, "invalid startup options: %v", err)
+		return ids, err
 	}
 	if v, ok := opts["tenant_id"]; ok {
 		if ids.tenant, err = proto.ParseID(v); err != nil {
-			return ids, pgwire.Errorf(pgwire.InvalidParameterValue, "invalid tenant_id in startup options: %v", err)
+			return ids, errBadID("tenant_id", v)
 		}
 		ids.hasTenant = true
 	}
 	if v, ok := opts["timeline_id"]; ok {
 		if ids.timeline, err = proto.ParseID(v); err != nil {
-			return ids, pgwire.Errorf(pgwire.InvalidParameterValue, "invalid timeline_id in startup options: %v", err)
+			return ids, errBadID("timeline_id", v)
 		}
 		ids.hasTimeline = true
 	}
 	return ids, nil
+}
+
+// errBadID is PostgreSQL's error for a bad setting value, for an id in the
+// startup options.
+func errBadID(name, value string) *pgwire.Error {
+	e := pgwire.Errorf(pgwire.InvalidParameterValue, "invalid value for parameter %q: %q", name, value)
+	e.Detail = "A " + name + " is 32 hexadecimal digits."
+	return e
 }
 
 // supportedPgMajor is the PostgreSQL major version whose WAL format
@@ -329,7 +435,7 @@ func (s *Server) startTimeline(key TimelineKey, st acceptor.State, store *storag
 	if err != nil {
 		return nil, err
 	}
-	repl, err := newReplState(store)
+	repl, err := newReplState(store, st.PgTimeline)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", acceptor.ErrStorage, err)
 	}
@@ -417,6 +523,19 @@ func (s *Server) resolveTimeline(ids startupIDs) (*timeline, error) {
 }
 
 var errShutdown = pgwire.Errorf(pgwire.AdminShutdown, "terminating connection due to administrator command")
+
+// fatalError is err as the ErrorResponse of an error after which the
+// server closes the connection: severity FATAL, as PostgreSQL sends it. It
+// copies: err's own *pgwire.Error (perhaps a shared one) is left as it is.
+func fatalError(err error) *pgwire.Error {
+	var pe *pgwire.Error
+	if !errors.As(wireError(err), &pe) {
+		pe = pgwire.Errorf(pgwire.InternalError, "%s", err.Error())
+	}
+	f := *pe
+	f.Severity = pgwire.SeverityFatal
+	return &f
+}
 
 // wireError gives err its SQLSTATE.
 func wireError(err error) error {

@@ -144,7 +144,7 @@ func (c *pushConn) write(it outItem, buf *[]byte) error {
 	switch {
 	case it.err != nil:
 		c.log.Info("ending WAL push stream", "err", it.err)
-		c.pc.SendError(wireError(it.err))
+		c.pc.SendError(fatalError(it.err)) // the connection closes
 		return c.pc.Flush()
 	case it.done:
 		c.pc.SendCopyDone()

@@ -1,0 +1,353 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/safekeeper/safekeeper/acceptor"
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/storage"
+)
+
+func shutdown(t *testing.T, s *Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDataDirKeepsItsNodeID: the first start records the node id in the
+// data directory; a restart with another id is refused with an error naming
+// both ids and the directory, and changes nothing; the same id starts.
+func TestDataDirKeepsItsNodeID(t *testing.T) {
+	dir := t.TempDir()
+	s := startTestServer(t, dir, func(c *Config) { c.NodeID = 7 })
+	shutdown(t, s)
+
+	_, err := New(Config{NodeID: 8, ListenPG: "127.0.0.1:0", DataDir: dir, UnsafeNoFsync: true})
+	var me *NodeIDMismatchError
+	if !errors.Is(err, ErrNodeIDMismatch) || !errors.As(err, &me) || me.Recorded != 7 || me.Configured != 8 || me.DataDir != dir {
+		t.Fatalf("New with id 8 on node 7's data dir: %v (%+v), want a NodeIDMismatchError 7/8", err, me)
+	}
+	for _, want := range []string{"7", "8", dir} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not name %s", err, want)
+		}
+	}
+	// The refused start left the file unlocked and the record as it was.
+	shutdown(t, startTestServer(t, dir, func(c *Config) { c.NodeID = 7 }))
+}
+
+// TestOldDataDirAdoptsNodeID: a data directory from before the node id was
+// recorded (a timeline, no record) adopts the id of its next start, and
+// keeps it.
+func TestOldDataDirAdoptsNodeID(t *testing.T) {
+	dir := t.TempDir()
+	// A data directory as an older build left it: a timeline, no record.
+	db, err := storage.Open(filepath.Join(dir, "safekeeper.db"), storage.Options{UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CreateTimeline(acceptor.NewState(&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018,
+		SystemID: tSysID, TenantID: tTenant, TimelineID: tTimeline, PgTimeline: 1, WalSegSize: tSeg})); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s := startTestServer(t, dir, func(c *Config) { c.NodeID = 5 })
+	c := replConnect(t, s.Addr().String(), false, "")
+	if row := oneRow(t, must(exec(t, c, "IDENTIFY_SYSTEM")), nil, "systemid", "timeline", "xlogpos", "dbname"); row[0] != fmt.Sprint(tSysID) {
+		t.Fatalf("IDENTIFY_SYSTEM %q: the old timeline is not served", row)
+	}
+	shutdown(t, s)
+	_, err = New(Config{NodeID: 1, ListenPG: "127.0.0.1:0", DataDir: dir, UnsafeNoFsync: true})
+	var me *NodeIDMismatchError
+	if !errors.As(err, &me) || me.Recorded != 5 || me.Configured != 1 {
+		t.Fatalf("New with id 1 after the directory adopted 5: %v", err)
+	}
+}
+
+// TestShutdownNotHeldByReaderThatStoppedReading: a client starts streaming
+// from the timeline start, with more WAL than both socket buffers hold, and
+// never reads. Shutdown still returns within about ShutdownGrace (the
+// blocked write gets a deadline), and the client's connection is closed.
+func TestShutdownNotHeldByReaderThatStoppedReading(t *testing.T) {
+	const grace = time.Second
+	s := startTestServer(t, t.TempDir(), func(c *Config) { c.ShutdownGrace = grace })
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	p.push(800, 9000, 0) // ~7 MiB: more than the server's send buffer (at most 4 MiB) holds
+
+	host, port, _ := strings.Cut(addr, ":")
+	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%s user=tester sslmode=disable replication=true", host, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A small receive buffer: the server's writes block sooner.
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 16<<10)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	cfg.DialFunc = d.DialContext
+	c, err := pgconn.ConnectConfig(testCtx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	c.Frontend().Send(&pgproto3.Query{String: "START_REPLICATION " + tStart.String()})
+	if err := c.Frontend().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	tl := s.timelines[TimelineKey{Tenant: tTenant, Timeline: tTimeline}]
+	s.mu.Unlock()
+	waitFor(t, "the stream to send", func() bool {
+		tl.repl.mu.Lock()
+		defer tl.repl.mu.Unlock()
+		for rd := range tl.repl.readers {
+			return rd.position() > tStart
+		}
+		return false
+	})
+
+	begun := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(begun); el > grace+3*time.Second {
+		t.Fatalf("Shutdown took %v with a client that stopped reading (ShutdownGrace %v)", el, grace)
+	}
+	// The server closed the connection: reading drains it to its end.
+	nc := c.Conn()
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, nc); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("the connection of the client that stopped reading is still open")
+		}
+	}
+}
+
+// wantFatal checks that err is a FATAL ErrorResponse with code and message,
+// and that the message is one clean text (no error wrapped in it).
+func wantFatal(t *testing.T, err error, code, msg string) {
+	t.Helper()
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		t.Fatalf("want FATAL %s %q, got %v", code, msg, err)
+	}
+	if pe.Severity != pgwire.SeverityFatal || pe.SeverityUnlocalized != pgwire.SeverityFatal || pe.Code != code || pe.Message != msg {
+		t.Fatalf("got %s %s %q, want FATAL %s %q", pe.Severity, pe.Code, pe.Message, code, msg)
+	}
+	if strings.Contains(pe.Message, "SQLSTATE") || strings.Contains(pe.Message, "ERROR:") {
+		t.Fatalf("message %q embeds another error", pe.Message)
+	}
+}
+
+// TestStartupErrorsAreFatal: errors after which the server closes the
+// connection are FATAL, as PostgreSQL sends them, with one clean message:
+// bad startup options, bad ids in them, a bad or logical replication
+// parameter; and a WAL push stream ended by an error.
+func TestStartupErrorsAreFatal(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	host, port, _ := strings.Cut(s.Addr().String(), ":")
+	for _, tc := range []struct {
+		conn, code, msg string
+	}{
+		{"options='-c foo=bar --x'", pgwire.InvalidParameterValue, `invalid options "-c foo=bar --x": "x" is not name=value`},
+		{"options='-c tenant_id=xyz'", pgwire.InvalidParameterValue, `invalid value for parameter "tenant_id": "xyz"`},
+		{"options='-c timeline_id=0123'", pgwire.InvalidParameterValue, `invalid value for parameter "timeline_id": "0123"`},
+		{"replication=maybe", pgwire.InvalidParameterValue, `invalid value for parameter "replication": "maybe"`},
+		{"replication=database", pgwire.FeatureNotSupported, "logical replication connections are not supported by a safekeeper"},
+	} {
+		_, err := pgconn.Connect(testCtx(t), fmt.Sprintf("host=%s port=%s user=tester sslmode=disable %s", host, port, tc.conn))
+		wantFatal(t, err, tc.code, tc.msg)
+	}
+
+	// A WAL push stream ended by a protocol violation.
+	c := replConnect(t, s.Addr().String(), true, "")
+	st := &stream{t: t, c: c, ctx: testCtx(t)}
+	st.start("START_WAL_PUSH")
+	st.sendCopy([]byte("not a proposer message"))
+	for {
+		// pgconn returns a FATAL ErrorResponse as an error (and closes).
+		m, err := c.ReceiveMessage(st.ctx)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			wantFatal(t, err, pgwire.ProtocolViolation, pe.Message)
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e, ok := m.(*pgproto3.ErrorResponse); ok {
+			t.Fatalf("%s %s %q, want FATAL", e.Severity, e.Code, e.Message)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// rawClient is a client on a plain socket, for bytes no driver sends.
+type rawClient struct {
+	t  *testing.T
+	nc net.Conn
+	fe *pgproto3.Frontend
+}
+
+func rawConnect(t *testing.T, addr string) *rawClient {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(tTimeout))
+	c := &rawClient{t: t, nc: nc, fe: pgproto3.NewFrontend(nc, nc)}
+	startup, _ := (&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber,
+		Parameters: map[string]string{"user": "tester", "replication": "true"}}).Encode(nil)
+	c.write(startup)
+	for {
+		if _, ok := c.recv().(*pgproto3.ReadyForQuery); ok {
+			return c
+		}
+	}
+}
+
+func (c *rawClient) write(b []byte) {
+	c.t.Helper()
+	if _, err := c.nc.Write(b); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *rawClient) recv() pgproto3.BackendMessage {
+	c.t.Helper()
+	m, err := c.fe.Receive()
+	if err != nil {
+		c.t.Fatalf("receive: %v", err)
+	}
+	return m
+}
+
+// expectError receives an ErrorResponse and checks it.
+func (c *rawClient) expectError(severity, code, msg string) {
+	c.t.Helper()
+	e, ok := c.recv().(*pgproto3.ErrorResponse)
+	if !ok || e.Severity != severity || e.SeverityUnlocalized != severity || e.Code != code || e.Message != msg {
+		c.t.Fatalf("got %+v, want %s %s %q", e, severity, code, msg)
+	}
+}
+
+// query runs a simple query that returns one value.
+func (c *rawClient) query(q string) string {
+	c.t.Helper()
+	b, _ := (&pgproto3.Query{String: q}).Encode(nil)
+	c.write(b)
+	var val string
+	for {
+		switch m := c.recv().(type) {
+		case *pgproto3.DataRow:
+			val = string(m.Values[0])
+		case *pgproto3.ErrorResponse:
+			c.t.Fatalf("%s: %s", q, m.Message)
+		case *pgproto3.ReadyForQuery:
+			return val
+		}
+	}
+}
+
+func rawQuery(body string) []byte {
+	return append(binary.BigEndian.AppendUint32([]byte{'Q'}, uint32(4+len(body))), body...)
+}
+
+// TestMalformedFrontendMessages: after startup, an unknown message type is
+// PostgreSQL's FATAL 08P01 "invalid frontend message type 63" and the
+// connection closes; a Query without its NUL terminator (or empty) is ERROR
+// 08P01 "invalid string in message", one with a NUL inside ERROR 08P01
+// "invalid message format", each followed by ReadyForQuery on a connection
+// that stays usable. Each is logged with the client's address.
+func TestMalformedFrontendMessages(t *testing.T) {
+	var logs syncBuffer
+	s := startTestServer(t, t.TempDir(), func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	addr := s.Addr().String()
+
+	c := rawConnect(t, addr)
+	for _, tc := range []struct {
+		msg  []byte
+		want string
+	}{
+		{rawQuery("SHOW wal_block_size"), "invalid string in message"},
+		{rawQuery(""), "invalid string in message"},
+		{rawQuery("SHOW wal_block_size\x00;\x00"), "invalid message format"},
+	} {
+		c.write(tc.msg)
+		c.expectError(pgwire.SeverityError, pgwire.ProtocolViolation, tc.want)
+		if _, ok := c.recv().(*pgproto3.ReadyForQuery); !ok {
+			t.Fatalf("%q: want ReadyForQuery after the error", tc.msg)
+		}
+		if got := c.query("SHOW wal_block_size"); got != "8192" {
+			t.Fatalf("after %q: SHOW wal_block_size = %q", tc.msg, got)
+		}
+	}
+
+	c = rawConnect(t, addr)
+	c.write([]byte{'?', 0, 0, 0, 4})
+	c.expectError(pgwire.SeverityFatal, pgwire.ProtocolViolation, "invalid frontend message type 63")
+	if m, err := c.fe.Receive(); err == nil {
+		t.Fatalf("got %T after FATAL, want the connection closed", m)
+	}
+	remote := "remote=" + c.nc.LocalAddr().String()
+	waitFor(t, "the protocol violation in the log", func() bool {
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, remote) && strings.Contains(line, "invalid frontend message type 63") {
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(logs.String(), "invalid string in message") || !strings.Contains(logs.String(), "invalid message format") {
+		t.Fatalf("malformed queries not logged:\n%s", logs.String())
+	}
+}
