@@ -64,7 +64,7 @@ func (s *session) runCatchup(ctx context.Context, i, id int, from proto.LSN) {
 			return false
 		}
 	}
-	up, err := dialUpstream(ctx, s.cfg.Upstream, s.cfg.ApplicationName+"_catchup", s.cfg.ConnectTimeout)
+	up, err := dialUpstream(ctx, "primary", s.cfg.Upstream, s.cfg.ApplicationName+"_catchup", s.cfg.ConnectTimeout)
 	if err != nil {
 		post(catchupEvent{err: err})
 		return

@@ -36,8 +36,10 @@ type Config struct {
 	Logger *slog.Logger
 	// HeartbeatInterval is how long a safekeeper with nothing to send waits
 	// before it gets a heartbeat (a SafeKeeperRequest with begin = end)
-	// carrying commit_lsn and truncate_lsn. A changed commit_lsn is sent at
-	// the next tick regardless. Default 200 ms.
+	// carrying commit_lsn and truncate_lsn. An advanced commit_lsn is sent
+	// at once, in the pass that saw a quorum reach it (at most one such
+	// heartbeat unanswered per safekeeper; a changed truncate_lsn waits for
+	// the next 50 ms tick). Default 200 ms.
 	HeartbeatInterval time.Duration
 	// StatusInterval is the longest time between two standby status updates
 	// to the primary (it also gets one at once when commit_lsn advances or a

@@ -33,17 +33,40 @@ var (
 	// safekeeper (the same safekeeper_id). Counting it twice would let one
 	// safekeeper stand for a quorum, so this is a fatal configuration error.
 	ErrDuplicateSafekeeper = errors.New("proposer: the same safekeeper is configured twice")
+	// ErrUpstreamRejected: the primary refused the proposer for a reason
+	// reconnecting cannot fix (see Run); the error is a *RejectedError.
+	ErrUpstreamRejected = errors.New("proposer: the primary refused the connection for good")
 )
 
 // DeposedError says which safekeeper showed which higher term.
 type DeposedError struct {
 	Safekeeper int    // index in the configured list
+	Addr       string // its configured address; set by Run and Sync (the core knows indexes only)
 	Term       uint64 // the term it showed
 	Ours       uint64 // this proposer's term
 }
 
 func (e *DeposedError) Error() string {
-	return fmt.Sprintf("proposer: deposed: safekeeper #%d is at term %d, above our term %d", e.Safekeeper, e.Term, e.Ours)
+	return fmt.Sprintf("proposer: deposed: %s", e.Reason())
+}
+
+// Reason is the message without the package prefix: which safekeeper
+// showed which term, above ours.
+func (e *DeposedError) Reason() string {
+	who := e.Addr
+	if who == "" {
+		who = fmt.Sprintf("#%d", e.Safekeeper)
+	}
+	return fmt.Sprintf("safekeeper %s is at term %d, above our term %d", who, e.Term, e.Ours)
+}
+
+// nameDeposed fills a *DeposedError's Addr from the configured addresses.
+func nameDeposed(err error, addrs []string) error {
+	var de *DeposedError
+	if errors.As(err, &de) && de.Addr == "" && de.Safekeeper >= 0 && de.Safekeeper < len(addrs) {
+		de.Addr = addrs[de.Safekeeper]
+	}
+	return err
 }
 
 // Unwrap returns ErrDeposed.

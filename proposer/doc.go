@@ -29,6 +29,7 @@
 // reconnects is re-greeted, re-granted the same ballot and gets a new
 // ProposerElected. Any primary failure or refused vote ends the session and
 // Run starts a new one, with a higher term, after a backoff; a higher term
-// after the election ends Run with a *DeposedError. docs/proposer.md has the
-// reasoning.
+// after the election ends Run with a *DeposedError, and a refusal by the
+// primary that no retry can heal (authorization, slot name) with a
+// *RejectedError. docs/proposer.md has the reasoning.
 package proposer

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -16,10 +19,13 @@ const tick = 50 * time.Millisecond
 
 // Run is the walproposer: it streams the primary's WAL to the safekeepers
 // until ctx is done (then it returns nil) or it is deposed (a *DeposedError,
-// errors.Is ErrDeposed). Every other failure — the primary or a quorum of
-// safekeepers unreachable, a refused vote, the primary restarting — ends the
-// current session; Run then reconnects with backoff and runs a new election
-// with a higher term (see docs/proposer.md).
+// errors.Is ErrDeposed). An error from the primary that retrying cannot fix
+// (permanentUpstreamError: a role or password it refuses, a bad slot name, a
+// database that does not exist) also ends Run, as a *RejectedError. Every
+// other failure — the primary or a quorum of safekeepers unreachable, the
+// primary starting up, shutting down or out of connections, a refused vote —
+// ends the current session; Run then reconnects with backoff and runs a new
+// election with a higher term (see docs/proposer.md).
 func Run(ctx context.Context, cfg Config) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -36,7 +42,10 @@ func Run(ctx context.Context, cfg Config) error {
 			return nil
 		}
 		if errors.Is(err, ErrDeposed) || errors.Is(err, ErrDuplicateSafekeeper) {
-			return err
+			return nameDeposed(err, cfg.Safekeepers)
+		}
+		if permanentUpstreamError(err) {
+			return &RejectedError{Err: err}
 		}
 		if s.streamed {
 			bo.reset()
@@ -49,6 +58,32 @@ func Run(ctx context.Context, cfg Config) error {
 		case <-time.After(d):
 		}
 	}
+}
+
+// RejectedError is the primary's refusal (a *pgconn.PgError inside Err)
+// that reconnecting cannot heal; Run stops with it. errors.Is
+// ErrUpstreamRejected.
+type RejectedError struct{ Err error }
+
+func (e *RejectedError) Error() string {
+	return e.Err.Error() + " (not retried: reconnecting cannot fix this)"
+}
+
+// Unwrap returns the primary's error and ErrUpstreamRejected.
+func (e *RejectedError) Unwrap() []error { return []error{e.Err, ErrUpstreamRejected} }
+
+// permanentUpstreamError reports whether err carries a SQLSTATE from the
+// primary that no retry can heal: class 28 (invalid authorization: unknown
+// role, wrong password, no pg_hba.conf entry), 42602 (invalid name, e.g. the
+// slot's) or 3D000 (database does not exist). Network errors and the
+// states a server leaves by itself — 57P01/57P03 (shutting down, starting
+// up), 53300 (too many connections) — are retried.
+func permanentUpstreamError(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return strings.HasPrefix(pe.Code, "28") || pe.Code == "42602" || pe.Code == "3D000"
 }
 
 // session is one connection to the primary and one term: greet, elect,
@@ -86,6 +121,7 @@ type skState struct {
 	pendingVote *proto.VoteResponse
 	sent        proto.LSN // end of WAL queued to it in this term
 	inflight    int       // requests without a response yet
+	hbPending   int       // responses due until the last commit heartbeat is answered (0: none unanswered)
 	lastSend    time.Time
 	sentCommit  proto.LSN
 	sentTrunc   proto.LSN
@@ -122,7 +158,7 @@ func (s *session) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.started = time.Now()
-	up, err := dialUpstream(ctx, s.cfg.Upstream, s.cfg.ApplicationName, s.cfg.ConnectTimeout)
+	up, err := dialUpstream(ctx, "primary", s.cfg.Upstream, s.cfg.ApplicationName, s.cfg.ConnectTimeout)
 	if err != nil {
 		return err
 	}
@@ -228,7 +264,7 @@ func (s *session) disconnect(sk *skState) {
 		sk.out = nil
 	}
 	s.dropCatchup(sk)
-	sk.phase, sk.pendingVote, sk.inflight = skDown, nil, 0
+	sk.phase, sk.pendingVote, sk.inflight, sk.hbPending = skDown, nil, 0, 0
 	sk.gen = -sk.gen // ignore the rest of this connection's events
 	s.core.Disconnected(sk.i)
 }
@@ -240,7 +276,7 @@ func (s *session) onSafekeeper(ctx context.Context, ev skEvent) error {
 		if sk.out != nil {
 			s.disconnect(sk)
 		}
-		sk.gen, sk.out, sk.phase, sk.inflight = ev.gen, ev.out, skGreeted, 0
+		sk.gen, sk.out, sk.phase, sk.inflight, sk.hbPending = ev.gen, ev.out, skGreeted, 0, 0
 		s.baseCommit = max(s.baseCommit, ev.info.CommitLSN)
 		s.log.Info("safekeeper greeted", "safekeeper", addr, "id", ev.info.SafekeeperID, "voted_for", ev.info.VotedFor.String(),
 			"last_log_term", ev.info.LastLogTerm, "flush_lsn", ev.info.FlushLSN, "commit_lsn", ev.info.CommitLSN)
@@ -318,6 +354,9 @@ func (s *session) onSafekeeper(ctx context.Context, ev skEvent) error {
 			return nil
 		}
 		sk.inflight--
+		if sk.hbPending > 0 {
+			sk.hbPending--
+		}
 		advanced, err := s.core.Response(ev.sk, m)
 		if err != nil {
 			return err
@@ -330,6 +369,16 @@ func (s *session) onSafekeeper(ctx context.Context, ev skEvent) error {
 			s.sendStatus(false)
 		}
 		s.pump(ctx, sk)
+		// Readers of a safekeeper get WAL only up to its commit_lsn: tell
+		// every safekeeper the new one now, not at the next tick (Neon's
+		// walproposer broadcasts it the same way).
+		if advanced {
+			for _, o := range s.sks {
+				s.sendCommit(o)
+			}
+		} else {
+			s.sendCommit(sk) // it may have had a heartbeat unanswered when commit_lsn advanced
+		}
 	default:
 		s.log.Error("unexpected message; dropping the connection", "safekeeper", addr, "type", fmt.Sprintf("%T", m))
 		s.disconnect(sk)
@@ -416,7 +465,7 @@ func (s *session) startSafekeeper(sk *skState) {
 	}
 	s.send(sk, pe)
 	sk.phase, sk.sent = skStreaming, pe.StartStreamingAt
-	sk.sentCommit, sk.sentTrunc = 0, 0
+	sk.sentCommit, sk.sentTrunc, sk.hbPending = 0, 0, 0
 	s.log.Info("safekeeper streaming", "safekeeper", s.cfg.Safekeepers[sk.i], "start_streaming_at", pe.StartStreamingAt)
 }
 
@@ -477,6 +526,20 @@ func (s *session) sendRequest(sk *skState, wal []byte) {
 	sk.inflight++
 	sk.lastSend = time.Now()
 	sk.sentCommit, sk.sentTrunc = req.CommitLSN, req.TruncateLSN
+}
+
+// sendCommit sends a heartbeat carrying the current commit_lsn to a
+// streaming safekeeper that has no WAL left to send (one with WAL gets
+// commit_lsn with it) and was not sent this commit_lsn yet. At most one such
+// heartbeat is unanswered per safekeeper: a newer commit_lsn waits for its
+// response, so a busy quorum cannot flood an idle safekeeper.
+func (s *session) sendCommit(sk *skState) {
+	if sk.phase != skStreaming || s.buf == nil || sk.cu != nil || sk.sent < s.buf.end ||
+		sk.inflight >= s.cfg.MaxInFlight || sk.hbPending > 0 || sk.sentCommit == s.core.CommitLSN() {
+		return
+	}
+	s.sendRequest(sk, nil)
+	sk.hbPending = sk.inflight // answered once every request queued so far is
 }
 
 func (s *session) onTick(ctx context.Context, now time.Time) error {

@@ -7,8 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -17,6 +20,10 @@ import (
 // safekeeper confirmed commit_lsn at the donor's end of WAL in time (for
 // instance the WAL copy from the donor kept failing).
 var ErrSyncIncomplete = errors.New("proposer: sync incomplete")
+
+// ErrNoTimeline: a quorum of safekeepers answered that they do not hold the
+// timeline and none does, and SyncConfig.Create was not set.
+var ErrNoTimeline = errors.New("proposer: no safekeeper holds the timeline")
 
 // SyncConfig configures Sync. The timeline fields must match what the
 // safekeepers stored when the timeline was created (rule 1).
@@ -27,7 +34,7 @@ type SyncConfig struct {
 	TenantID, TimelineID proto.ID
 	// SystemID is the primary's database system identifier. 0: read it,
 	// with PgVersion, WalSegSize and PgTimeline, from the first safekeeper
-	// that answers TIMELINE_STATUS.
+	// that holds the timeline (TIMELINE_STATUS).
 	SystemID uint64
 	// PgVersion is PG_VERSION_NUM of the primary (only the major version is
 	// checked). Default 150000, or discovered with SystemID.
@@ -38,6 +45,13 @@ type SyncConfig struct {
 	// PgTimeline is the PostgreSQL TLI. Default 1, or discovered with
 	// SystemID.
 	PgTimeline uint32
+	// Create lets Sync create the timeline on safekeepers that do not hold
+	// it: a brand-new timeline (Neon's compute start); SystemID is then
+	// required. Without it Sync first asks every safekeeper (TIMELINE_STATUS)
+	// and, until one holds the timeline, greets none of them (a greeting
+	// creates the timeline): ErrNoTimeline once a quorum answered that they
+	// do not hold it.
+	Create bool
 	// ProposerUUID owns the sync's term. Default random.
 	ProposerUUID proto.ID
 	// Logger receives progress. nil means discard.
@@ -52,12 +66,24 @@ type SyncConfig struct {
 // term reader (START_REPLICATION ... (term 'N'), which serves the donor's
 // WAL up to its flush_lsn while it votes in our term) — and returns once a
 // quorum, and every other safekeeper still connected, reports that point as
-// commit_lsn. A timeline without WAL returns (0, ErrNoWAL). The caller
-// bounds the whole run with ctx: no quorum in time is ErrNoQuorum, a quorum
-// that did not finish is ErrSyncIncomplete.
+// commit_lsn. A timeline without WAL returns (0, ErrNoWAL); one no
+// safekeeper holds is ErrNoTimeline unless cfg.Create. The caller bounds the
+// whole run with ctx: no quorum in time is ErrNoQuorum, a quorum that did not
+// finish is ErrSyncIncomplete.
 func Sync(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
-	if cfg.SystemID == 0 {
-		if err := describeTimeline(ctx, &cfg); err != nil {
+	lsn, err := syncTimeline(ctx, cfg)
+	return lsn, nameDeposed(err, cfg.Safekeepers)
+}
+
+func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	switch {
+	case cfg.Create && cfg.SystemID == 0:
+		return 0, errors.New("proposer: SyncConfig.Create needs SystemID: a new timeline cannot be described by the safekeepers")
+	case !cfg.Create:
+		if err := findTimeline(ctx, &cfg); err != nil {
 			return 0, err
 		}
 	}
@@ -72,9 +98,6 @@ func Sync(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 10 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if cfg.ProposerUUID.IsZero() {
 		c, err := Config{Upstream: "-", Safekeepers: cfg.Safekeepers, TenantID: proto.ID{1}, TimelineID: proto.ID{1}}.withDefaults()
@@ -397,7 +420,7 @@ func copyFromDonor(ctx context.Context, cfg SyncConfig, donor string, term uint6
 	}
 	connStr := fmt.Sprintf("host=%s port=%s user=sync sslmode=disable options='-c tenant_id=%s -c timeline_id=%s'",
 		host, port, cfg.TenantID, cfg.TimelineID)
-	up, err := dialUpstream(ctx, connStr, "sync_copy", cfg.ConnectTimeout)
+	up, err := dialUpstream(ctx, "donor safekeeper "+donor, connStr, "sync_copy", cfg.ConnectTimeout)
 	if err != nil {
 		post(copyChunk{err: err})
 		return
@@ -415,58 +438,134 @@ func copyFromDonor(ctx context.Context, cfg SyncConfig, donor string, term uint6
 	}
 }
 
-// describeTimeline fills SystemID, PgVersion, WalSegSize and PgTimeline from
-// the first safekeeper that answers TIMELINE_STATUS for the timeline.
-func describeTimeline(ctx context.Context, cfg *SyncConfig) error {
-	var errs []error
-	for _, addr := range cfg.Safekeepers {
-		host, port, err := splitHostPort(addr)
-		if err != nil {
-			return err
+// sqlstateUndefinedObject is what a safekeeper answers TIMELINE_STATUS
+// for a timeline it does not hold.
+const sqlstateUndefinedObject = "42704"
+
+// timelineProbe is one safekeeper's answer to TIMELINE_STATUS.
+type timelineProbe struct {
+	addr    string
+	holds   bool // the timeline exists there; the fields below are set
+	missing bool // the safekeeper answered that it does not hold the timeline
+	err     error
+
+	systemID                       uint64
+	pgVersion, segSize, pgTimeline uint32
+}
+
+// findTimeline asks every safekeeper (at once) whether it holds the
+// timeline, in rounds until one does. Then, without SystemID, it fills
+// SystemID, PgVersion, WalSegSize and PgTimeline from the first holder in
+// the configured order. Once a quorum answered that they do not hold it it
+// fails with ErrNoTimeline: the greeting that follows would create it, and
+// without Create sync must not create a timeline by accident (a mistyped
+// id). At ctx's end it fails with ErrNoQuorum and what each one said.
+func findTimeline(ctx context.Context, cfg *SyncConfig) error {
+	quorum := len(cfg.Safekeepers)/2 + 1
+	bo := backoff{min: 100 * time.Millisecond, max: time.Second}
+	for {
+		probes := make([]timelineProbe, len(cfg.Safekeepers))
+		var wg sync.WaitGroup
+		for i, addr := range cfg.Safekeepers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				probes[i] = probeTimeline(ctx, cfg, addr)
+			}()
 		}
-		connStr := fmt.Sprintf("host=%s port=%s user=sync sslmode=disable options='-c tenant_id=%s -c timeline_id=%s'",
-			host, port, cfg.TenantID, cfg.TimelineID)
-		timeout := cfg.ConnectTimeout
-		if timeout == 0 {
-			timeout = 10 * time.Second
-		}
-		up, err := dialUpstream(ctx, connStr, "sync", timeout)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		res, err := up.pg.Exec(ctx, "TIMELINE_STATUS").ReadAll()
-		up.close()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: TIMELINE_STATUS: %w", addr, err))
-			continue
-		}
-		if len(res) != 1 || len(res[0].Rows) != 1 {
-			errs = append(errs, fmt.Errorf("%s: TIMELINE_STATUS returned no row", addr))
-			continue
-		}
-		col := map[string]string{}
-		for j, f := range res[0].FieldDescriptions {
-			if j < len(res[0].Rows[0]) {
-				col[f.Name] = string(res[0].Rows[0][j])
+		wg.Wait()
+		var missing, failed []string
+		var errs []error
+		for _, p := range probes {
+			switch {
+			case p.holds:
+				if cfg.SystemID == 0 {
+					cfg.SystemID, cfg.PgVersion, cfg.WalSegSize, cfg.PgTimeline = p.systemID, p.pgVersion, p.segSize, p.pgTimeline
+				}
+				return nil
+			case p.missing:
+				missing = append(missing, p.addr)
+			default:
+				failed = append(failed, p.addr)
+				errs = append(errs, p.err)
 			}
 		}
-		var perr error
-		parse := func(name string, bits int) uint64 {
-			v, err := strconv.ParseUint(col[name], 10, bits)
-			if err != nil && perr == nil {
-				perr = fmt.Errorf("%s: TIMELINE_STATUS %s %q: %v", addr, name, col[name], err)
+		tl := fmt.Sprintf("%s/%s", cfg.TenantID, cfg.TimelineID)
+		var noAnswer string
+		if len(failed) > 0 {
+			noAnswer = fmt.Sprintf("; no answer from %s: %s", strings.Join(failed, ", "),
+				strings.ReplaceAll(errors.Join(errs...).Error(), "\n", "; "))
+		}
+		if len(missing) >= quorum {
+			return fmt.Errorf("%w: timeline %s is not on %s%s", ErrNoTimeline, tl, strings.Join(missing, ", "), noAnswer)
+		}
+		d := bo.next()
+		cfg.Logger.Debug("no safekeeper holding the timeline answered yet; asking again", "timeline", tl,
+			"not_on", strings.Join(missing, ","), "no_answer", strings.Join(failed, ","), "retry_in", d)
+		select {
+		case <-ctx.Done():
+			msg := fmt.Sprintf("no safekeeper holding timeline %s answered", tl)
+			if len(missing) > 0 {
+				msg += fmt.Sprintf("; it is not on %s", strings.Join(missing, ", "))
 			}
-			return v
+			return fmt.Errorf("%w: %s%s", ErrNoQuorum, msg, noAnswer)
+		case <-time.After(d):
 		}
-		sysID := parse("system_id", 64)
-		pgv, seg, tli := parse("pg_version", 32), parse("wal_seg_size", 32), parse("pg_timeline", 32)
-		if perr != nil {
-			errs = append(errs, perr)
-			continue
-		}
-		cfg.SystemID, cfg.PgVersion, cfg.WalSegSize, cfg.PgTimeline = sysID, uint32(pgv), uint32(seg), uint32(tli)
-		return nil
 	}
-	return fmt.Errorf("%w: no safekeeper described timeline %s/%s: %w", ErrNoQuorum, cfg.TenantID, cfg.TimelineID, errors.Join(errs...))
+}
+
+// probeTimeline asks one safekeeper TIMELINE_STATUS for the timeline.
+func probeTimeline(ctx context.Context, cfg *SyncConfig, addr string) timelineProbe {
+	p := timelineProbe{addr: addr}
+	host, port, err := splitHostPort(addr)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	connStr := fmt.Sprintf("host=%s port=%s user=sync sslmode=disable options='-c tenant_id=%s -c timeline_id=%s'",
+		host, port, cfg.TenantID, cfg.TimelineID)
+	timeout := cfg.ConnectTimeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	up, err := dialUpstream(ctx, "safekeeper "+addr, connStr, "sync", timeout)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	res, err := up.pg.Exec(ctx, "TIMELINE_STATUS").ReadAll()
+	up.close()
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(err, &pe) && pe.Code == sqlstateUndefinedObject:
+		p.missing = true
+		return p
+	case err != nil:
+		p.err = fmt.Errorf("%s: TIMELINE_STATUS: %w", addr, err)
+		return p
+	case len(res) != 1 || len(res[0].Rows) != 1:
+		p.err = fmt.Errorf("%s: TIMELINE_STATUS returned no row", addr)
+		return p
+	}
+	col := map[string]string{}
+	for j, f := range res[0].FieldDescriptions {
+		if j < len(res[0].Rows[0]) {
+			col[f.Name] = string(res[0].Rows[0][j])
+		}
+	}
+	parse := func(name string, bits int) uint64 {
+		v, err := strconv.ParseUint(col[name], 10, bits)
+		if err != nil && p.err == nil {
+			p.err = fmt.Errorf("%s: TIMELINE_STATUS %s %q: %v", addr, name, col[name], err)
+		}
+		return v
+	}
+	p.systemID = parse("system_id", 64)
+	pgv, seg, tli := parse("pg_version", 32), parse("wal_seg_size", 32), parse("pg_timeline", 32)
+	if p.err != nil {
+		return p
+	}
+	p.holds = true
+	p.pgVersion, p.segSize, p.pgTimeline = uint32(pgv), uint32(seg), uint32(tli)
+	return p
 }

@@ -31,11 +31,13 @@ type upstreamInfo struct {
 	RestartLSN proto.LSN
 }
 
-// dialUpstream opens a physical replication connection (replication=true).
-func dialUpstream(ctx context.Context, connStr, appName string, timeout time.Duration) (*upstream, error) {
+// dialUpstream opens a physical replication connection (replication=true)
+// to peer, which names the server in errors: "primary", or "safekeeper
+// host:port" when sync reads from a safekeeper.
+func dialUpstream(ctx context.Context, peer, connStr, appName string, timeout time.Duration) (*upstream, error) {
 	pcfg, err := pgconn.ParseConfig(connStr)
 	if err != nil {
-		return nil, fmt.Errorf("proposer: upstream connection string: %w", err)
+		return nil, fmt.Errorf("proposer: %s connection string: %w", peer, err)
 	}
 	pcfg.RuntimeParams["replication"] = "true"
 	pcfg.RuntimeParams["application_name"] = appName
@@ -46,7 +48,7 @@ func dialUpstream(ctx context.Context, connStr, appName string, timeout time.Dur
 	defer cancel()
 	pg, err := pgconn.ConnectConfig(ctx, pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("proposer: connect to primary: %w", err)
+		return nil, fmt.Errorf("proposer: connect to %s: %w", peer, err)
 	}
 	return &upstream{pg: pg}, nil
 }

@@ -2,12 +2,19 @@ package test
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/xlog/xlogtest"
@@ -60,7 +67,7 @@ func TestSyncCopiesDonorWALAndCommitsEverywhere(t *testing.T) {
 	}
 
 	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
-	cmd := exec.Command(harness.Binary(t), "sync", "--safekeepers", strings.Join(addrs, ","),
+	cmd := exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), "sync", "--safekeepers", strings.Join(addrs, ","),
 		"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String(), "--timeout", "60s")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -83,7 +90,7 @@ func TestSyncCopiesDonorWALAndCommitsEverywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	exp := exec.Command(harness.Binary(t), "wal", "export", "--data-dir", sks[2].DataDir,
+	exp := exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), "wal", "export", "--data-dir", sks[2].DataDir,
 		"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String(), "--output", out)
 	if b, err := exp.CombinedOutput(); err != nil {
 		t.Fatalf("wal export: %v\n%s", err, b)
@@ -118,7 +125,7 @@ func TestSyncWithoutQuorumFailsClearly(t *testing.T) {
 	p.c.Close()
 	sks[1].Kill()
 	sks[2].Kill()
-	cmd := exec.Command(harness.Binary(t), "sync", "--safekeepers", sks[0].Addr+","+sks[1].Addr+","+sks[2].Addr,
+	cmd := exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), "sync", "--safekeepers", sks[0].Addr+","+sks[1].Addr+","+sks[2].Addr,
 		"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String(), "--timeout", "3s")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -128,5 +135,78 @@ func TestSyncWithoutQuorumFailsClearly(t *testing.T) {
 	}
 	if stdout.Len() != 0 || !strings.Contains(stderr.String(), "no quorum") {
 		t.Fatalf("stdout %q stderr %q: want nothing on stdout and a message naming the missing quorum", stdout.String(), stderr.String())
+	}
+}
+
+// timelineStatus runs TIMELINE_STATUS on sk for tenant(1)/tl, or, with tl
+// 0, IDENTIFY_SYSTEM without naming a timeline (a client relying on the
+// safekeeper's only timeline).
+func timelineStatus(t *testing.T, sk *harness.Safekeeper, tl byte) error {
+	t.Helper()
+	ctx := harness.Context(t, 10*time.Second)
+	host, port, _ := net.SplitHostPort(sk.Addr)
+	connStr := fmt.Sprintf("host=%s port=%s user=test sslmode=disable replication=true", host, port)
+	query := "IDENTIFY_SYSTEM"
+	if tl != 0 {
+		connStr += fmt.Sprintf(" options='-c tenant_id=%s -c timeline_id=%s'", tenant(1), proto.ID{0xbb, tl})
+		query = "TIMELINE_STATUS"
+	}
+	c, err := pgconn.Connect(ctx, connStr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	_, err = c.Exec(ctx, query).ReadAll()
+	return err
+}
+
+// TestSyncDoesNotCreateTimelines: sync with --system-id and a mistyped
+// --timeline-id must not create that timeline on the safekeepers (clients
+// relying on "the only timeline" would break) but fail, naming the timeline
+// and the safekeepers asked; --create initialises a brand-new timeline.
+func TestSyncDoesNotCreateTimelines(t *testing.T) {
+	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
+	for _, sk := range sks {
+		startTerm(t, sk, 1, 1).c.Close()
+	}
+	addrs := strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ",")
+	sync := func(extra ...string) (stdout, stderr string, code int) {
+		args := append([]string{"sync", "--safekeepers", addrs, "--tenant-id", tenant(1).String(),
+			"--timeline-id", proto.ID{0xbb, 2}.String(), "--system-id", strconv.FormatUint(sysID, 10),
+			"--wal-seg-size", strconv.Itoa(segSize), "--timeout", "20s"}, extra...)
+		cmd := exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), args...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		cmd.Run()
+		return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+	}
+
+	stdout, stderr, code := sync()
+	if code != 1 || stdout != "" {
+		t.Fatalf("sync of a timeline no safekeeper holds: exit %d, stdout %q, want exit 1 and nothing printed\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{tenant(1).String() + "/" + proto.ID{0xbb, 2}.String(), sks[0].Addr, sks[1].Addr, sks[2].Addr, "--create"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("sync's message does not name %q:\n%s", want, stderr)
+		}
+	}
+	var pe *pgconn.PgError
+	for _, sk := range sks {
+		if err := timelineStatus(t, sk, 2); !errors.As(err, &pe) || pe.Code != "42704" {
+			t.Fatalf("safekeeper %d after the refused sync: TIMELINE_STATUS of the mistyped timeline: %v, want it not to exist", sk.ID, err)
+		}
+		if err := timelineStatus(t, sk, 0); err != nil {
+			t.Fatalf("safekeeper %d after the refused sync: a client relying on the only timeline fails: %v", sk.ID, err)
+		}
+	}
+
+	stdout, stderr, code = sync("--create")
+	if code != 0 || strings.TrimSpace(stdout) != "0/0" {
+		t.Fatalf("sync --create of a new timeline: exit %d, stdout %q, want exit 0 and 0/0\n%s", code, stdout, stderr)
+	}
+	for _, sk := range sks {
+		if err := timelineStatus(t, sk, 2); err != nil {
+			t.Fatalf("safekeeper %d after sync --create: TIMELINE_STATUS: %v", sk.ID, err)
+		}
 	}
 }

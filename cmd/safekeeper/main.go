@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,8 +34,11 @@ type usageError struct{ error }
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	app := newApp(stdout, stderr)
-	err := app.Run(args)
+	return report(newApp(stdout, stderr).Run(args), stderr)
+}
+
+// report writes a command's error to stderr and returns the exit code.
+func report(err error, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
@@ -55,20 +59,87 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func newApp(stdout, stderr io.Writer) *cli.App {
 	return &cli.App{
-		Name:            "safekeeper",
-		Usage:           "keep PostgreSQL's WAL durable on a quorum of safekeepers and serve it back",
-		Writer:          stdout,
-		ErrWriter:       stderr,
-		HideHelpCommand: true,
-		ExitErrHandler:  func(*cli.Context, error) {}, // run() reports errors and picks the exit code
+		Name:           "safekeeper",
+		Usage:          "keep PostgreSQL's WAL durable on a quorum of safekeepers and serve it back",
+		Writer:         stdout,
+		ErrWriter:      stderr,
+		ExitErrHandler: func(*cli.Context, error) {}, // run() reports errors and picks the exit code
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return usageError{err}
+		},
+		// Without an Action urfave/cli answers an unknown command with its
+		// help action, "No help topic for 'bogus'".
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("unknown command %q; 'safekeeper help' lists the commands", c.Args().First())
+			}
+			return cli.ShowAppHelp(c)
 		},
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json", EnvVars: []string{"SAFEKEEPER_LOG_FORMAT"}},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error", EnvVars: []string{"SAFEKEEPER_LOG_LEVEL"}},
 		},
-		Commands: []*cli.Command{runCommand(), proposeCommand(), syncCommand(), walCommand()},
+		Commands: []*cli.Command{runCommand(), proposeCommand(), syncCommand(), walCommand(), helpCommand()},
+	}
+}
+
+// helpCommand is `safekeeper help [COMMAND [SUBCOMMAND]]`. It replaces
+// urfave/cli's own help command, which answers an unknown name with "No help
+// topic" instead of a usage error.
+func helpCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "help",
+		Aliases:   []string{"h"},
+		Usage:     "show the list of commands, or one command's help",
+		ArgsUsage: "[COMMAND [SUBCOMMAND]]",
+		HideHelp:  true, // no "help help" subcommand: ShowCommandHelp then looks at the app's commands
+		Action: func(c *cli.Context) error {
+			args := c.Args().Slice()
+			if len(args) == 0 {
+				return cli.ShowAppHelp(c)
+			}
+			if len(args) > 2 {
+				return usagef("help takes at most a command and a subcommand, got %q", args)
+			}
+			cmd := c.App.Command(args[0])
+			if cmd == nil {
+				return usagef("unknown command %q; 'safekeeper help' lists the commands", args[0])
+			}
+			if len(args) == 2 && cmd.Command(args[1]) == nil {
+				return usagef("unknown command \"%s %s\"; 'safekeeper help %s' lists its subcommands", args[0], args[1], args[0])
+			}
+			// The same as `safekeeper COMMAND --help`: urfave/cli's
+			// ShowCommandHelp cannot list the subcommands of a command that
+			// has not run (they are sorted into categories when it runs).
+			return c.App.RunContext(c.Context, append(append([]string{c.App.Name}, args...), "--help"))
+		},
+	}
+}
+
+// ignoreSIGHUP makes SIGHUP harmless until stop is called: its default
+// action would kill the process at once, without a clean shutdown, when
+// logrotate signals it or its terminal closes. There is no configuration to
+// reload, so it is only logged.
+func ignoreSIGHUP(log *slog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case <-hup:
+				log.Info("SIGHUP ignored: nothing to reload")
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		<-exited
 	}
 }
 
@@ -94,7 +165,7 @@ func runCommand() *cli.Command {
 		Usage: "run a safekeeper server",
 		Description: "Listens for PostgreSQL-protocol connections: proposers push WAL with START_WAL_PUSH,\n" +
 			"replication clients read it back. SIGTERM or SIGINT: stop accepting, make received WAL\n" +
-			"durable, answer and close every stream, exit 0.",
+			"durable, answer and close every stream, exit 0. SIGHUP is logged and ignored.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Flags: []cli.Flag{
 			&cli.Uint64Flag{Name: "id", Required: true, Usage: "this safekeeper's node id: positive, unique among the safekeepers of a timeline (reported to proposers, which refuse to count one id twice)"},
@@ -111,8 +182,11 @@ func runCommand() *cli.Command {
 			if c.Uint64("id") == 0 {
 				return usagef("--id must be a positive node id, unique among the safekeepers of a timeline")
 			}
-			if _, _, err := net.SplitHostPort(c.String("listen-pg")); err != nil {
-				return usagef("--listen-pg %q: want host:port", c.String("listen-pg"))
+			if err := checkListenAddr(c.String("listen-pg")); err != nil {
+				return usagef("--listen-pg %q: %v", c.String("listen-pg"), err)
+			}
+			if c.String("data-dir") == "" {
+				return usagef("--data-dir must name a directory, got an empty string")
 			}
 			walSenderTimeout := c.Duration("wal-sender-timeout")
 			switch {
@@ -128,6 +202,7 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			defer ignoreSIGHUP(log)()
 			dir := c.String("data-dir")
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return err
@@ -140,6 +215,9 @@ func runCommand() *cli.Command {
 				Logger: log, UnsafeNoFsync: c.Bool("unsafe-no-fsync"),
 				WalSenderTimeout: walSenderTimeout, RetentionInterval: c.Duration("retention-interval"),
 			})
+			if errors.Is(err, server.ErrNodeIDMismatch) {
+				return usageError{err} // the data dir belongs to another --id
+			}
 			if err != nil {
 				return err
 			}
@@ -164,4 +242,18 @@ func runCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// checkListenAddr checks a host:port to listen on: the port must be a
+// number from 0 to 65535 (0 picks a free one); the host may be empty (every
+// interface).
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("want host:port")
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q: want a number from 0 to 65535", port)
+	}
+	return nil
 }

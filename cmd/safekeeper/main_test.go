@@ -2,8 +2,15 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/safekeeper/safekeeper/proposer"
+	"github.com/safekeeper/safekeeper/storage"
 )
 
 func TestUsageErrorsExit2(t *testing.T) {
@@ -69,5 +76,155 @@ func TestHelpExitsZero(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "--listen-pg") {
 		t.Fatalf("help does not list --listen-pg:\n%s", out.String())
+	}
+}
+
+// TestBadValuesAreUsageErrors: a bad flag value is refused up front with
+// exit code 2 and a message naming the flag, before anything is created,
+// listened on or connected to.
+// TestRunOnAnotherNodesDataDirExits2: a data dir claimed by --id 7 refuses
+// --id 8 as a usage error naming both ids.
+func TestRunOnAnotherNodesDataDirExits2(t *testing.T) {
+	dir := t.TempDir()
+	db, err := storage.Open(filepath.Join(dir, "safekeeper.db"), storage.Options{UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ClaimNodeID(7); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"safekeeper", "run", "--id", "8", "--data-dir", dir, "--listen-pg", "127.0.0.1:0"}, &out, &errb)
+	if code != exitUsage || !strings.Contains(errb.String(), "7") || !strings.Contains(errb.String(), "8") {
+		t.Fatalf("run --id 8 on node 7's data dir: exit %d, stderr %q; want exit %d naming both ids", code, errb.String(), exitUsage)
+	}
+}
+
+func TestBadValuesAreUsageErrors(t *testing.T) {
+	ids := []string{"--tenant-id", strings.Repeat("a", 32), "--timeline-id", strings.Repeat("b", 32)}
+	propose := append([]string{"propose", "--upstream", "host=127.0.0.1", "--safekeepers", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"}, ids...)
+	sync := append([]string{"sync", "--safekeepers", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "--timeout", "1s"}, ids...)
+	dir := t.TempDir()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--id", "1", "--data-dir", ""}, "--data-dir"},
+		{[]string{"run", "--id", "1", "--data-dir", dir, "--listen-pg", "127.0.0.1:99999"}, "--listen-pg"},
+		{[]string{"run", "--id", "1", "--data-dir", dir, "--listen-pg", "localhost:notaport"}, "--listen-pg"},
+		{[]string{"run", "--id", "1", "--data-dir", dir, "--listen-pg", "127.0.0.1:-1"}, "--listen-pg"},
+		{append(propose, "--application-name", ""), "--application-name"},
+		{append(propose, "--application-name", strings.Repeat("p", 64)), "--application-name"},
+		{append(propose, "--slot", "Bad-Slot"), "--slot"},
+		{append(propose, "--slot", ""), "--slot"},
+		{append(propose, "--slot", strings.Repeat("s", 64)), "--slot"},
+		{append(sync, "--system-id", "5", "--pg-timeline", "0"), "--pg-timeline"},
+		{append(sync, "--system-id", "5", "--pg-timeline", "4294967296"), "--pg-timeline"},
+		{append(sync, "--system-id", "5", "--wal-seg-size", "1000"), "--wal-seg-size"},
+		{append(sync, "--system-id", "5", "--wal-seg-size", "3145728"), "--wal-seg-size"},
+		{append(sync, "--system-id", "5", "--wal-seg-size", "2147483648"), "--wal-seg-size"},
+		{append(sync, "--system-id", "5", "--wal-seg-size", "4311744512"), "--wal-seg-size"}, // 16 MiB + 2^32
+		{append(sync, "--system-id", "5", "--pg-version", "140000"), "--pg-version"},
+		{append(sync, "--system-id", "5", "--pg-version", "160000"), "--pg-version"},
+		{append(sync, "--create"), "--create needs --system-id"},
+	}
+	for _, tc := range cases {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"safekeeper"}, tc.args...), &out, &errb)
+		if code != exitUsage || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d and a message naming %s", tc.args, code, errb.String(), exitUsage, tc.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "safekeeper.db")); !os.IsNotExist(err) {
+		t.Errorf("a refused run created its database: %v", err)
+	}
+}
+
+// TestGoodValuesPassValidation: the values next to the refused ones are
+// accepted by the checks.
+func TestGoodValuesPassValidation(t *testing.T) {
+	for _, a := range []string{"127.0.0.1:0", "127.0.0.1:65535", ":5454", "[::1]:5454"} {
+		if err := checkListenAddr(a); err != nil {
+			t.Errorf("--listen-pg %q: %v", a, err)
+		}
+	}
+	for _, s := range []string{"proposer", "p_1", strings.Repeat("s", 63)} {
+		if err := checkSlotName(s); err != nil {
+			t.Errorf("--slot %q: %v", s, err)
+		}
+	}
+	for _, s := range []string{"proposer", "walproposer-1", strings.Repeat("p", 63)} {
+		if err := checkApplicationName(s); err != nil {
+			t.Errorf("--application-name %q: %v", s, err)
+		}
+	}
+}
+
+// TestHelpCommand: `help` and `help CMD [SUB]` print help and exit 0; an
+// unknown command is a usage error that says so.
+func TestHelpCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"help"}, "COMMANDS:"},
+		{[]string{"help", "run"}, "--listen-pg"},
+		{[]string{"h", "sync"}, "--create"},
+		{[]string{"help", "wal"}, "export"},
+		{[]string{"help", "wal", "export"}, "--upto"},
+		{nil, "COMMANDS:"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"safekeeper"}, tc.args...), &out, &errb); code != 0 || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 0 and %q", tc.args, code, out.String(), errb.String(), tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bogus"}, `unknown command "bogus"`},
+		{[]string{"help", "bogus"}, `unknown command "bogus"`},
+		{[]string{"wal", "bogus"}, `unknown command "wal bogus"`},
+		{[]string{"help", "wal", "bogus"}, `unknown command "wal bogus"`},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"safekeeper"}, tc.args...), &out, &errb); code != exitUsage || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d and %q", tc.args, code, errb.String(), exitUsage, tc.want)
+		}
+	}
+}
+
+// TestDeposedMessage: one message naming the safekeeper's address and both
+// terms, without a doubled prefix, and exit code 3.
+func TestDeposedMessage(t *testing.T) {
+	var errb bytes.Buffer
+	err := fmt.Errorf("session: %w", &proposer.DeposedError{Safekeeper: 1, Addr: "127.0.0.1:5455", Term: 4, Ours: 3})
+	if code := report(deposedExit(err), &errb); code != exitDeposed {
+		t.Fatalf("exit %d, want %d", code, exitDeposed)
+	}
+	want := "safekeeper: deposed: safekeeper 127.0.0.1:5455 is at term 4, above our term 3; another proposer owns the timeline now\n"
+	if errb.String() != want {
+		t.Fatalf("stderr %q, want %q", errb.String(), want)
+	}
+}
+
+// TestSyncNamesSafekeepersItCannotReach: an unreachable --safekeepers
+// address is reported as a safekeeper, not as the primary.
+func TestSyncNamesSafekeepersItCannotReach(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	var out, errb bytes.Buffer
+	code := run([]string{"safekeeper", "sync", "--safekeepers", addr, "--tenant-id", strings.Repeat("a", 32),
+		"--timeline-id", strings.Repeat("b", 32), "--timeout", "200ms"}, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "connect to safekeeper "+addr) || strings.Contains(errb.String(), "primary") {
+		t.Fatalf("exit %d, stderr %q; want exit 1 naming safekeeper %s (and no primary)", code, errb.String(), addr)
 	}
 }

@@ -30,16 +30,18 @@ func proposeCommand() *cli.Command {
 			"physical slot), wins an election on the safekeepers, and streams WAL to all of them.\n" +
 			"It reports flush = the quorum commit_lsn, so with synchronous_standby_names naming\n" +
 			"--application-name every commit waits until a quorum of safekeepers has it durable.\n" +
-			"Reconnects with backoff. Exit codes: 0 after SIGTERM/SIGINT, 2 usage error,\n" +
-			"3 deposed (a higher term appeared on a safekeeper), 1 any other error.",
+			"Reconnects with backoff, except when the primary refuses it for good (unknown role, wrong\n" +
+			"password, invalid slot name, no such database: exit 1). SIGHUP is logged and ignored.\n" +
+			"Exit codes: 0 after SIGTERM/SIGINT, 2 usage error, 3 deposed (a higher term appeared on a\n" +
+			"safekeeper), 1 any other error.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "upstream", Required: true, Usage: "libpq connection string of the primary, e.g. 'host=127.0.0.1 port=5432 user=postgres'"},
 			&cli.StringFlag{Name: "safekeepers", Required: true, Usage: "comma-separated host:port list of every safekeeper of the timeline"},
 			&cli.StringFlag{Name: "tenant-id", Required: true, Usage: "tenant id, 32 hex digits"},
 			&cli.StringFlag{Name: "timeline-id", Required: true, Usage: "timeline id, 32 hex digits"},
-			&cli.StringFlag{Name: "slot", Value: "proposer", Usage: "physical replication slot on the primary (created with RESERVE_WAL if missing)"},
-			&cli.StringFlag{Name: "application-name", Value: "proposer", Usage: "application_name on the primary; name it in synchronous_standby_names"},
+			&cli.StringFlag{Name: "slot", Value: "proposer", Usage: "physical replication slot on the primary (created with RESERVE_WAL if missing): 1-63 lowercase letters, digits, underscores"},
+			&cli.StringFlag{Name: "application-name", Value: "proposer", Usage: "application_name on the primary (1-63 printable ASCII bytes); name it in synchronous_standby_names"},
 			&cli.StringFlag{Name: "buffer-size", Value: "64MiB", Usage: "in-memory WAL kept for lagging safekeepers (e.g. 64MiB); older WAL is re-read from the primary"},
 		},
 		Action: func(c *cli.Context) error {
@@ -65,15 +67,22 @@ func proposeCommand() *cli.Command {
 			if _, err := pgconn.ParseConfig(c.String("upstream")); err != nil {
 				return usagef("--upstream: %v", err)
 			}
+			if err := checkApplicationName(c.String("application-name")); err != nil {
+				return usagef("--application-name %q: %v", c.String("application-name"), err)
+			}
+			if err := checkSlotName(c.String("slot")); err != nil {
+				return usagef("--slot %q: %v", c.String("slot"), err)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			defer ignoreSIGHUP(log)()
 			err = proposer.Run(ctx, proposer.Config{
 				Upstream: c.String("upstream"), Safekeepers: sks, TenantID: tenant, TimelineID: timeline,
 				SlotName: c.String("slot"), ApplicationName: c.String("application-name"), Logger: log,
 				BufferSize: bufSize,
 			})
 			if errors.Is(err, proposer.ErrDeposed) {
-				return cli.Exit("deposed: "+err.Error()+"; another proposer owns the timeline now", exitDeposed)
+				return deposedExit(err)
 			}
 			if err == nil {
 				log.Info("stopped")
@@ -81,6 +90,54 @@ func proposeCommand() *cli.Command {
 			return err
 		},
 	}
+}
+
+// deposedExit is the exit error for a deposed proposer (or sync): one
+// message naming the safekeeper's address and both terms, exit code 3.
+func deposedExit(err error) error {
+	msg := err.Error()
+	var de *proposer.DeposedError
+	if errors.As(err, &de) {
+		msg = de.Reason()
+	}
+	return cli.Exit("deposed: "+msg+"; another proposer owns the timeline now", exitDeposed)
+}
+
+// nameDataLen is PostgreSQL's NAMEDATALEN: names hold at most 63 bytes.
+const nameDataLen = 64
+
+// checkSlotName applies PostgreSQL's rule for replication slot names
+// (ReplicationSlotValidateName): 1 to 63 lowercase letters, digits and
+// underscores.
+func checkSlotName(name string) error {
+	if name == "" || len(name) >= nameDataLen {
+		return fmt.Errorf("want 1 to %d characters", nameDataLen-1)
+	}
+	for _, r := range name {
+		if !('a' <= r && r <= 'z' || '0' <= r && r <= '9' || r == '_') {
+			return errors.New("a replication slot name may contain only lowercase letters, digits and underscores")
+		}
+	}
+	return nil
+}
+
+// checkApplicationName checks the name the primary must find in
+// synchronous_standby_names: PostgreSQL cuts application_name to 63 bytes
+// and replaces anything but printable ASCII with '?', after which it would
+// no longer match.
+func checkApplicationName(name string) error {
+	if name == "" {
+		return errors.New("want the non-empty name that synchronous_standby_names on the primary lists")
+	}
+	if len(name) >= nameDataLen {
+		return fmt.Errorf("want at most %d bytes (PostgreSQL truncates a longer application_name)", nameDataLen-1)
+	}
+	for _, r := range name {
+		if r < 32 || r > 126 {
+			return errors.New("want printable ASCII only (PostgreSQL replaces other characters in application_name with '?')")
+		}
+	}
+	return nil
 }
 
 // parseSafekeepers parses the --safekeepers list. An address given twice is

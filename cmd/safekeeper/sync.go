@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os/signal"
 	"syscall"
 	"time"
@@ -11,29 +12,34 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/safekeeper/safekeeper/proposer"
+	"github.com/safekeeper/safekeeper/proto"
 )
 
 func syncCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "sync",
 		Usage:     "elect without generating WAL and bring a quorum to the end of WAL, committed; print that LSN",
-		UsageText: "safekeeper sync --safekeepers H:P,H:P,H:P --tenant-id HEX --timeline-id HEX [--timeout 30s]",
+		UsageText: "safekeeper sync --safekeepers H:P,H:P,H:P --tenant-id HEX --timeline-id HEX [--timeout 30s] [--system-id N [--create] ...]",
 		Description: "The disaster-recovery step after the primary is lost. Runs an election with a new term on the\n" +
 			"safekeepers, picks the donor's end of WAL, copies what each reachable safekeeper lacks from the\n" +
 			"donor, waits until every reachable safekeeper (and at least a quorum) has commit_lsn at that point,\n" +
 			"then prints it as X/X. Afterwards a standby reading from any safekeeper gets all acknowledged WAL.\n" +
 			"The timeline's system id, version, segment size and TLI are read from the safekeepers\n" +
 			"(TIMELINE_STATUS) unless --system-id is given.\n" +
-			"Exit codes: 0 success, 1 no quorum within --timeout or another error, 2 usage, 3 deposed.",
+			"Sync never creates a timeline by accident: when no safekeeper holds it (a quorum answered\n" +
+			"that they do not), it fails (exit 1) and changes nothing. --create (with --system-id)\n" +
+			"initialises a brand-new timeline instead, as a compute does when it starts one; it prints 0/0.\n" +
+			"Exit codes: 0 success, 1 no quorum within --timeout, no such timeline or another error, 2 usage, 3 deposed.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "safekeepers", Required: true, Usage: "comma-separated host:port list of every safekeeper of the timeline"},
 			&cli.StringFlag{Name: "tenant-id", Required: true, Usage: "tenant id, 32 hex digits"},
 			&cli.StringFlag{Name: "timeline-id", Required: true, Usage: "timeline id, 32 hex digits"},
 			&cli.Uint64Flag{Name: "system-id", Usage: "the primary's database system identifier (default: read from the safekeepers, with the three flags below)"},
-			&cli.UintFlag{Name: "pg-version", Value: 150000, Usage: "with --system-id: PG_VERSION_NUM of the primary (only the major version must match)"},
-			&cli.UintFlag{Name: "wal-seg-size", Value: 16 << 20, Usage: "with --system-id: WAL segment size in bytes (must match the timeline's)"},
-			&cli.UintFlag{Name: "pg-timeline", Value: 1, Usage: "with --system-id: PostgreSQL timeline id (TLI) of the timeline"},
+			&cli.UintFlag{Name: "pg-version", Value: 150000, Usage: "with --system-id: PG_VERSION_NUM of the primary, 150000-159999 (only the major version must match)"},
+			&cli.UintFlag{Name: "wal-seg-size", Value: 16 << 20, Usage: "with --system-id: WAL segment size in bytes, a power of two from 1 MiB to 1 GiB (must match the timeline's)"},
+			&cli.UintFlag{Name: "pg-timeline", Value: 1, Usage: "with --system-id: PostgreSQL timeline id (TLI) of the timeline, at least 1"},
+			&cli.BoolFlag{Name: "create", Usage: "with --system-id: create the timeline on the safekeepers if none holds it (initialising a brand-new timeline); without it sync fails when no safekeeper holds the timeline"},
 			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up (exit 1) if no quorum is synced within this time"},
 		},
 		Action: func(c *cli.Context) error {
@@ -55,20 +61,26 @@ func syncCommand() *cli.Command {
 			if c.Duration("timeout") <= 0 {
 				return usagef("--timeout must be positive")
 			}
+			if err := checkTimelineFlags(c); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			defer ignoreSIGHUP(log)()
 			ctx, cancel := context.WithTimeout(ctx, c.Duration("timeout"))
 			defer cancel()
 			lsn, err := proposer.Sync(ctx, proposer.SyncConfig{
 				Safekeepers: sks, TenantID: tenant, TimelineID: timeline, SystemID: c.Uint64("system-id"),
 				PgVersion: uint32(c.Uint("pg-version")), WalSegSize: uint32(c.Uint("wal-seg-size")),
-				PgTimeline: uint32(c.Uint("pg-timeline")), Logger: log,
+				PgTimeline: uint32(c.Uint("pg-timeline")), Create: c.Bool("create"), Logger: log,
 			})
 			switch {
+			case errors.Is(err, proposer.ErrNoTimeline):
+				return fmt.Errorf("%w; nothing was created: check --tenant-id and --timeline-id, or pass --create (with --system-id) to initialise a new timeline", err)
 			case errors.Is(err, proposer.ErrNoWAL):
 				log.Info("the timeline has no WAL on a quorum")
 			case errors.Is(err, proposer.ErrDeposed):
-				return cli.Exit("deposed: "+err.Error(), exitDeposed)
+				return deposedExit(err)
 			case err != nil:
 				return err
 			}
@@ -76,4 +88,23 @@ func syncCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// checkTimelineFlags validates --system-id, --pg-version, --wal-seg-size,
+// --pg-timeline and --create up front, so that a bad value is named as the
+// flag it came from rather than refused later by the safekeepers' protocol.
+func checkTimelineFlags(c *cli.Context) error {
+	if v := c.Uint("pg-version"); v < 150000 || v >= 160000 {
+		return usagef("--pg-version %d: want PostgreSQL 15's PG_VERSION_NUM, 150000 to 159999 (only PostgreSQL 15 is supported)", v)
+	}
+	if v := c.Uint("wal-seg-size"); v > math.MaxUint32 || !proto.ValidSegSize(uint32(v)) {
+		return usagef("--wal-seg-size %d: want a power of two from 1 MiB (1048576) to 1 GiB (1073741824) bytes, as PostgreSQL's wal_segment_size", v)
+	}
+	if v := c.Uint("pg-timeline"); v == 0 || v > math.MaxUint32 {
+		return usagef("--pg-timeline %d: want a PostgreSQL timeline id (TLI) from 1 to %d", v, uint32(math.MaxUint32))
+	}
+	if c.Bool("create") && c.Uint64("system-id") == 0 {
+		return usagef("--create needs --system-id (and --pg-version, --wal-seg-size, --pg-timeline unless the defaults fit): a new timeline cannot be read from the safekeepers")
+	}
+	return nil
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -19,6 +21,12 @@ func walCommand() *cli.Command {
 		Usage:        "offline tools for a safekeeper's stored WAL",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Subcommands:  []*cli.Command{walExportCommand()},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("unknown command \"wal %s\"; 'safekeeper help wal' lists its subcommands", c.Args().First())
+			}
+			return cli.ShowSubcommandHelp(c)
+		},
 	}
 }
 
@@ -33,6 +41,8 @@ func walExportCommand() *cli.Command {
 			"size and zero-padded, as pg_receivewal does. Only segments the timeline holds from their\n" +
 			"first byte are written: bytes before timeline_start_lsn (or removed by retention) are\n" +
 			"unknown, so a timeline that does not start at a segment boundary skips its first segment.\n" +
+			"Writing NAME removes a NAME.partial left in --output by an earlier export, and writing\n" +
+			"NAME.partial removes NAME, so a restore_command never finds a stale form (each is reported).\n" +
 			"Refuses to run while a safekeeper holds the data directory.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Flags: []cli.Flag{
@@ -40,7 +50,7 @@ func walExportCommand() *cli.Command {
 			&cli.StringFlag{Name: "tenant-id", Required: true, Usage: "tenant id, 32 hex digits"},
 			&cli.StringFlag{Name: "timeline-id", Required: true, Usage: "timeline id, 32 hex digits"},
 			&cli.StringFlag{Name: "output", Required: true, Usage: "directory to write the segment files to (created if missing)"},
-			&cli.StringFlag{Name: "upto", Usage: "export only up to this LSN (X/X), at most the timeline's commit_lsn"},
+			&cli.StringFlag{Name: "upto", Usage: "export only up to this LSN (X/X), above the timeline's start and at most its commit_lsn"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -50,18 +60,22 @@ func walExportCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			var upto proto.LSN
-			if s := c.String("upto"); s != "" {
-				if upto, err = proto.ParseLSN(s); err != nil {
+			var upto *proto.LSN // nil: up to commit_lsn
+			if c.IsSet("upto") {
+				l, err := proto.ParseLSN(c.String("upto"))
+				if err != nil {
 					return usagef("--upto: %v", err)
 				}
+				upto = &l
 			}
 			return exportWAL(c.App.Writer, c.String("data-dir"), tenant, timeline, c.String("output"), upto)
 		},
 	}
 }
 
-func exportWAL(w interface{ Write([]byte) (int, error) }, dataDir string, tenant, timeline proto.ID, outDir string, upto proto.LSN) error {
+// exportWAL writes the timeline's WAL up to *upto (nil: commit_lsn) to
+// outDir; see walExportCommand.
+func exportWAL(w io.Writer, dataDir string, tenant, timeline proto.ID, outDir string, uptoFlag *proto.LSN) error {
 	path := filepath.Join(dataDir, "safekeeper.db")
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("wal export: %w", err)
@@ -78,11 +92,15 @@ func exportWAL(w interface{ Write([]byte) (int, error) }, dataDir string, tenant
 	if err != nil {
 		return fmt.Errorf("wal export: %w", err)
 	}
-	if upto == 0 {
-		upto = st.CommitLSN
-	}
-	if upto > st.CommitLSN {
-		return usagef("--upto %s is above the timeline's commit_lsn %s", upto, st.CommitLSN)
+	upto := st.CommitLSN
+	if uptoFlag != nil {
+		upto = *uptoFlag
+		if upto > st.CommitLSN {
+			return usagef("--upto %s is above the timeline's commit_lsn %s", upto, st.CommitLSN)
+		}
+		if st.TimelineStartLSN == 0 || upto <= st.TimelineStartLSN {
+			return usagef("--upto %s is not above the timeline's start %s: there is no WAL to export below it", upto, st.TimelineStartLSN)
+		}
 	}
 	segSize := uint64(st.WalSegSize)
 	if st.TimelineStartLSN == 0 || upto == 0 {
@@ -93,6 +111,10 @@ func exportWAL(w interface{ Write([]byte) (int, error) }, dataDir string, tenant
 	if off := from.SegmentOffset(segSize); off != 0 {
 		fmt.Fprintf(w, "skipping segment %s: the timeline holds it only from %s\n", proto.SegmentFileName(st.PgTimeline, from, segSize), from)
 		from = from.SegmentStart(segSize) + proto.LSN(segSize)
+	}
+	if uptoFlag != nil && upto <= from {
+		return fmt.Errorf("wal export: --upto %s: this safekeeper holds whole segments only from %s (timeline start %s, removed up to %s); nothing to export below it",
+			upto, from, st.TimelineStartLSN, max(st.RemovedUpTo, tl.RemovedUpTo()))
 	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return fmt.Errorf("wal export: %w", err)
@@ -113,11 +135,19 @@ func exportWAL(w interface{ Write([]byte) (int, error) }, dataDir string, tenant
 			n += uint64(m)
 		}
 		name := proto.SegmentFileName(st.PgTimeline, seg, segSize)
+		other := name + ".partial" // the other form of the segment's file, stale now
 		if want < segSize {
-			name += ".partial"
+			name, other = other, name
 			partial++
 		} else {
 			full++
+		}
+		// Remove the stale form first: a crash then leaves neither, never
+		// both, so a restore_command cannot pick the stale one.
+		if err := os.Remove(filepath.Join(outDir, other)); err == nil {
+			fmt.Fprintf(w, "removed %s: replaced by %s\n", other, name)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("wal export: %w", err)
 		}
 		if err := writeFileDurably(filepath.Join(outDir, name), buf); err != nil {
 			return fmt.Errorf("wal export: %w", err)

@@ -300,10 +300,10 @@ func TestPartitionedSafekeeperCatchesUp(t *testing.T) {
 // (its proxy to 3 refuses); the proposer is elected in term 1; then the
 // proxy heals, the proposer greets 3 and asks for its vote, and is refused.
 //
-// It fails today: proposer.Core.Voted treats every refusal after the
-// election as deposal, also one at the proposer's own term, and the elected
-// proposer exits 3 with "deposed: safekeeper #2 is at term 1, above our term
-// 1". Kept apart from TestTwoProposersOneWins, which passes either way (one
+// It failed before proposer.Core.Voted stopped treating every refusal after
+// the election as deposal (also one at the proposer's own term): the elected
+// proposer exited 3, deposed by a safekeeper "at term 1, above our term 1".
+// Kept apart from TestTwoProposersOneWins, which passes either way (one
 // proposer still ends up streaming).
 func TestElectedProposerNotDeposedBySameTermVote(t *testing.T) {
 	skipShort(t)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -281,7 +282,10 @@ func TestEndToEnd(t *testing.T) {
 	// what the slowest safekeeper holds.
 	c.waitFor(30*time.Second, "the slot's restart_lsn to advance to the safekeepers' common flush_lsn", func() bool {
 		restart := c.lsn("SELECT restart_lsn FROM pg_replication_slots WHERE slot_name = 'proposer'")
-		lowest := final
+		// Not capped at final: the primary goes on writing (running_xacts,
+		// checkpoints), so WAL past final is flushed everywhere and the slot
+		// may follow it.
+		lowest := proto.LSN(math.MaxUint64)
 		for _, sk := range c.sks {
 			info, err := c.info(sk)
 			if err != nil {
@@ -309,7 +313,7 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatalf("stop safekeeper %d: %v", sk.ID, err)
 		}
 		out := t.TempDir()
-		cmd := exec.Command(harness.Binary(t), "wal", "export", "--data-dir", sk.DataDir,
+		cmd := exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), "wal", "export", "--data-dir", sk.DataDir,
 			"--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(), "--output", out)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("wal export of safekeeper %d: %v\n%s", sk.ID, err, b)
@@ -370,7 +374,7 @@ func (c *cluster) checkSync(final proto.LSN) {
 	for _, sk := range c.sks {
 		addrs = append(addrs, sk.Addr)
 	}
-	cmd := exec.Command(harness.Binary(t), "sync", "--safekeepers", strings.Join(addrs, ","),
+	cmd := exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), "sync", "--safekeepers", strings.Join(addrs, ","),
 		"--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
 		"--system-id", strconv.FormatUint(c.si.SystemID, 10), "--pg-version", strconv.Itoa(int(c.si.PgVersion)),
 		"--wal-seg-size", strconv.Itoa(int(c.si.WalSegSize)), "--timeout", "30s")
@@ -400,7 +404,7 @@ func (c *cluster) checkSync(final proto.LSN) {
 func (c *cluster) checkExportRefusedWhileRunning() {
 	t := c.t
 	sk := c.sks[0]
-	out, err := exec.Command(harness.Binary(t), "wal", "export", "--data-dir", sk.DataDir,
+	out, err := exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), "wal", "export", "--data-dir", sk.DataDir,
 		"--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(), "--output", t.TempDir()).CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() == 0 || !strings.Contains(string(out), "in use") {

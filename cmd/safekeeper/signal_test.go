@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/safekeeper/safekeeper/test/harness"
+)
+
+// TestSIGHUPIsIgnored: logrotate or a closed terminal sends SIGHUP, whose
+// default action would kill the process at once. run, propose and sync (the
+// real binary) log it and go on: run keeps serving new connections, and
+// SIGTERM still stops each of them cleanly.
+func TestSIGHUPIsIgnored(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := harness.Binary(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	_, closedPort, _ := net.SplitHostPort(closed)
+	listenPort := strconv.Itoa(harness.FreePort(t))
+	listen := "127.0.0.1:" + listenPort
+	ids := []string{"--tenant-id", strings.Repeat("a", 32), "--timeline-id", strings.Repeat("b", 32)}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		ready  func(log string) bool // the SIGHUP handler is installed
+		serves func(t *testing.T)    // still does its job after SIGHUP
+		code   int                   // exit code after SIGTERM
+	}{
+		{
+			name: "run",
+			args: []string{"run", "--id", "1", "--listen-pg", listen, "--data-dir", filepath.Join(t.TempDir(), "data")},
+			ready: func(string) bool {
+				c, err := net.DialTimeout("tcp", listen, time.Second)
+				if err == nil {
+					c.Close()
+				}
+				return err == nil
+			},
+			serves: func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				c, err := pgconn.Connect(ctx, "host=127.0.0.1 port="+listenPort+" user=test sslmode=disable replication=true")
+				if err != nil {
+					t.Fatalf("a new connection after SIGHUP: %v", err)
+				}
+				c.Close(ctx)
+			},
+		},
+		{
+			name: "propose",
+			args: append([]string{"propose", "--upstream", "host=127.0.0.1 port=" + closedPort + " user=test sslmode=disable",
+				"--safekeepers", closed}, ids...),
+			ready: func(log string) bool { return strings.Contains(log, "reconnecting") },
+		},
+		{
+			name:  "sync",
+			args:  append([]string{"sync", "--safekeepers", closed, "--timeout", "60s"}, ids...),
+			ready: func(log string) bool { return strings.Contains(log, "asking again") },
+			code:  1, // stopped before it synced anything
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logPath := filepath.Join(t.TempDir(), tc.name+".log")
+			logf, err := os.Create(logPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer logf.Close()
+			cmd := exec.Command(bin, append([]string{"--log-level", "debug"}, tc.args...)...)
+			cmd.Stdout, cmd.Stderr = logf, logf
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			defer func() {
+				cmd.Process.Kill()
+				<-done
+			}()
+			log := func() string {
+				b, _ := os.ReadFile(logPath)
+				return string(b)
+			}
+			alive := func() {
+				t.Helper()
+				select {
+				case <-done:
+					t.Fatalf("%s exited: %v\n%s", tc.name, cmd.ProcessState, log())
+				default:
+				}
+			}
+			harness.WaitFor(t, 30*time.Second, tc.name+" started", func() bool {
+				alive()
+				return tc.ready(log())
+			})
+			if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+				t.Fatal(err)
+			}
+			harness.WaitFor(t, 10*time.Second, "SIGHUP logged", func() bool {
+				alive()
+				return strings.Contains(log(), "SIGHUP ignored: nothing to reload")
+			})
+			if tc.serves != nil {
+				tc.serves(t)
+			}
+			alive()
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s still running 30s after SIGTERM", tc.name)
+			}
+			if !cmd.ProcessState.Exited() || cmd.ProcessState.ExitCode() != tc.code {
+				t.Fatalf("%s after SIGTERM: %v, want exit code %d\n%s", tc.name, cmd.ProcessState, tc.code, log())
+			}
+		})
+	}
+}

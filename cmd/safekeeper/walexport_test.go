@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/safekeeper/safekeeper/acceptor"
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/storage"
+)
+
+const exportSegSize = 1 << 20
+
+var (
+	exportTenant   = proto.ID{0xe1}
+	exportTimeline = proto.ID{0xe2}
+)
+
+// storeTimeline writes a data directory holding one timeline whose WAL is
+// wal from start, committed up to its end, and returns the directory.
+func storeTimeline(t *testing.T, start proto.LSN, wal []byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := storage.Open(filepath.Join(dir, "safekeeper.db"), storage.Options{UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	st := acceptor.State{TenantID: exportTenant, TimelineID: exportTimeline, SystemID: 1, PgVersion: 150000,
+		WalSegSize: exportSegSize, PgTimeline: 1}
+	tl, err := db.CreateTimeline(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.WriteWAL(start, wal); err != nil {
+		t.Fatal(err)
+	}
+	end := start + proto.LSN(len(wal))
+	st.VotedFor = proto.NodeID{Term: 1}
+	st.History = proto.TermHistory{{Term: 1, StartLSN: start}}
+	st.TimelineStartLSN, st.FlushLSN, st.CommitLSN = start, end, end
+	if err := tl.Commit(st); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func runExport(t *testing.T, dataDir, outDir string, extra ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	args := append([]string{"safekeeper", "wal", "export", "--data-dir", dataDir, "--tenant-id", exportTenant.String(),
+		"--timeline-id", exportTimeline.String(), "--output", outDir}, extra...)
+	code = run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// TestWALExportUptoOutsideTheTimeline: --upto 0/0 is a value, not "unset";
+// an --upto at or below the timeline's start (or inside a first segment the
+// timeline does not hold from its first byte) has nothing to export and is
+// refused clearly instead of reporting an empty export.
+func TestWALExportUptoOutsideTheTimeline(t *testing.T) {
+	aligned := storeTimeline(t, 0x1000000, bytes.Repeat([]byte{7}, 3*exportSegSize/2))
+	midSegment := storeTimeline(t, 0x1000100, bytes.Repeat([]byte{7}, 3*exportSegSize/2))
+	for _, tc := range []struct {
+		dataDir, upto string
+		code          int
+		want          string
+	}{
+		{aligned, "0/0", exitUsage, "not above the timeline's start 0/1000000"},
+		{aligned, "0/500000", exitUsage, "not above the timeline's start 0/1000000"},
+		{aligned, "0/1000000", exitUsage, "not above the timeline's start 0/1000000"},
+		{midSegment, "0/1000200", 1, "whole segments only from 0/1100000"},
+	} {
+		out := t.TempDir()
+		code, stdout, stderr := runExport(t, tc.dataDir, out, "--upto", tc.upto)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("--upto %s: exit %d, stderr %q; want exit %d and %q (stdout %q)", tc.upto, code, stderr, tc.code, tc.want, stdout)
+		}
+		if files, _ := os.ReadDir(out); len(files) != 0 {
+			t.Errorf("--upto %s: wrote %d files", tc.upto, len(files))
+		}
+	}
+}
+
+// TestWALExportReplacesTheOtherFormOfASegment: writing segment N removes a
+// leftover N.partial, and writing N.partial removes a leftover N, so a
+// restore_command never finds a stale one next to the new one.
+func TestWALExportReplacesTheOtherFormOfASegment(t *testing.T) {
+	start := proto.LSN(0x1000000)
+	wal := bytes.Repeat([]byte{7}, 3*exportSegSize/2)
+	dataDir := storeTimeline(t, start, wal)
+	seg1 := proto.SegmentFileName(1, start, exportSegSize)
+	seg2 := proto.SegmentFileName(1, start+exportSegSize, exportSegSize)
+	out := t.TempDir()
+	stale := bytes.Repeat([]byte{0xee}, exportSegSize)
+	for _, name := range []string{seg1 + ".partial", seg2} {
+		if err := os.WriteFile(filepath.Join(out, name), stale, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Up to commit_lsn: segment 1 complete, segment 2 partial.
+	code, stdout, stderr := runExport(t, dataDir, out)
+	if code != 0 {
+		t.Fatalf("export: exit %d: %s", code, stderr)
+	}
+	wantFiles(t, out, seg1, seg2+".partial")
+	for _, name := range []string{seg1 + ".partial", seg2} {
+		if !strings.Contains(stdout, "removed "+name) {
+			t.Errorf("the removal of %s is not reported:\n%s", name, stdout)
+		}
+	}
+
+	// Up to the middle of segment 1: its partial form replaces the
+	// complete one.
+	code, stdout, stderr = runExport(t, dataDir, out, "--upto", (start + exportSegSize/2).String())
+	if code != 0 {
+		t.Fatalf("export --upto: exit %d: %s", code, stderr)
+	}
+	wantFiles(t, out, seg1+".partial", seg2+".partial")
+	if !strings.Contains(stdout, "removed "+seg1) {
+		t.Errorf("the removal of %s is not reported:\n%s", seg1, stdout)
+	}
+	b, err := os.ReadFile(filepath.Join(out, seg1+".partial"))
+	if err != nil || !bytes.Equal(b[:exportSegSize/2], wal[:exportSegSize/2]) {
+		t.Fatalf("%s.partial does not hold the timeline's WAL: %v", seg1, err)
+	}
+}
+
+func wantFiles(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Name())
+	}
+	if strings.Join(got, " ") != strings.Join(names, " ") {
+		t.Fatalf("%s holds %q, want %q", dir, got, names)
+	}
+}

@@ -1,0 +1,201 @@
+package proposer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/safekeeper/safekeeper/proto"
+)
+
+// discardUpstream is a replication connection whose peer reads and drops
+// everything: the driver's standby status updates go nowhere.
+func discardUpstream(t *testing.T) *upstream {
+	t.Helper()
+	client, server := net.Pipe()
+	go io.Copy(io.Discard, server)
+	t.Cleanup(func() { client.Close(); server.Close() })
+	pcfg, err := pgconn.ParseConfig("host=127.0.0.1 user=test sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := pgconn.Construct(&pgconn.HijackedConn{Conn: client, Config: pcfg, ParameterStatuses: map[string]string{}, TxStatus: 'I'})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &upstream{pg: pg}
+}
+
+// streamingSession is a session of three safekeepers, elected on a new
+// timeline at tlStart and streaming, with no IO except the discarded
+// status updates: what the driver queues to safekeeper i is on outs[i].
+func streamingSession(t *testing.T) (*session, []chan []byte) {
+	t.Helper()
+	cfg, err := Config{Upstream: "host=127.0.0.1", Safekeepers: []string{"sk1:1", "sk2:1", "sk3:1"},
+		TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ProposerUUID: us}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSession(cfg, 0)
+	s.up = discardUpstream(t)
+	s.slot = newSlotKeeper(cfg.Upstream, cfg.SlotName, 0, s.log)
+	var outs []chan []byte
+	for i, sk := range s.sks {
+		out := make(chan []byte, cfg.MaxInFlight+16)
+		outs = append(outs, out)
+		sk.gen, sk.out, sk.phase = 1, out, skGreeted
+		if err := s.core.Greeted(i, info(0, 0, 0, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := s.core.Campaign()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range s.sks {
+		v, f := grant(b, info(0, 0, 0, nil))
+		if _, err := s.core.Voted(i, v, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.core.Elect(^proto.LSN(0), tlStart); err != nil {
+		t.Fatal(err)
+	}
+	s.buf = newWALBuffer(tlStart)
+	for _, sk := range s.sks {
+		s.startSafekeeper(sk)
+	}
+	for i := range outs {
+		if m := queued(t, outs[i]); len(m) != 1 {
+			t.Fatalf("safekeeper %d: %d messages after the election, want its ProposerElected", i, len(m))
+		}
+	}
+	return s, outs
+}
+
+// queued decodes and removes everything queued on out.
+func queued(t *testing.T, out chan []byte) []proto.Message {
+	t.Helper()
+	var ms []proto.Message
+	for {
+		select {
+		case p := <-out:
+			m, err := proto.DecodeProposerMessage(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms = append(ms, m)
+		default:
+			return ms
+		}
+	}
+}
+
+// respond delivers safekeeper i's SafeKeeperResponse with flush_lsn flush.
+func respond(t *testing.T, s *session, i int, flush proto.LSN) {
+	t.Helper()
+	r := &proto.SafeKeeperResponse{Term: s.core.Ballot().Term, FlushLSN: flush}
+	if err := s.onSafekeeper(context.Background(), skEvent{sk: i, gen: s.sks[i].gen, msg: r}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantHeartbeat checks that ms is exactly one heartbeat carrying commit.
+func wantHeartbeat(t *testing.T, who string, ms []proto.Message, at, commit proto.LSN) {
+	t.Helper()
+	if len(ms) != 1 {
+		t.Fatalf("%s: %d messages queued (%v), want one heartbeat with commit_lsn %s", who, len(ms), ms, commit)
+	}
+	r, ok := ms[0].(*proto.SafeKeeperRequest)
+	if !ok || r.BeginLSN != at || r.EndLSN != at || r.CommitLSN != commit {
+		t.Fatalf("%s: queued %+v, want a heartbeat at %s with commit_lsn %s", who, ms[0], at, commit)
+	}
+}
+
+// TestAdvancedCommitIsBroadcastAtOnce: the response that moves commit_lsn
+// forward makes the driver queue a heartbeat carrying it to every
+// safekeeper in the same pass, before any tick (readers of a safekeeper
+// get WAL only up to its commit_lsn); a safekeeper whose commit heartbeat
+// is still unanswered gets the next commit_lsn only after that answer.
+func TestAdvancedCommitIsBroadcastAtOnce(t *testing.T) {
+	s, outs := streamingSession(t)
+	ctx := context.Background()
+	end1 := tlStart + 1000
+	if err := s.onUpstream(ctx, upstreamMsg{start: tlStart, wal: make([]byte, 1000)}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range outs {
+		if ms := queued(t, outs[i]); len(ms) != 1 {
+			t.Fatalf("safekeeper %d: %d messages, want the WAL request", i, len(ms))
+		}
+	}
+
+	respond(t, s, 0, end1) // one of three: no quorum, commit_lsn stays
+	for i := range outs {
+		if ms := queued(t, outs[i]); len(ms) != 0 {
+			t.Fatalf("safekeeper %d: %v queued before commit_lsn moved", i, ms)
+		}
+	}
+	respond(t, s, 1, end1) // a quorum: commit_lsn = end1
+	if s.core.CommitLSN() != end1 {
+		t.Fatalf("commit_lsn %s, want %s", s.core.CommitLSN(), end1)
+	}
+	for i := range outs {
+		// Safekeeper 3 has not answered its WAL yet; it gets the commit too.
+		wantHeartbeat(t, s.cfg.Safekeepers[i], queued(t, outs[i]), end1, end1)
+	}
+
+	// More WAL; safekeeper 3 stays silent, so its commit heartbeat stays
+	// unanswered while commit_lsn advances again.
+	end2 := end1 + 500
+	if err := s.onUpstream(ctx, upstreamMsg{start: end1, wal: make([]byte, 500)}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range outs {
+		queued(t, outs[i])
+	}
+	for i := range 2 {
+		respond(t, s, i, end1) // the heartbeat
+		respond(t, s, i, end2) // the WAL
+	}
+	if s.core.CommitLSN() != end2 {
+		t.Fatalf("commit_lsn %s, want %s", s.core.CommitLSN(), end2)
+	}
+	for i := range 2 {
+		wantHeartbeat(t, s.cfg.Safekeepers[i], queued(t, outs[i]), end2, end2)
+	}
+	if ms := queued(t, outs[2]); len(ms) != 0 {
+		t.Fatalf("safekeeper 3 got %v with its commit heartbeat unanswered, want nothing (no flooding)", ms)
+	}
+	respond(t, s, 2, end1) // its first WAL request: the heartbeat is still out
+	if ms := queued(t, outs[2]); len(ms) != 0 {
+		t.Fatalf("safekeeper 3 got %v with its commit heartbeat unanswered, want nothing", ms)
+	}
+	respond(t, s, 2, end1) // the heartbeat: now it gets the newer commit_lsn
+	wantHeartbeat(t, s.cfg.Safekeepers[2], queued(t, outs[2]), end2, end2)
+}
+
+// TestDeposedErrorNamesTheSafekeeper: the error Run and Sync return names
+// the safekeeper that showed the higher term by its configured address, with
+// both terms (the core knows only indexes).
+func TestDeposedErrorNamesTheSafekeeper(t *testing.T) {
+	s, _ := streamingSession(t)
+	if err := s.onUpstream(context.Background(), upstreamMsg{start: tlStart, wal: make([]byte, 100)}); err != nil {
+		t.Fatal(err)
+	}
+	r := &proto.SafeKeeperResponse{Term: s.core.Ballot().Term + 3}
+	err := s.onSafekeeper(context.Background(), skEvent{sk: 1, gen: s.sks[1].gen, msg: r})
+	err = nameDeposed(err, s.cfg.Safekeepers)
+	var de *DeposedError
+	if !errors.As(err, &de) || !errors.Is(err, ErrDeposed) {
+		t.Fatalf("got %v, want a *DeposedError", err)
+	}
+	want := "proposer: deposed: safekeeper sk2:1 is at term 4, above our term 1"
+	if err.Error() != want {
+		t.Fatalf("got %q, want %q", err, want)
+	}
+}
