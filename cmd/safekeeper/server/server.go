@@ -430,10 +430,24 @@ func (s *Server) timelineFor(m *proto.ServerInfo) (*timeline, error) {
 }
 
 // startTimeline starts the owner of a timeline. s.mu is held.
+// newAcceptor is acceptor.New; tests replace it to fail like a full disk.
+var newAcceptor = acceptor.New
+
 func (s *Server) startTimeline(key TimelineKey, st acceptor.State, store *storage.Timeline) (*timeline, error) {
-	acc, err := acceptor.New(acceptor.Config{NodeID: s.cfg.NodeID}, st, store)
-	if err != nil {
-		return nil, err
+	// acceptor.New writes (it durably cuts WAL above flush_lsn). When it
+	// cannot — a full disk after a restart — the timeline still opens,
+	// read-only: its durable state and committed WAL are served, and the
+	// next proposer greeting tries again (as after a storage failure).
+	state := st
+	acc, broken := newAcceptor(acceptor.Config{NodeID: s.cfg.NodeID}, st, store)
+	switch {
+	case broken == nil:
+		state = acc.State()
+	case errors.Is(broken, acceptor.ErrStorage):
+		s.log.Error("timeline opened read-only: storage cannot write; a proposer's next greeting retries",
+			"timeline", key.String(), "flush_lsn", st.FlushLSN, "commit_lsn", st.CommitLSN, "err", broken)
+	default:
+		return nil, broken
 	}
 	repl, err := newReplState(store, st.PgTimeline)
 	if err != nil {
@@ -441,18 +455,18 @@ func (s *Server) startTimeline(key TimelineKey, st acceptor.State, store *storag
 	}
 	t := &timeline{
 		key: key, log: s.log.With("timeline", key.String()), in: make(chan event, eventQueue),
-		state: acc.State(), changed: make(chan struct{}), store: store, repl: repl, stopped: make(chan struct{}),
+		state: state, changed: make(chan struct{}), store: store, repl: repl, stopped: make(chan struct{}),
 	}
 	s.timelines[key] = t
 	s.ownerWG.Add(2)
 	go func() {
 		defer s.ownerWG.Done()
-		t.run(s.ctx, acc, func() (*acceptor.Acceptor, error) {
+		t.run(s.ctx, acc, broken, func() (*acceptor.Acceptor, error) {
 			_, st, err := s.db.OpenTimeline(key.Tenant, key.Timeline)
 			if err != nil {
 				return nil, err
 			}
-			return acceptor.New(acceptor.Config{NodeID: s.cfg.NodeID}, st, store)
+			return newAcceptor(acceptor.Config{NodeID: s.cfg.NodeID}, st, store)
 		})
 	}()
 	go func() {

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/safekeeper/safekeeper/acceptor"
+	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/storage"
@@ -349,5 +350,65 @@ func TestMalformedFrontendMessages(t *testing.T) {
 	})
 	if !strings.Contains(logs.String(), "invalid string in message") || !strings.Contains(logs.String(), "invalid message format") {
 		t.Fatalf("malformed queries not logged:\n%s", logs.String())
+	}
+}
+
+// TestTimelineOpensReadOnlyWhenStorageCannotWrite: opening a timeline
+// writes (acceptor.New durably cuts WAL above flush_lsn). When that write
+// fails — a restart on a full disk — the timeline still opens read-only:
+// TIMELINE_STATUS reports its durable state, a proposer's greeting is
+// refused with the storage error, and once writing works again the next
+// greeting rebuilds it and WAL is accepted where it left off.
+func TestTimelineOpensReadOnlyWhenStorageCannotWrite(t *testing.T) {
+	dir := t.TempDir()
+	s := startTestServer(t, dir, nil)
+	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
+	p.push(3, 500, 0)
+	end := p.pos
+	p.c.Close()
+	shutdown(t, s)
+
+	failing := true
+	var mu sync.Mutex
+	newAcceptor = func(cfg acceptor.Config, st acceptor.State, store acceptor.Storage) (*acceptor.Acceptor, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failing {
+			return nil, fmt.Errorf("%w: injected: no space left on device", acceptor.ErrStorage)
+		}
+		return acceptor.New(cfg, st, store)
+	}
+	t.Cleanup(func() { newAcceptor = acceptor.New })
+
+	s = startTestServer(t, dir, nil)
+	addr := s.Addr().String()
+	c := replConnect(t, addr, false, "")
+	row := oneRow(t, must(exec(t, c, "TIMELINE_STATUS")), nil, "tenant_id", "timeline_id", "term", "voted_for", "last_log_term",
+		"flush_lsn", "commit_lsn", "truncate_lsn", "timeline_start_lsn", "removed_up_to", "pg_timeline", "system_id", "wal_seg_size", "readers", "slots", "pg_version")
+	if row[2] != "1" || row[5] != end.String() || row[6] != end.String() {
+		t.Fatalf("TIMELINE_STATUS of the read-only timeline: %q; want term 1, flush_lsn and commit_lsn %s", row, end)
+	}
+
+	// A greeting while storage still fails: the storage error, not a hang.
+	q, err := proposer.Dial(testCtx(t), proposer.DialConfig{Addr: addr, TenantID: tTenant, TimelineID: tTimeline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Send(&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018, SystemID: tSysID, TenantID: tTenant,
+		TimelineID: tTimeline, PgTimeline: 1, WalSegSize: tSeg, ProposerUUID: proto.ID{0xdd}, WalEnd: end}); err != nil {
+		t.Fatal(err)
+	}
+	var pe *pgconn.PgError
+	if _, err := q.Recv(testCtx(t)); !errors.As(err, &pe) || pe.Code != pgwire.StorageFailure {
+		t.Fatalf("greeting a timeline that cannot write: %v, want SQLSTATE %s", err, pgwire.StorageFailure)
+	}
+
+	mu.Lock()
+	failing = false
+	mu.Unlock()
+	p = newTestPush(t, addr, tTimeline, 2, proto.TermHistory{{Term: 1, StartLSN: tStart}, {Term: 2, StartLSN: end}}, end)
+	if _, resp := p.push(2, 500, 0); resp.FlushLSN != p.pos {
+		t.Fatalf("after recovery: flush_lsn %s, want %s", resp.FlushLSN, p.pos)
 	}
 }

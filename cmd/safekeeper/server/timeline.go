@@ -73,9 +73,13 @@ func (t *timeline) publish(st acceptor.State) {
 
 // run is the owner loop. It returns when ctx is done and every connection
 // has left (the server closes them first).
-func (t *timeline) run(ctx context.Context, acc *acceptor.Acceptor, rebuild func() (*acceptor.Acceptor, error)) {
+//
+// broken, when not nil, is the storage failure that kept acc from being
+// built (acc is then nil): the timeline starts read-only, as after a storage
+// failure, and the next greeting tries again.
+func (t *timeline) run(ctx context.Context, acc *acceptor.Acceptor, broken error, rebuild func() (*acceptor.Acceptor, error)) {
 	defer close(t.stopped)
-	o := owner{t: t, acc: acc, rebuild: rebuild}
+	o := owner{t: t, acc: acc, broken: broken, rebuild: rebuild}
 	for {
 		select {
 		case <-ctx.Done():
