@@ -104,7 +104,7 @@ func (l *skLinks) connection(ctx context.Context, i, gen int) (greeted bool, err
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		writer(c, out)
+		writer(c, out, ctx.Done())
 	}()
 	defer func() { <-writerDone }() // the owner closes out after our final event
 	if !l.post(ctx, skEvent{sk: i, gen: gen, info: info, out: out}) {
@@ -132,10 +132,23 @@ func (l *skLinks) connection(ctx context.Context, i, gen int) (greeted bool, err
 }
 
 // writer sends queued payloads, one socket write per burst, until out is
-// closed. After a write error it closes the connection (the reader then
-// reports the failure) and drains out.
-func writer(c *Conn, out chan []byte) {
-	for p := range out {
+// closed or done is (the owner is gone: its last events may never have been
+// read, so nobody would close out). After a write error it closes the
+// connection (the reader then reports the failure) and drains out until it
+// is closed or done is.
+func writer(c *Conn, out chan []byte, done <-chan struct{}) {
+	for {
+		var p []byte
+		select {
+		case <-done:
+			c.Close()
+			return
+		case q, ok := <-out:
+			if !ok {
+				return
+			}
+			p = q
+		}
 		c.queueRaw(p)
 		for more := true; more; {
 			select {
@@ -151,9 +164,16 @@ func writer(c *Conn, out chan []byte) {
 		}
 		if err := c.flush(); err != nil {
 			c.Close()
-			for range out {
+			for {
+				select {
+				case <-done:
+					return
+				case _, ok := <-out:
+					if !ok {
+						return
+					}
+				}
 			}
-			return
 		}
 	}
 }
