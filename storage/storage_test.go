@@ -17,6 +17,7 @@ import (
 
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/test/harness"
 )
 
 const testSegSize = 1 << 20 // the smallest wal_seg_size: segment boundaries come quickly
@@ -947,7 +948,7 @@ func TestGroupCommitRefusesOneRequestAlone(t *testing.T) {
 }
 
 func TestSlowCommitLogged(t *testing.T) {
-	var buf syncBuffer
+	var buf harness.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&buf, nil))
 	db := openTest(t, testPath(t), Options{Logger: logger, SlowCommit: time.Nanosecond})
 	st := testState(1)
@@ -967,23 +968,6 @@ func TestSlowCommitLogged(t *testing.T) {
 	if !found {
 		t.Fatalf("no slow-commit record with a duration in the log:\n%s", buf.Bytes())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Clone(s.b.Bytes())
 }
 
 // waitFor polls cond until it holds, failing the test after 10 s.

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -183,24 +182,6 @@ func (f *walFeeder) heartbeat() *proto.SafeKeeperResponse {
 	return f.recv().(*proto.SafeKeeperResponse)
 }
 
-// syncBuffer is a bytes.Buffer safe to read while a process writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func skHostPort(sk *harness.Safekeeper) (string, string) {
 	h, p, _ := strings.Cut(sk.Addr, ":")
 	return h, p
@@ -218,7 +199,7 @@ func receiveWAL(t *testing.T, pg *pgtest.Cluster, f *walFeeder, extra ...string)
 	args := append([]string{"-D", dir, "-h", host, "-p", port, "-U", "postgres", "--no-loop", "-v", "-d",
 		"options='" + svOptions() + "'"}, extra...)
 	cmd := pg.Cmd(ctx, "pg_receivewal", args...)
-	var out syncBuffer
+	var out harness.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

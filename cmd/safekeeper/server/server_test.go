@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -24,6 +23,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/storage"
+	"github.com/safekeeper/safekeeper/test/harness"
 )
 
 func shutdown(t *testing.T, s *Server) {
@@ -212,24 +212,6 @@ func TestStartupErrorsAreFatal(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // rawClient is a client on a plain socket, for bytes no driver sends.
 type rawClient struct {
 	t  *testing.T
@@ -310,7 +292,7 @@ func rawQuery(body string) []byte {
 // "invalid message format", each followed by ReadyForQuery on a connection
 // that stays usable. Each is logged with the client's address.
 func TestMalformedFrontendMessages(t *testing.T) {
-	var logs syncBuffer
+	var logs harness.SyncBuffer
 	s := startTestServer(t, t.TempDir(), func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	addr := s.Addr().String()
 
