@@ -401,7 +401,20 @@ const supportedPgMajor = 15
 // timelineFor returns the running timeline named by m, opening it from disk
 // or creating it (atomically, rule 1) if it is new.
 func (s *Server) timelineFor(m *proto.ServerInfo) (*timeline, error) {
-	key := TimelineKey{Tenant: m.TenantID, Timeline: m.TimelineID}
+	return s.openTimeline(TimelineKey{Tenant: m.TenantID, Timeline: m.TimelineID}, m)
+}
+
+// timelineByKey returns the running timeline key, opening it from disk like
+// timelineFor does; it never creates one (readers cannot create timelines).
+// A timeline that is not stored is an *pgwire.Error with UndefinedObject.
+func (s *Server) timelineByKey(key TimelineKey) (*timeline, error) {
+	return s.openTimeline(key, nil)
+}
+
+// openTimeline returns the running timeline key, opening it from disk, or,
+// when it is not stored and create (the proposer's greeting) is given,
+// creating it from create.
+func (s *Server) openTimeline(key TimelineKey, create *proto.ServerInfo) (*timeline, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t, ok := s.timelines[key]; ok {
@@ -412,15 +425,18 @@ func (s *Server) timelineFor(m *proto.ServerInfo) (*timeline, error) {
 	}
 	store, st, err := s.db.OpenTimeline(key.Tenant, key.Timeline)
 	if errors.Is(err, storage.ErrNoTimeline) {
-		if major := m.PgVersion / 10000; major != supportedPgMajor {
+		if create == nil {
+			return nil, pgwire.Errorf(pgwire.UndefinedObject, "timeline %s does not exist on this safekeeper", key)
+		}
+		if major := create.PgVersion / 10000; major != supportedPgMajor {
 			return nil, fmt.Errorf("%w: PostgreSQL major version %d: this safekeeper decodes PostgreSQL %d WAL only",
 				acceptor.ErrIncompatible, major, supportedPgMajor)
 		}
-		st = acceptor.NewState(m)
+		st = acceptor.NewState(create)
 		store, err = s.db.CreateTimeline(st)
 		if err == nil {
-			s.log.Info("created timeline", "timeline", key.String(), "system_id", m.SystemID,
-				"pg_version", m.PgVersion, "wal_seg_size", m.WalSegSize)
+			s.log.Info("created timeline", "timeline", key.String(), "system_id", create.SystemID,
+				"pg_version", create.PgVersion, "wal_seg_size", create.WalSegSize)
 		}
 	}
 	if err != nil {
@@ -429,10 +445,10 @@ func (s *Server) timelineFor(m *proto.ServerInfo) (*timeline, error) {
 	return s.startTimeline(key, st, store)
 }
 
-// startTimeline starts the owner of a timeline. s.mu is held.
 // newAcceptor is acceptor.New; tests replace it to fail like a full disk.
 var newAcceptor = acceptor.New
 
+// startTimeline starts the owner of a timeline. s.mu is held.
 func (s *Server) startTimeline(key TimelineKey, st acceptor.State, store *storage.Timeline) (*timeline, error) {
 	// acceptor.New writes (it durably cuts WAL above flush_lsn). When it
 	// cannot — a full disk after a restart — the timeline still opens,
@@ -475,28 +491,6 @@ func (s *Server) startTimeline(key TimelineKey, st acceptor.State, store *storag
 		repl.saveAll()
 	}()
 	return t, nil
-}
-
-// timelineByKey returns the running timeline key, opening it from disk like
-// timelineFor does; it never creates one (readers cannot create timelines).
-// A timeline that is not stored is an *pgwire.Error with UndefinedObject.
-func (s *Server) timelineByKey(key TimelineKey) (*timeline, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if t, ok := s.timelines[key]; ok {
-		return t, nil
-	}
-	if s.isStopping() {
-		return nil, errShutdown
-	}
-	store, st, err := s.db.OpenTimeline(key.Tenant, key.Timeline)
-	if errors.Is(err, storage.ErrNoTimeline) {
-		return nil, pgwire.Errorf(pgwire.UndefinedObject, "timeline %s does not exist on this safekeeper", key)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", acceptor.ErrStorage, err)
-	}
-	return s.startTimeline(key, st, store)
 }
 
 // resolveTimeline picks the timeline a reader means: the one its startup
