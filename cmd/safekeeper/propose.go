@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os/signal"
 	"strconv"
@@ -45,21 +46,11 @@ func proposeCommand() *cli.Command {
 			&cli.StringFlag{Name: "buffer-size", Value: "64MiB", Usage: "in-memory WAL kept for lagging safekeepers (e.g. 64MiB); older WAL is re-read from the primary"},
 		},
 		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return usagef("propose takes no arguments, got %q", c.Args().Slice())
-			}
-			log, err := logger(c)
+			log, tl, err := timelineArgs(c)
 			if err != nil {
 				return err
 			}
-			sks, err := parseSafekeepers(c.String("safekeepers"))
-			if err != nil {
-				return err
-			}
-			tenant, timeline, err := parseIDs(c)
-			if err != nil {
-				return err
-			}
+			sks, tenant, timeline := tl.safekeepers, tl.tenant, tl.timeline
 			bufSize, err := parseByteSize(c.String("buffer-size"))
 			if err != nil {
 				return usagef("--buffer-size: %v", err)
@@ -138,6 +129,32 @@ func checkApplicationName(name string) error {
 		}
 	}
 	return nil
+}
+
+// timelineFlags are the flags propose and sync share.
+type timelineFlags struct {
+	safekeepers      []string
+	tenant, timeline proto.ID
+}
+
+// timelineArgs checks what propose and sync share: no arguments, the log
+// flags, --safekeepers, --tenant-id and --timeline-id.
+func timelineArgs(c *cli.Context) (*slog.Logger, timelineFlags, error) {
+	var f timelineFlags
+	if c.NArg() > 0 {
+		return nil, f, usagef("%s takes no arguments, got %q", c.Command.Name, c.Args().Slice())
+	}
+	log, err := logger(c)
+	if err != nil {
+		return nil, f, err
+	}
+	if f.safekeepers, err = parseSafekeepers(c.String("safekeepers")); err != nil {
+		return nil, f, err
+	}
+	if f.tenant, f.timeline, err = parseIDs(c); err != nil {
+		return nil, f, err
+	}
+	return log, f, nil
 }
 
 // parseSafekeepers parses the --safekeepers list. An address given twice is

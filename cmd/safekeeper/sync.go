@@ -43,21 +43,11 @@ func syncCommand() *cli.Command {
 			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up (exit 1) if no quorum is synced within this time"},
 		},
 		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return usagef("sync takes no arguments, got %q", c.Args().Slice())
-			}
-			log, err := logger(c)
+			log, tl, err := timelineArgs(c)
 			if err != nil {
 				return err
 			}
-			sks, err := parseSafekeepers(c.String("safekeepers"))
-			if err != nil {
-				return err
-			}
-			tenant, timeline, err := parseIDs(c)
-			if err != nil {
-				return err
-			}
+			sks, tenant, timeline := tl.safekeepers, tl.tenant, tl.timeline
 			if c.Duration("timeout") <= 0 {
 				return usagef("--timeout must be positive")
 			}
