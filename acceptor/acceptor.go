@@ -177,7 +177,7 @@ func (a *Acceptor) RequestVote(m *proto.RequestVote) (*proto.VoteResponse, *prot
 // start_streaming_at that differs (ErrCommonPointMismatch) or lies below
 // commit_lsn (ErrTruncateCommitted); otherwise it truncates its WAL at
 // start_streaming_at, adopts the history and commits both in one step.
-func (a *Acceptor) ProposerElected(from proto.NodeID, m *proto.ProposerElected) error {
+func (a *Acceptor) ProposerElected(from proto.Ballot, m *proto.ProposerElected) error {
 	if err := a.flushStaged(); err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func (a *Acceptor) ProposerElected(from proto.NodeID, m *proto.ProposerElected) 
 		return fmt.Errorf("%w: ProposerElected timeline_start_lsn %s, this timeline starts at %s",
 			ErrProtocol, m.TimelineStartLSN, a.st.TimelineStartLSN)
 	}
-	cp := CommonPoint(a.st.History.Upto(a.st.FlushLSN), a.st.FlushLSN, m.History)
+	cp := a.st.History.Upto(a.st.FlushLSN).CommonPoint(a.st.FlushLSN, m.History)
 	if a.st.TimelineStartLSN == 0 {
 		cp = m.TimelineStartLSN // no WAL yet: everything starts at the timeline start
 	}
@@ -224,7 +224,7 @@ func (a *Acceptor) ProposerElected(from proto.NodeID, m *proto.ProposerElected) 
 
 // checkTerm checks that a message of term from a connection granted ballot
 // from may act on this timeline now.
-func (a *Acceptor) checkTerm(from proto.NodeID, term uint64, what string) error {
+func (a *Acceptor) checkTerm(from proto.Ballot, term uint64, what string) error {
 	v := a.st.VotedFor
 	switch {
 	case term < v.Term:

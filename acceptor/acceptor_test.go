@@ -40,7 +40,7 @@ func toU64(v any) uint64 {
 	panic(v)
 }
 
-func ballot(term uint64, b byte) proto.NodeID { return proto.NodeID{Term: term, UUID: proto.ID{b}} }
+func ballot(term uint64, b byte) proto.Ballot { return proto.Ballot{Term: term, UUID: proto.ID{b}} }
 
 type fixture struct {
 	t     *testing.T
@@ -71,7 +71,7 @@ func (f *fixture) reboot() {
 	f.a = a
 }
 
-func (f *fixture) vote(b proto.NodeID) *proto.SafeKeeperInfo {
+func (f *fixture) vote(b proto.Ballot) *proto.SafeKeeperInfo {
 	f.t.Helper()
 	v, info, err := f.a.RequestVote(&proto.RequestVote{Candidate: b})
 	if err != nil || v.VotedFor != b {
@@ -82,12 +82,12 @@ func (f *fixture) vote(b proto.NodeID) *proto.SafeKeeperInfo {
 
 // elect votes for b and sends ProposerElected with history h, starting where
 // the acceptor computes (the proposer's rule 3 from the fresh info).
-func (f *fixture) elect(b proto.NodeID, h proto.TermHistory) proto.LSN {
+func (f *fixture) elect(b proto.Ballot, h proto.TermHistory) proto.LSN {
 	f.t.Helper()
 	info := f.vote(b)
 	start := h[0].StartLSN
 	if info.TimelineStartLSN != 0 {
-		start = CommonPoint(info.History, info.FlushLSN, h)
+		start = info.History.CommonPoint(info.FlushLSN, h)
 	}
 	if err := f.a.ProposerElected(b, &proto.ProposerElected{Term: b.Term, StartStreamingAt: start, TimelineStartLSN: h[0].StartLSN, History: h}); err != nil {
 		f.t.Fatalf("ProposerElected: %v", err)
@@ -96,7 +96,7 @@ func (f *fixture) elect(b proto.NodeID, h proto.TermHistory) proto.LSN {
 }
 
 // appendWAL stages wal from the write position and flushes it.
-func (f *fixture) appendWAL(b proto.NodeID, wal []byte, commit proto.LSN) *proto.SafeKeeperResponse {
+func (f *fixture) appendWAL(b proto.Ballot, wal []byte, commit proto.LSN) *proto.SafeKeeperResponse {
 	f.t.Helper()
 	begin := f.a.WriteLSN()
 	if err := f.a.Append(&proto.SafeKeeperRequest{Sender: b, BeginLSN: begin, EndLSN: begin + proto.LSN(len(wal)), CommitLSN: commit, WAL: wal}); err != nil {
@@ -142,7 +142,7 @@ func TestRule2_VoteStrictTermSameNodeRegranted(t *testing.T) {
 		t.Fatalf("vote not durable when RequestVote returned: %v", st.VotedFor)
 	}
 	f.vote(ballot(5, 1)) // the same proposer reconnecting
-	for _, b := range []proto.NodeID{ballot(5, 2), ballot(5, 0), ballot(4, 9)} {
+	for _, b := range []proto.Ballot{ballot(5, 2), ballot(5, 0), ballot(4, 9)} {
 		v, info, err := f.a.RequestVote(&proto.RequestVote{Candidate: b})
 		if !errors.Is(err, ErrVoteRefused) || info != nil || v.VotedFor != ballot(5, 1) {
 			t.Errorf("vote for %v: verdict %v info %v err %v; want refusal showing 5/01", b, v, info, err)
@@ -170,36 +170,6 @@ func TestRule2_VoteMakesReceivedWALDurableFirst(t *testing.T) {
 	}
 	if st, _, w := f.store.Durable(); st.FlushLSN != end || !bytes.Equal(w, wal) {
 		t.Fatalf("durable flush %v, %d bytes", st.FlushLSN, len(w))
-	}
-}
-
-func TestRule3_CommonPoint(t *testing.T) {
-	h := func(e ...uint64) proto.TermHistory {
-		var r proto.TermHistory
-		for i := 0; i < len(e); i += 2 {
-			r = append(r, proto.TermSwitch{Term: e[i], StartLSN: proto.LSN(e[i+1])})
-		}
-		return r
-	}
-	cases := []struct {
-		name  string
-		sk    proto.TermHistory
-		flush proto.LSN
-		prop  proto.TermHistory
-		want  proto.LSN
-	}{
-		{"empty safekeeper agrees at timeline start", nil, 0, h(1, 100, 3, 500), 100},
-		{"same last term: safekeeper's flush", h(1, 100), 400, h(1, 100, 3, 500), 400},
-		{"safekeeper ahead in old term: proposer's switch", h(1, 100), 700, h(1, 100, 3, 500), 500},
-		{"diverged term: end of last common", h(1, 100, 2, 300), 800, h(1, 100, 3, 500), 300},
-		{"diverged first term: timeline start", h(2, 100), 800, h(1, 100, 3, 500), 100},
-		{"same history as proposer's last term", h(1, 100, 3, 500), 900, h(1, 100, 3, 500), 900},
-		{"same term different start is not common", h(1, 100, 3, 600), 900, h(1, 100, 3, 500), 500},
-	}
-	for _, c := range cases {
-		if got := CommonPoint(c.sk, c.flush, c.prop); got != c.want {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
-		}
 	}
 }
 

@@ -4,7 +4,7 @@
 //
 // It owns the rules of wal-push-protocol.md (numbered as there): timeline
 // checks on ServerInfo (1), strict-term voting with the same ballot
-// re-granted (2), the common point of term histories (3, CommonPoint),
+// re-granted (2), the common point of term histories (3, proto.TermHistory.CommonPoint),
 // ProposerElected with the common-point check, the refusal below commit_lsn
 // and the truncation (4), contiguous appends, the commit_lsn rule and deposed
 // senders (5), record-aligned flush_lsn and one response per request (6).

@@ -18,7 +18,7 @@ type State struct {
 	PgTimeline uint32 // PostgreSQL TLI
 
 	// VotedFor is the highest ballot this safekeeper voted for (term 0: never).
-	VotedFor proto.NodeID
+	VotedFor proto.Ballot
 	// History is the term history adopted from the last ProposerElected.
 	History proto.TermHistory
 	// TimelineStartLSN is where this timeline's WAL starts (0: no WAL yet).

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -100,7 +99,7 @@ type Core struct {
 	uuid     proto.ID
 	quorum   int
 	maxTerm  uint64 // highest voted_for.term (or refused verdict) seen
-	ballot   proto.NodeID
+	ballot   proto.Ballot
 	election *Election
 	sks      []skCore
 	commit   proto.LSN
@@ -137,7 +136,7 @@ func (c *Core) Quorum() int { return c.quorum }
 func (c *Core) N() int { return len(c.sks) }
 
 // Ballot is the ballot of the current campaign (term 0 before Campaign).
-func (c *Core) Ballot() proto.NodeID { return c.ballot }
+func (c *Core) Ballot() proto.Ballot { return c.ballot }
 
 // Election returns the election outcome, nil before Elect.
 func (c *Core) Election() *Election { return c.election }
@@ -183,14 +182,14 @@ func (c *Core) Greetings() int {
 // Campaign picks the ballot: a term above every voted_for.term seen, owned
 // by this proposer's uuid. It needs greetings from a quorum, so that the term
 // is above the terms of a quorum (any term a quorum voted for is seen).
-func (c *Core) Campaign() (proto.NodeID, error) {
+func (c *Core) Campaign() (proto.Ballot, error) {
 	if c.election != nil {
 		panic("proposer: Campaign after Elect")
 	}
 	if g := c.Greetings(); g < c.quorum {
-		return proto.NodeID{}, fmt.Errorf("%w: %d greetings, need %d", ErrNoQuorum, g, c.quorum)
+		return proto.Ballot{}, fmt.Errorf("%w: %d greetings, need %d", ErrNoQuorum, g, c.quorum)
 	}
-	c.ballot = proto.NodeID{Term: c.maxTerm + 1, UUID: c.uuid}
+	c.ballot = proto.Ballot{Term: c.maxTerm + 1, UUID: c.uuid}
 	return c.ballot, nil
 }
 
@@ -318,7 +317,7 @@ func moreWAL(a, b *proto.SafeKeeperInfo) bool {
 
 // ProposerElected returns the ProposerElected for safekeeper i, which must
 // have granted the ballot on its current connection: start_streaming_at is
-// the common point of its fresh history with ours (acceptor.CommonPoint), or
+// the common point of its fresh history with ours (proto.TermHistory.CommonPoint), or
 // the timeline start when it has no WAL. A start below its commit_lsn (it
 // would refuse) is ErrCannotJoin.
 func (c *Core) ProposerElected(i int) (*proto.ProposerElected, error) {
@@ -329,7 +328,7 @@ func (c *Core) ProposerElected(i int) (*proto.ProposerElected, error) {
 	}
 	start := e.TimelineStartLSN
 	if s.fresh.TimelineStartLSN != 0 {
-		start = acceptor.CommonPoint(s.fresh.History, s.fresh.FlushLSN, e.History)
+		start = s.fresh.History.CommonPoint(s.fresh.FlushLSN, e.History)
 	}
 	if start < s.fresh.CommitLSN {
 		return nil, fmt.Errorf("%w: safekeeper #%d: start_streaming_at %s below its commit_lsn %s", ErrCannotJoin, i, start, s.fresh.CommitLSN)

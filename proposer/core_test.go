@@ -28,7 +28,7 @@ func hist(pairs ...uint64) proto.TermHistory {
 // flush_lsn and commit_lsn.
 func info(voted uint64, flush, commit proto.LSN, h proto.TermHistory) *proto.SafeKeeperInfo {
 	i := &proto.SafeKeeperInfo{
-		ProtocolVersion: 1, VotedFor: proto.NodeID{Term: voted, UUID: proto.ID{0xdd}},
+		ProtocolVersion: 1, VotedFor: proto.Ballot{Term: voted, UUID: proto.ID{0xdd}},
 		FlushLSN: flush, CommitLSN: commit, History: h.Upto(flush),
 	}
 	i.LastLogTerm = i.History.LastTerm()
@@ -40,7 +40,7 @@ func info(voted uint64, flush, commit proto.LSN, h proto.TermHistory) *proto.Saf
 
 // grant returns the verdict and fresh info a safekeeper in state g sends
 // when it grants b.
-func grant(b proto.NodeID, g *proto.SafeKeeperInfo) (*proto.VoteResponse, *proto.SafeKeeperInfo) {
+func grant(b proto.Ballot, g *proto.SafeKeeperInfo) (*proto.VoteResponse, *proto.SafeKeeperInfo) {
 	f := *g
 	f.VotedFor = b
 	return &proto.VoteResponse{VotedFor: b}, &f
@@ -129,7 +129,7 @@ func TestRefusedVoteDuringCampaignRetriesAboveShownTerm(t *testing.T) {
 		c.Greeted(i, info(1, 0, 0, nil))
 	}
 	b, _ := c.Campaign()
-	_, err := c.Voted(2, &proto.VoteResponse{VotedFor: proto.NodeID{Term: 7, UUID: proto.ID{9}}}, nil)
+	_, err := c.Voted(2, &proto.VoteResponse{VotedFor: proto.Ballot{Term: 7, UUID: proto.ID{9}}}, nil)
 	if !errors.Is(err, ErrVoteRefused) || errors.Is(err, ErrDeposed) {
 		t.Fatalf("refusal before election: %v, want ErrVoteRefused", err)
 	}
@@ -229,7 +229,7 @@ func TestStartStreamingAtIsCommonPoint(t *testing.T) {
 			t.Errorf("sk%d: start_streaming_at %s, want %s", i, pe.StartStreamingAt, w)
 		}
 		// The acceptor's own computation must agree (rule 4 refuses otherwise).
-		if cp := acceptor.CommonPoint(gs[i].History, gs[i].FlushLSN, pe.History); cp != pe.StartStreamingAt {
+		if cp := gs[i].History.CommonPoint(gs[i].FlushLSN, pe.History); cp != pe.StartStreamingAt {
 			t.Errorf("sk%d: acceptor computes %s", i, cp)
 		}
 	}
@@ -372,7 +372,7 @@ func TestRefusedVoteAfterElectionDeposes(t *testing.T) {
 	c := streaming(t)
 	c.Disconnected(2)
 	c.Greeted(2, info(c.Ballot().Term, 0, 0, nil))
-	_, err := c.Voted(2, &proto.VoteResponse{VotedFor: proto.NodeID{Term: c.Ballot().Term + 1}}, nil)
+	_, err := c.Voted(2, &proto.VoteResponse{VotedFor: proto.Ballot{Term: c.Ballot().Term + 1}}, nil)
 	if !errors.Is(err, ErrDeposed) {
 		t.Fatalf("got %v, want ErrDeposed", err)
 	}
@@ -403,7 +403,7 @@ func TestSameTermRefusalAfterElectionIsNotDeposal(t *testing.T) {
 	c := streaming(t)
 	c.Disconnected(2)
 	c.Greeted(2, info(c.Ballot().Term, 0, 0, nil))
-	other := proto.NodeID{Term: c.Ballot().Term, UUID: proto.ID{0xee}}
+	other := proto.Ballot{Term: c.Ballot().Term, UUID: proto.ID{0xee}}
 	_, err := c.Voted(2, &proto.VoteResponse{VotedFor: other}, nil)
 	if errors.Is(err, ErrDeposed) || !errors.Is(err, ErrCannotJoin) {
 		t.Fatalf("got %v, want ErrCannotJoin and not ErrDeposed", err)

@@ -9,7 +9,7 @@
 //   - Core (core.go): the pure decision core — term choice, election (donor
 //     by (last_log_term, flush_lsn) from the fresh SafeKeeperInfo, term
 //     start, history), per-safekeeper start_streaming_at
-//     (acceptor.CommonPoint), commit_lsn, truncate_lsn and the deposed
+//     (proto.TermHistory.CommonPoint), commit_lsn, truncate_lsn and the deposed
 //     check. No sockets, no clock, no goroutines, like acceptor.Acceptor
 //     and etcd raft's RawNode, so a deterministic simulation can drive it
 //     against acceptors (TestCoreDrivesRealAcceptors does, in memory).

@@ -6,7 +6,7 @@ import "fmt"
 // EndLSN and the proposer's commit_lsn and truncate_lsn. BeginLSN == EndLSN is
 // a heartbeat.
 type SafeKeeperRequest struct {
-	Sender      NodeID
+	Sender      Ballot
 	BeginLSN    LSN
 	EndLSN      LSN
 	CommitLSN   LSN
@@ -20,7 +20,7 @@ func (*SafeKeeperRequest) Tag() byte { return TagSafeKeeperRequest }
 
 func (m *SafeKeeperRequest) Encode(b []byte) []byte {
 	b = append(b, TagSafeKeeperRequest)
-	b = putNode(b, m.Sender)
+	b = putBallot(b, m.Sender)
 	b = putLSN(b, m.BeginLSN)
 	b = putLSN(b, m.EndLSN)
 	b = putLSN(b, m.CommitLSN)
@@ -30,7 +30,7 @@ func (m *SafeKeeperRequest) Encode(b []byte) []byte {
 
 func (m *SafeKeeperRequest) Decode(src []byte) error {
 	r := newReader(src, TagSafeKeeperRequest, "SafeKeeperRequest")
-	m.Sender = r.nodeID()
+	m.Sender = r.ballot()
 	m.BeginLSN = r.lsn()
 	m.EndLSN = r.lsn()
 	m.CommitLSN = r.lsn()

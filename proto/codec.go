@@ -143,7 +143,7 @@ func (r *reader) id() ID {
 	return id
 }
 
-func (r *reader) nodeID() NodeID { return NodeID{Term: r.u64(), UUID: r.id()} }
+func (r *reader) ballot() Ballot { return Ballot{Term: r.u64(), UUID: r.id()} }
 
 // maxHistory bounds a decoded TermHistory so a hostile length cannot make us
 // allocate much: every entry takes 16 bytes of the payload anyway.
@@ -174,11 +174,11 @@ func (r *reader) done() error {
 	return r.err
 }
 
-func putU32(b []byte, v uint32) []byte  { return binary.BigEndian.AppendUint32(b, v) }
-func putU64(b []byte, v uint64) []byte  { return binary.BigEndian.AppendUint64(b, v) }
-func putLSN(b []byte, v LSN) []byte     { return putU64(b, uint64(v)) }
-func putID(b []byte, v ID) []byte       { return append(b, v[:]...) }
-func putNode(b []byte, v NodeID) []byte { return putID(putU64(b, v.Term), v.UUID) }
+func putU32(b []byte, v uint32) []byte    { return binary.BigEndian.AppendUint32(b, v) }
+func putU64(b []byte, v uint64) []byte    { return binary.BigEndian.AppendUint64(b, v) }
+func putLSN(b []byte, v LSN) []byte       { return putU64(b, uint64(v)) }
+func putID(b []byte, v ID) []byte         { return append(b, v[:]...) }
+func putBallot(b []byte, v Ballot) []byte { return putID(putU64(b, v.Term), v.UUID) }
 
 func putHistory(b []byte, h TermHistory) []byte {
 	b = putU32(b, uint32(len(h)))

@@ -75,7 +75,7 @@ func ValidSegSize(s uint32) bool {
 type SafeKeeperInfo struct {
 	ProtocolVersion  uint32
 	SafekeeperID     uint64 // this server's configured node id
-	VotedFor         NodeID // Term 0: never voted
+	VotedFor         Ballot // Term 0: never voted
 	LastLogTerm      uint64 // term of the last history entry with start_lsn ≤ flush_lsn; 0 if none
 	FlushLSN         LSN    // end of the last complete durable record
 	CommitLSN        LSN
@@ -90,7 +90,7 @@ func (m *SafeKeeperInfo) Encode(b []byte) []byte {
 	b = append(b, TagSafeKeeperInfo)
 	b = putU32(b, m.ProtocolVersion)
 	b = putU64(b, m.SafekeeperID)
-	b = putNode(b, m.VotedFor)
+	b = putBallot(b, m.VotedFor)
 	b = putU64(b, m.LastLogTerm)
 	b = putLSN(b, m.FlushLSN)
 	b = putLSN(b, m.CommitLSN)
@@ -103,7 +103,7 @@ func (m *SafeKeeperInfo) Decode(src []byte) error {
 	r := newReader(src, TagSafeKeeperInfo, "SafeKeeperInfo")
 	m.ProtocolVersion = r.u32()
 	m.SafekeeperID = r.u64()
-	m.VotedFor = r.nodeID()
+	m.VotedFor = r.ballot()
 	m.LastLogTerm = r.u64()
 	m.FlushLSN = r.lsn()
 	m.CommitLSN = r.lsn()

@@ -32,86 +32,32 @@ func ParseID(s string) (ID, error) {
 	return id, nil
 }
 
-// NodeID is a ballot: a term and the uuid of the proposer that owns it
-// (Neon's NodeId / walproposer "term + uuid"). Ballots are ordered by term,
-// then by uuid bytes. Term 0 means "never voted".
-type NodeID struct {
+// Ballot is a term and the uuid of the proposer that owns it: what a
+// safekeeper votes for. The wire calls it NodeId (the walkeeper protocol's
+// name, README_PROTO.md); it is not a safekeeper's node id. Ballots are
+// ordered by term, then by uuid bytes. Term 0 means "never voted".
+type Ballot struct {
 	Term uint64
 	UUID ID
 }
 
-// Compare returns -1, 0 or +1 as n is below, equal to or above o.
-func (n NodeID) Compare(o NodeID) int {
+// Compare returns -1, 0 or +1 as b is below, equal to or above o.
+func (b Ballot) Compare(o Ballot) int {
 	switch {
-	case n.Term < o.Term:
+	case b.Term < o.Term:
 		return -1
-	case n.Term > o.Term:
+	case b.Term > o.Term:
 		return 1
 	}
-	return bytes.Compare(n.UUID[:], o.UUID[:])
+	return bytes.Compare(b.UUID[:], o.UUID[:])
 }
 
-func (n NodeID) String() string { return fmt.Sprintf("%d/%s", n.Term, n.UUID) }
+func (b Ballot) String() string { return fmt.Sprintf("%d/%s", b.Term, b.UUID) }
 
-// TermSwitch is one entry of a TermHistory: WAL from StartLSN up to the next
-// entry's StartLSN was written by the proposer of Term (Neon's TermLsn).
-type TermSwitch struct {
-	Term     uint64
-	StartLSN LSN
+// TimelineKey names a timeline: Neon's (tenant_id, timeline_id), its
+// TenantTimelineId. Its text form is "tenant_id/timeline_id".
+type TimelineKey struct {
+	TenantID, TimelineID ID
 }
 
-// TermHistory is the ordered list of term switches of a timeline: terms
-// strictly ascending, StartLSN non-decreasing (Neon's TermHistory).
-type TermHistory []TermSwitch
-
-// Validate checks the ordering rules of a history received from outside.
-func (h TermHistory) Validate() error {
-	for i := 1; i < len(h); i++ {
-		if h[i].Term <= h[i-1].Term {
-			return fmt.Errorf("%w: term history terms not ascending at entry %d (%d after %d)", ErrMalformed, i, h[i].Term, h[i-1].Term)
-		}
-		if h[i].StartLSN < h[i-1].StartLSN {
-			return fmt.Errorf("%w: term history start_lsn decreasing at entry %d (%s after %s)", ErrMalformed, i, h[i].StartLSN, h[i-1].StartLSN)
-		}
-	}
-	return nil
-}
-
-// LastTerm returns the term of the last entry, 0 for an empty history.
-func (h TermHistory) LastTerm() uint64 {
-	if len(h) == 0 {
-		return 0
-	}
-	return h[len(h)-1].Term
-}
-
-// Upto returns the prefix of h whose entries start at or before lsn: the
-// history as seen by a node whose WAL ends at lsn. The result shares h's array.
-func (h TermHistory) Upto(lsn LSN) TermHistory {
-	n := 0
-	for n < len(h) && h[n].StartLSN <= lsn {
-		n++
-	}
-	return h[:n]
-}
-
-// Clone returns a copy of h that shares no memory with it.
-func (h TermHistory) Clone() TermHistory {
-	if h == nil {
-		return nil
-	}
-	return append(TermHistory(nil), h...)
-}
-
-// Equal reports whether h and o hold the same entries.
-func (h TermHistory) Equal(o TermHistory) bool {
-	if len(h) != len(o) {
-		return false
-	}
-	for i := range h {
-		if h[i] != o[i] {
-			return false
-		}
-	}
-	return true
-}
+func (k TimelineKey) String() string { return k.TenantID.String() + "/" + k.TimelineID.String() }

@@ -36,21 +36,21 @@ func TestGoldenBytes(t *testing.T) {
 			`69 00000001 00024a02 0102030405060708
 			 101112131415161718191a1b1c1d1e1f 202122232425262728292a2b2c2d2e2f
 			 00000001 01000000 303132333435363738393a3b3c3d3e3f 00000016b374d848`},
-		{"SafeKeeperInfo", &SafeKeeperInfo{ProtocolVersion: 1, SafekeeperID: 7, VotedFor: NodeID{Term: 3, UUID: id(0x30)},
+		{"SafeKeeperInfo", &SafeKeeperInfo{ProtocolVersion: 1, SafekeeperID: 7, VotedFor: Ballot{Term: 3, UUID: id(0x30)},
 			LastLogTerm: 2, FlushLSN: 0x2000028, CommitLSN: 0x2000010, TruncateLSN: 0x1000000, TimelineStartLSN: 0x1000000,
 			History: TermHistory{{Term: 1, StartLSN: 0x1000000}, {Term: 2, StartLSN: 0x1800000}}},
 			`49 00000001 0000000000000007 0000000000000003 303132333435363738393a3b3c3d3e3f
 			 0000000000000002 0000000002000028 0000000002000010 0000000001000000 0000000001000000
 			 00000002 0000000000000001 0000000001000000 0000000000000002 0000000001800000`},
-		{"RequestVote", &RequestVote{Candidate: NodeID{Term: 5, UUID: id(0x40)}},
+		{"RequestVote", &RequestVote{Candidate: Ballot{Term: 5, UUID: id(0x40)}},
 			`76 0000000000000005 404142434445464748494a4b4c4d4e4f`},
-		{"NodeId", &VoteResponse{VotedFor: NodeID{Term: 6, UUID: id(0x50)}},
+		{"NodeId", &VoteResponse{VotedFor: Ballot{Term: 6, UUID: id(0x50)}},
 			`6e 0000000000000006 505152535455565758595a5b5c5d5e5f`},
 		{"ProposerElected", &ProposerElected{Term: 5, StartStreamingAt: 0x1800000, TimelineStartLSN: 0x1000000,
 			History: TermHistory{{Term: 1, StartLSN: 0x1000000}, {Term: 5, StartLSN: 0x2000028}}},
 			`65 0000000000000005 0000000001800000 0000000001000000
 			 00000002 0000000000000001 0000000001000000 0000000000000005 0000000002000028`},
-		{"SafeKeeperRequest", &SafeKeeperRequest{Sender: NodeID{Term: 5, UUID: id(0x40)}, BeginLSN: 0x100, EndLSN: 0x104,
+		{"SafeKeeperRequest", &SafeKeeperRequest{Sender: Ballot{Term: 5, UUID: id(0x40)}, BeginLSN: 0x100, EndLSN: 0x104,
 			CommitLSN: 0x80, TruncateLSN: 0x40, WAL: []byte{0xde, 0xad, 0xbe, 0xef}},
 			`61 0000000000000005 404142434445464748494a4b4c4d4e4f 0000000000000100 0000000000000104
 			 0000000000000080 0000000000000040 deadbeef`},
@@ -181,11 +181,43 @@ func TestParseID(t *testing.T) {
 	}
 }
 
-func TestNodeIDOrder(t *testing.T) {
-	a := NodeID{Term: 2, UUID: id(1)}
-	b := NodeID{Term: 2, UUID: id(2)}
-	c := NodeID{Term: 3, UUID: id(0)}
+func TestBallotOrder(t *testing.T) {
+	a := Ballot{Term: 2, UUID: id(1)}
+	b := Ballot{Term: 2, UUID: id(2)}
+	c := Ballot{Term: 3, UUID: id(0)}
 	if a.Compare(b) != -1 || b.Compare(c) != -1 || c.Compare(a) != 1 || a.Compare(a) != 0 {
 		t.Fatal("ballots must order by term, then uuid bytes")
+	}
+}
+
+// Rule 3 of the protocol: the common point of a safekeeper's and a
+// proposer's term histories.
+func TestCommonPoint(t *testing.T) {
+	h := func(e ...uint64) TermHistory {
+		var r TermHistory
+		for i := 0; i < len(e); i += 2 {
+			r = append(r, TermSwitch{Term: e[i], StartLSN: LSN(e[i+1])})
+		}
+		return r
+	}
+	cases := []struct {
+		name  string
+		sk    TermHistory
+		flush LSN
+		prop  TermHistory
+		want  LSN
+	}{
+		{"empty safekeeper agrees at timeline start", nil, 0, h(1, 100, 3, 500), 100},
+		{"same last term: safekeeper's flush", h(1, 100), 400, h(1, 100, 3, 500), 400},
+		{"safekeeper ahead in old term: proposer's switch", h(1, 100), 700, h(1, 100, 3, 500), 500},
+		{"diverged term: end of last common", h(1, 100, 2, 300), 800, h(1, 100, 3, 500), 300},
+		{"diverged first term: timeline start", h(2, 100), 800, h(1, 100, 3, 500), 100},
+		{"same history as proposer's last term", h(1, 100, 3, 500), 900, h(1, 100, 3, 500), 900},
+		{"same term different start is not common", h(1, 100, 3, 600), 900, h(1, 100, 3, 500), 500},
+	}
+	for _, c := range cases {
+		if got := c.sk.CommonPoint(c.flush, c.prop); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }

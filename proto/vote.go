@@ -2,18 +2,18 @@ package proto
 
 // RequestVote ('v') asks a safekeeper for its vote in Candidate.Term.
 type RequestVote struct {
-	Candidate NodeID
+	Candidate Ballot
 }
 
 func (*RequestVote) Tag() byte { return TagRequestVote }
 
 func (m *RequestVote) Encode(b []byte) []byte {
-	return putNode(append(b, TagRequestVote), m.Candidate)
+	return putBallot(append(b, TagRequestVote), m.Candidate)
 }
 
 func (m *RequestVote) Decode(src []byte) error {
 	r := newReader(src, TagRequestVote, "RequestVote")
-	m.Candidate = r.nodeID()
+	m.Candidate = r.ballot()
 	return r.done()
 }
 
@@ -21,17 +21,17 @@ func (m *RequestVote) Decode(src []byte) error {
 // candidate itself when granted, the ballot the safekeeper voted for instead
 // when refused.
 type VoteResponse struct {
-	VotedFor NodeID
+	VotedFor Ballot
 }
 
 func (*VoteResponse) Tag() byte { return TagVoteResponse }
 
 func (m *VoteResponse) Encode(b []byte) []byte {
-	return putNode(append(b, TagVoteResponse), m.VotedFor)
+	return putBallot(append(b, TagVoteResponse), m.VotedFor)
 }
 
 func (m *VoteResponse) Decode(src []byte) error {
 	r := newReader(src, TagVoteResponse, "NodeId")
-	m.VotedFor = r.nodeID()
+	m.VotedFor = r.ballot()
 	return r.done()
 }

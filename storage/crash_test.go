@@ -121,7 +121,7 @@ func crashHelper(path string, seed uint64) error {
 			if _, err := db.CreateTimeline(other); err != nil && !errors.Is(err, ErrTimelineExists) {
 				return err
 			}
-			say("K %s", TimelineKey{other.TenantID, other.TimelineID})
+			say("K %s", proto.TimelineKey{TenantID: other.TenantID, TimelineID: other.TimelineID})
 		}
 	}
 }

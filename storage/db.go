@@ -281,14 +281,6 @@ func (db *DB) Stats() Stats {
 	}
 }
 
-// TimelineKey names a stored timeline.
-type TimelineKey struct {
-	TenantID   proto.ID
-	TimelineID proto.ID
-}
-
-func (k TimelineKey) String() string { return k.TenantID.String() + "/" + k.TimelineID.String() }
-
 // tlKey is the 32-byte bucket name of a timeline: tenant_id || timeline_id.
 type tlKey [32]byte
 
@@ -299,13 +291,13 @@ func makeKey(tenant, timeline proto.ID) tlKey {
 	return k
 }
 
-func (k tlKey) timelineKey() TimelineKey {
-	return TimelineKey{TenantID: proto.ID(k[:16]), TimelineID: proto.ID(k[16:])}
+func (k tlKey) timelineKey() proto.TimelineKey {
+	return proto.TimelineKey{TenantID: proto.ID(k[:16]), TimelineID: proto.ID(k[16:])}
 }
 
 // Timelines lists the stored timelines in key order (tenant, then timeline).
-func (db *DB) Timelines() ([]TimelineKey, error) {
-	var out []TimelineKey
+func (db *DB) Timelines() ([]proto.TimelineKey, error) {
+	var out []proto.TimelineKey
 	err := db.bolt.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketTimelines).ForEachBucket(func(k []byte) error {
 			if len(k) != len(tlKey{}) {

@@ -158,7 +158,7 @@ func TestRoundTripReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []TimelineKey{{st.TenantID, st.TimelineID}}; !reflect.DeepEqual(keys, want) {
+	if want := []proto.TimelineKey{{TenantID: st.TenantID, TimelineID: st.TimelineID}}; !reflect.DeepEqual(keys, want) {
 		t.Fatalf("Timelines = %v, want %v", keys, want)
 	}
 	tl, got, err := db.OpenTimeline(st.TenantID, st.TimelineID)
@@ -492,7 +492,7 @@ func TestCreateTimeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []TimelineKey{tl.Key()}; !reflect.DeepEqual(keys, want) {
+	if want := []proto.TimelineKey{tl.Key()}; !reflect.DeepEqual(keys, want) {
 		t.Fatalf("Timelines = %v, want %v", keys, want)
 	}
 	tl2, got, err := db.OpenTimeline(st.TenantID, st.TimelineID)

@@ -60,7 +60,7 @@ func (op walOp) kind() string {
 }
 
 // Key returns the timeline's tenant and timeline ids.
-func (t *Timeline) Key() TimelineKey { return t.key.timelineKey() }
+func (t *Timeline) Key() proto.TimelineKey { return t.key.timelineKey() }
 
 // WriteWAL stages a copy of data at lsn; the caller may reuse data at once.
 // lsn must be the end of the WAL including staged changes: the end of the

@@ -61,7 +61,7 @@ type walFeeder struct {
 
 	c      *proposer.Conn
 	ctx    context.Context
-	ballot proto.NodeID
+	ballot proto.Ballot
 	pos    proto.LSN
 }
 
@@ -98,7 +98,7 @@ func (f *walFeeder) connect() {
 	t.Cleanup(func() { c.Close() })
 	f.c = c
 	f.term++
-	f.ballot = proto.NodeID{Term: f.term, UUID: proto.ID{0xfe, byte(f.term)}}
+	f.ballot = proto.Ballot{Term: f.term, UUID: proto.ID{0xfe, byte(f.term)}}
 	f.send(&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: f.version, SystemID: f.sysID, TenantID: svTenant,
 		TimelineID: svTimeline, PgTimeline: 1, WalSegSize: uint32(f.seg), ProposerUUID: f.ballot.UUID, WalEnd: f.start})
 	info, ok := f.recv().(*proto.SafeKeeperInfo)

@@ -37,7 +37,7 @@ type tp struct {
 	c      *proposer.Conn
 	ctx    context.Context
 	info   proto.ServerInfo
-	ballot proto.NodeID
+	ballot proto.Ballot
 }
 
 func tenant(n byte) proto.ID { return proto.ID{0xaa, n} }
@@ -108,7 +108,7 @@ func (p *tp) greet() *proto.SafeKeeperInfo {
 }
 
 // vote asks for b and returns the fresh SafeKeeperInfo of the grant.
-func (p *tp) vote(b proto.NodeID) *proto.SafeKeeperInfo {
+func (p *tp) vote(b proto.Ballot) *proto.SafeKeeperInfo {
 	p.t.Helper()
 	p.send(&proto.RequestVote{Candidate: b})
 	v, ok := p.recv().(*proto.VoteResponse)
@@ -158,7 +158,7 @@ func hist(pairs ...uint64) proto.TermHistory {
 	return h
 }
 
-func node(term uint64, b byte) proto.NodeID { return proto.NodeID{Term: term, UUID: proto.ID{b}} }
+func node(term uint64, b byte) proto.Ballot { return proto.Ballot{Term: term, UUID: proto.ID{b}} }
 
 // startTerm runs the whole handshake for a fresh timeline and returns the
 // proposer ready to stream from tlStart.
@@ -246,7 +246,7 @@ func TestVoteRefusal(t *testing.T) {
 	a := dial(t, sk, 1)
 	a.greet()
 	a.vote(node(5, 1))
-	for _, b := range []proto.NodeID{node(5, 2), node(4, 9)} {
+	for _, b := range []proto.Ballot{node(5, 2), node(4, 9)} {
 		p := dial(t, sk, 1)
 		p.greet()
 		p.send(&proto.RequestVote{Candidate: b})

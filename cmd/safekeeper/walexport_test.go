@@ -39,7 +39,7 @@ func storeTimeline(t *testing.T, start proto.LSN, wal []byte) string {
 		t.Fatal(err)
 	}
 	end := start + proto.LSN(len(wal))
-	st.VotedFor = proto.NodeID{Term: 1}
+	st.VotedFor = proto.Ballot{Term: 1}
 	st.History = proto.TermHistory{{Term: 1, StartLSN: start}}
 	st.TimelineStartLSN, st.FlushLSN, st.CommitLSN = start, end, end
 	if err := tl.Commit(st); err != nil {

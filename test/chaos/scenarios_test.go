@@ -323,7 +323,7 @@ func TestElectedProposerNotDeposedBySameTermVote(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	ballotB := proto.NodeID{Term: 1, UUID: proto.ID{0xbb}}
+	ballotB := proto.Ballot{Term: 1, UUID: proto.ID{0xbb}}
 	start := c.flushLSN().SegmentStart(c.pg.WALSegSize)
 	for _, m := range []proto.Message{
 		&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: uint32(ver), SystemID: sysid, TenantID: tenantID,

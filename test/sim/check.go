@@ -73,7 +73,7 @@ type grant struct {
 type skSeen struct {
 	// last durable state seen
 	flush, commit proto.LSN
-	voted         proto.NodeID
+	voted         proto.Ballot
 	hist          proto.TermHistory
 	// ackTerm, ackFlush: the highest flush_lsn it acknowledged in a
 	// SafeKeeperResponse while its WAL was of term ackTerm (its history's
@@ -324,13 +324,13 @@ func (c *checker) raiseCommit(term uint64, to proto.LSN, h proto.TermHistory, wh
 // commit_lsn it reports joins the committed WAL.
 func (c *checker) reply(s *server, m proto.Message) {
 	st := &s.disk.state
-	var voted proto.NodeID
+	var voted proto.Ballot
 	var flush, commit proto.LSN
 	switch m := m.(type) {
 	case *proto.SafeKeeperInfo:
 		voted, flush, commit = m.VotedFor, m.FlushLSN, m.CommitLSN
 	case *proto.SafeKeeperResponse:
-		voted, flush, commit = proto.NodeID{Term: m.Term, UUID: st.VotedFor.UUID}, m.FlushLSN, m.CommitLSN
+		voted, flush, commit = proto.Ballot{Term: m.Term, UUID: st.VotedFor.UUID}, m.FlushLSN, m.CommitLSN
 	}
 	if !c.w.cfg.NoReplyDurabilityCheck && (voted != st.VotedFor || flush != st.FlushLSN || commit != st.CommitLSN) {
 		c.w.failf("invariant 7 (persist, then reply): sk%d replies voted_for %s flush %s commit %s; durable: voted_for %s flush %s commit %s",
@@ -354,7 +354,7 @@ func (c *checker) reply(s *server, m proto.Message) {
 // granted records a vote sent (invariant 2: no two uuids ever hold a quorum
 // of grants for the same term — counted from the grants the safekeepers
 // sent, whether or not the proposer received them).
-func (c *checker) granted(s *server, b proto.NodeID) {
+func (c *checker) granted(s *server, b proto.Ballot) {
 	w := c.w
 	gs := c.grants[b.Term]
 	k := -1

@@ -54,7 +54,7 @@ type conn struct {
 
 	// server side (the server's pushConn)
 	order  pushState
-	ballot proto.NodeID // granted on this connection
+	ballot proto.Ballot // granted on this connection
 	dead   bool         // failed: nothing more from it is processed
 }
 

@@ -218,7 +218,7 @@ func TestRuleDonorIsChosenByLastLogTermNotCurrentTerm(t *testing.T) {
 	_, _, sk1WAL := sks[1].disk.mem.Durable()
 	// Term 3: a campaign that wins only sk0's vote.
 	info, _ := sks[0].acc.ServerInfo(&ruleSI)
-	if _, _, err := sks[0].acc.RequestVote(&proto.RequestVote{Candidate: proto.NodeID{Term: 3, UUID: proto.ID{0xa3}}}); err != nil {
+	if _, _, err := sks[0].acc.RequestVote(&proto.RequestVote{Candidate: proto.Ballot{Term: 3, UUID: proto.ID{0xa3}}}); err != nil {
 		t.Fatal(err)
 	}
 	s0, s1 := sks[0].acc.State(), sks[1].acc.State()

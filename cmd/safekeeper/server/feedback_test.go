@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/storage"
 )
@@ -115,7 +116,7 @@ func TestReportedPositionsClampedToWALSent(t *testing.T) {
 	}
 	c.c.Close(context.Background())
 	s.mu.Lock()
-	tl := s.timelines[TimelineKey{Tenant: tTenant, Timeline: tTimeline}]
+	tl := s.timelines[proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline}]
 	s.mu.Unlock()
 	waitFor(t, "the reader to leave", func() bool {
 		tl.repl.mu.Lock()

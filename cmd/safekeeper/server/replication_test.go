@@ -65,7 +65,7 @@ type testPush struct {
 	t        *testing.T
 	ctx      context.Context
 	c        *proposer.Conn
-	ballot   proto.NodeID
+	ballot   proto.Ballot
 	gen      *xlogtest.Generator
 	pos      lsn
 	truncate bool // send truncate_lsn = commit_lsn
@@ -79,7 +79,7 @@ func newTestPush(t *testing.T, addr string, tl proto.ID, term uint64, hist proto
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	p := &testPush{t: t, ctx: ctx, c: c, ballot: proto.NodeID{Term: term, UUID: proto.ID{0xcc, byte(term)}}, pos: start}
+	p := &testPush{t: t, ctx: ctx, c: c, ballot: proto.Ballot{Term: term, UUID: proto.ID{0xcc, byte(term)}}, pos: start}
 	p.send(&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018, SystemID: tSysID, TenantID: tTenant,
 		TimelineID: tl, PgTimeline: 1, WalSegSize: tSeg, ProposerUUID: p.ballot.UUID, WalEnd: start})
 	p.recv()
@@ -296,7 +296,7 @@ func must(res []*pgconn.Result, err error) []*pgconn.Result {
 func statusOf(t *testing.T, s *Server) (st struct{ FlushLSN, CommitLSN, RemovedUpTo lsn }) {
 	t.Helper()
 	s.mu.Lock()
-	tl := s.timelines[TimelineKey{Tenant: tTenant, Timeline: tTimeline}]
+	tl := s.timelines[proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline}]
 	s.mu.Unlock()
 	a, _ := tl.Status()
 	st.FlushLSN, st.CommitLSN, st.RemovedUpTo = a.FlushLSN, a.CommitLSN, tl.store.RemovedUpTo()

@@ -118,7 +118,7 @@ type Server struct {
 	writeLimit atomic.Int64
 
 	mu        sync.Mutex
-	timelines map[TimelineKey]*timeline
+	timelines map[proto.TimelineKey]*timeline
 	conns     map[net.Conn]struct{}
 	connWG    sync.WaitGroup
 	ownerWG   sync.WaitGroup
@@ -155,7 +155,7 @@ func New(cfg Config) (*Server, error) {
 	return &Server{
 		cfg: cfg, log: cfg.Logger, db: db, ln: ln,
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}),
-		timelines: map[TimelineKey]*timeline{}, conns: map[net.Conn]struct{}{},
+		timelines: map[proto.TimelineKey]*timeline{}, conns: map[net.Conn]struct{}{},
 	}, nil
 }
 
@@ -401,20 +401,20 @@ const supportedPgMajor = 15
 // timelineFor returns the running timeline named by m, opening it from disk
 // or creating it (atomically, rule 1) if it is new.
 func (s *Server) timelineFor(m *proto.ServerInfo) (*timeline, error) {
-	return s.openTimeline(TimelineKey{Tenant: m.TenantID, Timeline: m.TimelineID}, m)
+	return s.openTimeline(proto.TimelineKey{TenantID: m.TenantID, TimelineID: m.TimelineID}, m)
 }
 
 // timelineByKey returns the running timeline key, opening it from disk like
 // timelineFor does; it never creates one (readers cannot create timelines).
 // A timeline that is not stored is an *pgwire.Error with UndefinedObject.
-func (s *Server) timelineByKey(key TimelineKey) (*timeline, error) {
+func (s *Server) timelineByKey(key proto.TimelineKey) (*timeline, error) {
 	return s.openTimeline(key, nil)
 }
 
 // openTimeline returns the running timeline key, opening it from disk, or,
 // when it is not stored and create (the proposer's greeting) is given,
 // creating it from create.
-func (s *Server) openTimeline(key TimelineKey, create *proto.ServerInfo) (*timeline, error) {
+func (s *Server) openTimeline(key proto.TimelineKey, create *proto.ServerInfo) (*timeline, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t, ok := s.timelines[key]; ok {
@@ -423,7 +423,7 @@ func (s *Server) openTimeline(key TimelineKey, create *proto.ServerInfo) (*timel
 	if s.isStopping() {
 		return nil, errShutdown
 	}
-	store, st, err := s.db.OpenTimeline(key.Tenant, key.Timeline)
+	store, st, err := s.db.OpenTimeline(key.TenantID, key.TimelineID)
 	if errors.Is(err, storage.ErrNoTimeline) {
 		if create == nil {
 			return nil, pgwire.Errorf(pgwire.UndefinedObject, "timeline %s does not exist on this safekeeper", key)
@@ -449,7 +449,7 @@ func (s *Server) openTimeline(key TimelineKey, create *proto.ServerInfo) (*timel
 var newAcceptor = acceptor.New
 
 // startTimeline starts the owner of a timeline. s.mu is held.
-func (s *Server) startTimeline(key TimelineKey, st acceptor.State, store *storage.Timeline) (*timeline, error) {
+func (s *Server) startTimeline(key proto.TimelineKey, st acceptor.State, store *storage.Timeline) (*timeline, error) {
 	// acceptor.New writes (it durably cuts WAL above flush_lsn). When it
 	// cannot — a full disk after a restart — the timeline still opens,
 	// read-only: its durable state and committed WAL are served, and the
@@ -478,7 +478,7 @@ func (s *Server) startTimeline(key TimelineKey, st acceptor.State, store *storag
 	go func() {
 		defer s.ownerWG.Done()
 		t.run(s.ctx, acc, broken, func() (*acceptor.Acceptor, error) {
-			_, st, err := s.db.OpenTimeline(key.Tenant, key.Timeline)
+			_, st, err := s.db.OpenTimeline(key.TenantID, key.TimelineID)
 			if err != nil {
 				return nil, err
 			}
@@ -498,16 +498,16 @@ func (s *Server) startTimeline(key TimelineKey, st acceptor.State, store *storag
 // tenant_id was given). Otherwise the error names the choices.
 func (s *Server) resolveTimeline(ids startupIDs) (*timeline, error) {
 	if ids.hasTenant && ids.hasTimeline {
-		return s.timelineByKey(TimelineKey{Tenant: ids.tenant, Timeline: ids.timeline})
+		return s.timelineByKey(proto.TimelineKey{TenantID: ids.tenant, TimelineID: ids.timeline})
 	}
 	all, err := s.db.Timelines()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", acceptor.ErrStorage, err)
 	}
-	var match []TimelineKey
+	var match []proto.TimelineKey
 	for _, k := range all {
 		if (!ids.hasTenant || k.TenantID == ids.tenant) && (!ids.hasTimeline || k.TimelineID == ids.timeline) {
-			match = append(match, TimelineKey{Tenant: k.TenantID, Timeline: k.TimelineID})
+			match = append(match, k)
 		}
 	}
 	switch len(match) {

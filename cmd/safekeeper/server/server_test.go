@@ -123,7 +123,7 @@ func TestShutdownNotHeldByReaderThatStoppedReading(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
-	tl := s.timelines[TimelineKey{Tenant: tTenant, Timeline: tTimeline}]
+	tl := s.timelines[proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline}]
 	s.mu.Unlock()
 	waitFor(t, "the stream to send", func() bool {
 		tl.repl.mu.Lock()

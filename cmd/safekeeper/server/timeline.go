@@ -12,13 +12,6 @@ import (
 	"github.com/safekeeper/safekeeper/storage"
 )
 
-// TimelineKey names a timeline: Neon's (tenant_id, timeline_id).
-type TimelineKey struct {
-	Tenant, Timeline proto.ID
-}
-
-func (k TimelineKey) String() string { return k.Tenant.String() + "/" + k.Timeline.String() }
-
 // maxBatch bounds how many queued events one group commit takes, so that a
 // steady stream still gets a SafeKeeperResponse well within 100 ms.
 const maxBatch = 64
@@ -41,7 +34,7 @@ type event struct {
 // acceptor, fed by the connections' reader goroutines through a bounded
 // queue. Readers of state use the snapshot.
 type timeline struct {
-	key TimelineKey
+	key proto.TimelineKey
 	log *slog.Logger
 	in  chan event
 

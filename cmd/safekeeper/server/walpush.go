@@ -29,7 +29,7 @@ type pushConn struct {
 	opts   startupIDs // tenant/timeline named in the startup options, if any
 
 	tl     *timeline    // set once ServerInfo named the timeline
-	ballot proto.NodeID // the ballot granted on this connection; owner only
+	ballot proto.Ballot // the ballot granted on this connection; owner only
 
 	out      chan outItem
 	mu       sync.Mutex
