@@ -18,7 +18,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/safekeeper/safekeeper/cmd/safekeeper/server"
+	"github.com/safekeeper/safekeeper/server"
 )
 
 // exitUsage is the exit code for bad flags or arguments.

@@ -73,7 +73,8 @@ func (c *pushConn) enqueue(it outItem) {
 }
 
 func (c *pushConn) send(m proto.Message) { c.enqueue(outItem{msg: m}) }
-func (c *pushConn) fail(err error)       { c.enqueue(outItem{err: err}) }
+
+func (c *pushConn) fail(err error) { c.enqueue(outItem{err: err}) }
 
 // writer sends queued replies, batching every reply already queued into one
 // socket write. It closes finished when the stream is over.
@@ -263,13 +264,6 @@ func (c *pushConn) checkOrder(s pushState, m proto.Message) (pushState, error) {
 		return s, nil
 	}
 	return bad("message")
-}
-
-// startupIDs are the tenant and timeline ids a client named in its startup
-// options (-c tenant_id=… -c timeline_id=…); zero when not given.
-type startupIDs struct {
-	tenant, timeline       proto.ID
-	hasTenant, hasTimeline bool
 }
 
 func (ids startupIDs) check(m *proto.ServerInfo) error {

@@ -69,16 +69,26 @@ type (
 )
 
 func (cmdIdentifySystem) name() string { return "IDENTIFY_SYSTEM" }
-func (cmdShow) name() string           { return "SHOW" }
-func (cmdTimelineHist) name() string   { return "TIMELINE_HISTORY" }
-func (cmdReadSlot) name() string       { return "READ_REPLICATION_SLOT" }
-func (cmdCreateSlot) name() string     { return "CREATE_REPLICATION_SLOT" }
-func (cmdDropSlot) name() string       { return "DROP_REPLICATION_SLOT" }
-func (cmdStartRepl) name() string      { return "START_REPLICATION" }
+
+func (cmdShow) name() string { return "SHOW" }
+
+func (cmdTimelineHist) name() string { return "TIMELINE_HISTORY" }
+
+func (cmdReadSlot) name() string { return "READ_REPLICATION_SLOT" }
+
+func (cmdCreateSlot) name() string { return "CREATE_REPLICATION_SLOT" }
+
+func (cmdDropSlot) name() string { return "DROP_REPLICATION_SLOT" }
+
+func (cmdStartRepl) name() string { return "START_REPLICATION" }
+
 func (cmdTimelineStatus) name() string { return "TIMELINE_STATUS" }
-func (cmdStartWALPush) name() string   { return "START_WAL_PUSH" }
-func (cmdSQL) name() string            { return "SQL" }
-func (cmdEmpty) name() string          { return "" }
+
+func (cmdStartWALPush) name() string { return "START_WAL_PUSH" }
+
+func (cmdSQL) name() string { return "SQL" }
+
+func (cmdEmpty) name() string { return "" }
 
 // Token kinds.
 type tokKind int

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,11 +10,6 @@ import (
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/storage"
 )
-
-// slotSaveInterval bounds how often a slot's advancing restart_lsn is
-// written to disk while it streams (PostgreSQL saves dirty slots at
-// checkpoints). A lagging restart_lsn on disk only retains more WAL.
-const slotSaveInterval = time.Second
 
 // walReader is one replication stream registered on its timeline: what
 // retention must not remove and the feedback its client sent.
@@ -34,17 +28,6 @@ type walReader struct {
 }
 
 func (r *walReader) position() proto.LSN { return proto.LSN(r.pos.Load()) }
-
-// slotState is a replication slot of a timeline: a persistent one (mirrored
-// in storage) or a temporary one (memory only, dropped with its connection).
-type slotState struct {
-	storage.Slot
-	temporary bool
-	owner     uint64 // connection that created a temporary slot
-	active    uint64 // connection streaming from it; 0 when free
-	saved     proto.LSN
-	savedAt   time.Time
-}
 
 // replState is the replication side of one timeline: its readers, its
 // slots and the consumer feedback received since the server started. The
@@ -186,152 +169,6 @@ func (r *replState) onConsumer(rd *walReader, m pgwire.ConsumerFeedback) {
 	r.consumerSeen = true
 	r.mu.Unlock()
 	r.kickRetention()
-}
-
-// Slot errors, with PostgreSQL's texts and SQLSTATEs.
-func errSlotMissing(name string) error {
-	return pgwire.Errorf(pgwire.UndefinedObject, "replication slot %q does not exist", name)
-}
-
-func errSlotActive(name string, conn uint64) error {
-	return pgwire.Errorf(pgwire.ObjectInUse, "replication slot %q is active for PID %d", name, conn)
-}
-
-// createSlot creates a slot; a temporary one belongs to connection conn.
-func (r *replState) createSlot(s storage.Slot, temporary bool, conn uint64) error {
-	if err := checkSlotName(s.Name); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.slots[s.Name]; ok {
-		return pgwire.Errorf(pgwire.DuplicateObject, "replication slot %q already exists", s.Name)
-	}
-	if !temporary {
-		if err := r.store.CreateSlot(s); err != nil {
-			if errors.Is(err, storage.ErrSlotExists) {
-				return pgwire.Errorf(pgwire.DuplicateObject, "replication slot %q already exists", s.Name)
-			}
-			return pgwire.Errorf(pgwire.IoError, "could not create replication slot %q: %v", s.Name, err)
-		}
-	}
-	r.slots[s.Name] = &slotState{Slot: s, temporary: temporary, owner: conn, saved: s.RestartLSN, savedAt: time.Now()}
-	return nil
-}
-
-// checkSlotName applies PostgreSQL's ReplicationSlotValidateName.
-func checkSlotName(name string) error {
-	if name == "" {
-		return pgwire.Errorf(pgwire.InvalidName, "replication slot name %q is too short", name)
-	}
-	if len(name) > storage.MaxSlotNameLen {
-		return pgwire.Errorf(pgwire.InvalidName, "replication slot name %q is too long", name)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
-			e := pgwire.Errorf(pgwire.InvalidName, "replication slot name %q contains invalid character", name)
-			e.Hint = "Replication slot names may only contain lower case letters, numbers, and the underscore character."
-			return e
-		}
-	}
-	return nil
-}
-
-func (r *replState) dropSlot(name string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s, ok := r.slots[name]
-	if !ok {
-		return errSlotMissing(name)
-	}
-	if s.active != 0 {
-		return errSlotActive(name, s.active)
-	}
-	if !s.temporary {
-		if err := r.store.DropSlot(name); err != nil && !errors.Is(err, storage.ErrNoSlot) {
-			return pgwire.Errorf(pgwire.IoError, "could not drop replication slot %q: %v", name, err)
-		}
-	}
-	delete(r.slots, name)
-	r.kickRetention()
-	return nil
-}
-
-// readSlot returns a copy of a slot; ok is false if there is none.
-func (r *replState) readSlot(name string) (storage.Slot, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s, ok := r.slots[name]
-	if !ok {
-		return storage.Slot{}, false
-	}
-	return s.Slot, true
-}
-
-// acquireSlot marks a slot as streamed by connection conn.
-func (r *replState) acquireSlot(name string, conn uint64) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s, ok := r.slots[name]
-	if !ok {
-		return errSlotMissing(name)
-	}
-	if s.active != 0 && s.active != conn {
-		return errSlotActive(name, s.active)
-	}
-	s.active = conn
-	return nil
-}
-
-// releaseSlot ends a stream's use of its slot and saves its restart_lsn.
-func (r *replState) releaseSlot(name string, conn uint64) {
-	r.mu.Lock()
-	s, ok := r.slots[name]
-	if !ok || s.active != conn {
-		r.mu.Unlock()
-		return
-	}
-	s.active = 0
-	var save *storage.Slot
-	if !s.temporary && s.RestartLSN != s.saved {
-		cp := s.Slot
-		save = &cp
-		s.saved, s.savedAt = s.RestartLSN, time.Now()
-	}
-	r.mu.Unlock()
-	if save != nil {
-		r.store.SaveSlot(*save) //nolint:errcheck // dropped meanwhile: nothing to keep
-	}
-}
-
-// dropTemporary drops the temporary slots of a closing connection.
-func (r *replState) dropTemporary(conn uint64) {
-	r.mu.Lock()
-	for name, s := range r.slots {
-		if s.temporary && s.owner == conn {
-			delete(r.slots, name)
-		}
-	}
-	r.mu.Unlock()
-	r.kickRetention()
-}
-
-// saveAll writes every persistent slot whose restart_lsn moved since its
-// last save (at shutdown).
-func (r *replState) saveAll() {
-	r.mu.Lock()
-	var dirty []storage.Slot
-	for _, s := range r.slots {
-		if !s.temporary && s.RestartLSN != s.saved {
-			dirty = append(dirty, s.Slot)
-			s.saved = s.RestartLSN
-		}
-	}
-	r.mu.Unlock()
-	for _, s := range dirty {
-		r.store.SaveSlot(s) //nolint:errcheck // best effort: a lagging slot retains more
-	}
 }
 
 // retentionInputs snapshots what the horizon depends on.

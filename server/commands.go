@@ -1,0 +1,213 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/safekeeper/safekeeper/proto/pgwire"
+)
+
+// replConn is one client connection in query mode.
+type replConn struct {
+	srv      *Server
+	pc       *pgwire.Conn
+	ids      startupIDs
+	log      *slog.Logger
+	id       uint64 // connection number: the "PID" in slot errors
+	physical bool   // replication=true: the walsender command set
+	tl       *timeline
+}
+
+// close releases what the connection holds: its temporary slots.
+func (c *replConn) close() {
+	if c.tl != nil {
+		c.tl.repl.dropTemporary(c.id)
+	}
+}
+
+// timeline resolves (once) the timeline this connection reads.
+func (c *replConn) timeline() (*timeline, error) {
+	if c.tl != nil {
+		return c.tl, nil
+	}
+	tl, err := c.srv.resolveTimeline(c.ids)
+	if err != nil {
+		return nil, err
+	}
+	c.tl = tl
+	return tl, nil
+}
+
+// fail answers a command with an ErrorResponse and ReadyForQuery; the
+// connection stays in query mode.
+func (c *replConn) fail(err error) bool {
+	c.pc.SendError(wireError(err))
+	return c.pc.SendReadyForQuery() == nil
+}
+
+// done answers a command that succeeded: ReadyForQuery.
+func (c *replConn) done(err error) bool {
+	if err != nil {
+		return false
+	}
+	return c.pc.SendReadyForQuery() == nil
+}
+
+// handle runs one query. It returns false when the connection must close.
+func (c *replConn) handle(q string) bool {
+	cmd, err := parseReplCommand(q)
+	if err != nil {
+		return c.fail(err)
+	}
+	switch cmd := cmd.(type) {
+	case cmdEmpty:
+		c.pc.SendEmptyQueryResponse()
+		return c.done(nil)
+	case cmdStartWALPush:
+		return c.srv.runPush(c.pc, c.ids, c.log)
+	case cmdSQL:
+		if c.physical {
+			return c.fail(pgwire.Errorf(pgwire.FeatureNotSupported, "cannot execute SQL commands in WAL sender for physical replication"))
+		}
+		e := pgwire.Errorf(pgwire.SyntaxError, "syntax error: unknown command %q", firstWord(cmd.Text))
+		e.Hint = "This is a safekeeper; it runs no SQL. Connect with replication=true for IDENTIFY_SYSTEM, START_REPLICATION and TIMELINE_STATUS."
+		return c.fail(e)
+	case cmdIdentifySystem:
+		return c.identifySystem()
+	case cmdTimelineStatus:
+		return c.timelineStatus()
+	}
+	if !c.physical {
+		return c.fail(pgwire.Errorf(pgwire.FeatureNotSupported,
+			"%s needs a replication connection (startup parameter replication=true)", cmd.name()))
+	}
+	switch cmd := cmd.(type) {
+	case cmdShow:
+		return c.show(cmd)
+	case cmdTimelineHist:
+		// This safekeeper keeps no timeline history files; a walsender
+		// answers a TLI whose file it lacks with this error.
+		return c.fail(pgwire.Errorf(pgwire.UndefinedFile, "could not open file \"pg_wal/%08X.history\": No such file or directory", cmd.TLI))
+	case cmdReadSlot:
+		return c.readSlot(cmd)
+	case cmdCreateSlot:
+		return c.createSlot(cmd)
+	case cmdDropSlot:
+		return c.dropSlot(cmd)
+	case cmdStartRepl:
+		return c.startReplication(cmd)
+	}
+	return c.fail(pgwire.Errorf(pgwire.InternalError, "unhandled command %s", cmd.name()))
+}
+
+func text(s string) []byte { return []byte(s) }
+
+func (c *replConn) identifySystem() bool {
+	tl, err := c.timeline()
+	if err != nil {
+		return c.fail(err)
+	}
+	st, _ := tl.Status()
+	cols := []pgwire.Column{pgwire.TextColumn("systemid"), pgwire.Int4Column("timeline"), pgwire.TextColumn("xlogpos"), pgwire.TextColumn("dbname")}
+	row := [][]byte{text(strconv.FormatUint(st.SystemID, 10)), text(strconv.FormatUint(uint64(st.PgTimeline), 10)), text(st.CommitLSN.String()), nil}
+	return c.done(c.pc.SendRows(cols, [][][]byte{row}, "IDENTIFY_SYSTEM"))
+}
+
+func (c *replConn) timelineStatus() bool {
+	tl, err := c.timeline()
+	if err != nil {
+		return c.fail(err)
+	}
+	st, _ := tl.Status()
+	tl.repl.mu.Lock()
+	readers, slots := len(tl.repl.readers), len(tl.repl.slots)
+	tl.repl.mu.Unlock()
+	cols := []pgwire.Column{
+		pgwire.TextColumn("tenant_id"), pgwire.TextColumn("timeline_id"),
+		pgwire.Int8Column("term"), pgwire.TextColumn("voted_for"), pgwire.Int8Column("last_log_term"),
+		pgwire.TextColumn("flush_lsn"), pgwire.TextColumn("commit_lsn"), pgwire.TextColumn("truncate_lsn"),
+		pgwire.TextColumn("timeline_start_lsn"), pgwire.TextColumn("removed_up_to"),
+		pgwire.Int4Column("pg_timeline"), pgwire.TextColumn("system_id"), pgwire.Int4Column("wal_seg_size"),
+		pgwire.Int4Column("readers"), pgwire.Int4Column("slots"), pgwire.Int4Column("pg_version"),
+	}
+	u := func(v uint64) []byte { return text(strconv.FormatUint(v, 10)) }
+	row := [][]byte{
+		text(st.TenantID.String()), text(st.TimelineID.String()),
+		u(st.VotedFor.Term), text(st.VotedFor.String()), u(st.LastLogTerm()),
+		text(st.FlushLSN.String()), text(st.CommitLSN.String()), text(st.TruncateLSN.String()),
+		text(st.TimelineStartLSN.String()), text(max(st.RemovedUpTo, tl.store.RemovedUpTo()).String()),
+		u(uint64(st.PgTimeline)), u(st.SystemID), u(uint64(st.WalSegSize)),
+		u(uint64(readers)), u(uint64(slots)), u(uint64(st.PgVersion)),
+	}
+	return c.done(c.pc.SendRows(cols, [][][]byte{row}, "TIMELINE_STATUS"))
+}
+
+// formatSegSize is PostgreSQL's wal_segment_size display: "16MB", "1GB".
+func formatSegSize(n uint32) string {
+	if n >= 1<<30 && n%(1<<30) == 0 {
+		return fmt.Sprintf("%dGB", n>>30)
+	}
+	return fmt.Sprintf("%dMB", n>>20)
+}
+
+// formatMS is PostgreSQL's display of a time setting kept in milliseconds
+// (SHOW wal_sender_timeout): the largest unit that divides it exactly,
+// "1min", "30s", "1500ms"; zero (disabled) is "0".
+func formatMS(d time.Duration) string {
+	ms := d.Milliseconds()
+	if ms <= 0 {
+		return "0"
+	}
+	for _, u := range []struct {
+		name string
+		ms   int64
+	}{{"d", 86400000}, {"h", 3600000}, {"min", 60000}, {"s", 1000}} {
+		if ms%u.ms == 0 {
+			return fmt.Sprintf("%d%s", ms/u.ms, u.name)
+		}
+	}
+	return fmt.Sprintf("%dms", ms)
+}
+
+func (c *replConn) show(cmd cmdShow) bool {
+	var val string
+	switch cmd.Var {
+	case "wal_sender_timeout":
+		val = formatMS(c.srv.cfg.WalSenderTimeout)
+	case "data_directory_mode":
+		val = "0700"
+	case "wal_block_size":
+		val = strconv.Itoa(walPageSize)
+	case "server_version":
+		val = c.srv.cfg.ServerVersion
+	case "integer_datetimes":
+		val = "on"
+	case "wal_segment_size", "timeline_id", "system_identifier":
+		tl, err := c.timeline()
+		if err != nil {
+			return c.fail(err)
+		}
+		st, _ := tl.Status()
+		switch cmd.Var {
+		case "wal_segment_size":
+			val = formatSegSize(st.WalSegSize)
+		case "timeline_id":
+			val = strconv.FormatUint(uint64(st.PgTimeline), 10)
+		default:
+			val = strconv.FormatUint(st.SystemID, 10)
+		}
+	default:
+		return c.fail(pgwire.Errorf(pgwire.UndefinedObject, "unrecognized configuration parameter %q", cmd.Var))
+	}
+	return c.done(c.pc.SendRows([]pgwire.Column{pgwire.TextColumn(cmd.Var)}, [][][]byte{{text(val)}}, "SHOW"))
+}
+
+func firstWord(s string) string {
+	if i := strings.IndexAny(s, " \t\r\n"); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

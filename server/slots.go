@@ -1,0 +1,214 @@
+package server
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/storage"
+)
+
+// slotSaveInterval bounds how often a slot's advancing restart_lsn is
+// written to disk while it streams (PostgreSQL saves dirty slots at
+// checkpoints). A lagging restart_lsn on disk only retains more WAL.
+const slotSaveInterval = time.Second
+
+// slotState is a replication slot of a timeline: a persistent one (mirrored
+// in storage) or a temporary one (memory only, dropped with its connection).
+type slotState struct {
+	storage.Slot
+	temporary bool
+	owner     uint64 // connection that created a temporary slot
+	active    uint64 // connection streaming from it; 0 when free
+	saved     proto.LSN
+	savedAt   time.Time
+}
+
+// createSlot creates a slot; a temporary one belongs to connection conn.
+func (r *replState) createSlot(s storage.Slot, temporary bool, conn uint64) error {
+	if err := checkSlotName(s.Name); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.slots[s.Name]; ok {
+		return pgwire.Errorf(pgwire.DuplicateObject, "replication slot %q already exists", s.Name)
+	}
+	if !temporary {
+		if err := r.store.CreateSlot(s); err != nil {
+			if errors.Is(err, storage.ErrSlotExists) {
+				return pgwire.Errorf(pgwire.DuplicateObject, "replication slot %q already exists", s.Name)
+			}
+			return pgwire.Errorf(pgwire.IoError, "could not create replication slot %q: %v", s.Name, err)
+		}
+	}
+	r.slots[s.Name] = &slotState{Slot: s, temporary: temporary, owner: conn, saved: s.RestartLSN, savedAt: time.Now()}
+	return nil
+}
+
+// checkSlotName applies PostgreSQL's ReplicationSlotValidateName.
+func checkSlotName(name string) error {
+	if name == "" {
+		return pgwire.Errorf(pgwire.InvalidName, "replication slot name %q is too short", name)
+	}
+	if len(name) > storage.MaxSlotNameLen {
+		return pgwire.Errorf(pgwire.InvalidName, "replication slot name %q is too long", name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			e := pgwire.Errorf(pgwire.InvalidName, "replication slot name %q contains invalid character", name)
+			e.Hint = "Replication slot names may only contain lower case letters, numbers, and the underscore character."
+			return e
+		}
+	}
+	return nil
+}
+
+func (r *replState) dropSlot(name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.slots[name]
+	if !ok {
+		return errSlotMissing(name)
+	}
+	if s.active != 0 {
+		return errSlotActive(name, s.active)
+	}
+	if !s.temporary {
+		if err := r.store.DropSlot(name); err != nil && !errors.Is(err, storage.ErrNoSlot) {
+			return pgwire.Errorf(pgwire.IoError, "could not drop replication slot %q: %v", name, err)
+		}
+	}
+	delete(r.slots, name)
+	r.kickRetention()
+	return nil
+}
+
+// readSlot returns a copy of a slot; ok is false if there is none.
+func (r *replState) readSlot(name string) (storage.Slot, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.slots[name]
+	if !ok {
+		return storage.Slot{}, false
+	}
+	return s.Slot, true
+}
+
+// acquireSlot marks a slot as streamed by connection conn.
+func (r *replState) acquireSlot(name string, conn uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.slots[name]
+	if !ok {
+		return errSlotMissing(name)
+	}
+	if s.active != 0 && s.active != conn {
+		return errSlotActive(name, s.active)
+	}
+	s.active = conn
+	return nil
+}
+
+// releaseSlot ends a stream's use of its slot and saves its restart_lsn.
+func (r *replState) releaseSlot(name string, conn uint64) {
+	r.mu.Lock()
+	s, ok := r.slots[name]
+	if !ok || s.active != conn {
+		r.mu.Unlock()
+		return
+	}
+	s.active = 0
+	var save *storage.Slot
+	if !s.temporary && s.RestartLSN != s.saved {
+		cp := s.Slot
+		save = &cp
+		s.saved, s.savedAt = s.RestartLSN, time.Now()
+	}
+	r.mu.Unlock()
+	if save != nil {
+		r.store.SaveSlot(*save) //nolint:errcheck // dropped meanwhile: nothing to keep
+	}
+}
+
+// dropTemporary drops the temporary slots of a closing connection.
+func (r *replState) dropTemporary(conn uint64) {
+	r.mu.Lock()
+	for name, s := range r.slots {
+		if s.temporary && s.owner == conn {
+			delete(r.slots, name)
+		}
+	}
+	r.mu.Unlock()
+	r.kickRetention()
+}
+
+// saveAll writes every persistent slot whose restart_lsn moved since its
+// last save (at shutdown).
+func (r *replState) saveAll() {
+	r.mu.Lock()
+	var dirty []storage.Slot
+	for _, s := range r.slots {
+		if !s.temporary && s.RestartLSN != s.saved {
+			dirty = append(dirty, s.Slot)
+			s.saved = s.RestartLSN
+		}
+	}
+	r.mu.Unlock()
+	for _, s := range dirty {
+		r.store.SaveSlot(s) //nolint:errcheck // best effort: a lagging slot retains more
+	}
+}
+
+func (c *replConn) readSlot(cmd cmdReadSlot) bool {
+	tl, err := c.timeline()
+	if err != nil {
+		return c.fail(err)
+	}
+	cols := []pgwire.Column{pgwire.TextColumn("slot_type"), pgwire.TextColumn("restart_lsn"), pgwire.Int8Column("restart_tli")}
+	row := [][]byte{nil, nil, nil}
+	if s, ok := tl.repl.readSlot(cmd.Slot); ok {
+		row[0] = text("physical")
+		if s.RestartLSN != 0 {
+			row[1] = text(s.RestartLSN.String())
+			row[2] = text(strconv.FormatUint(uint64(s.RestartTLI), 10))
+		}
+	}
+	return c.done(c.pc.SendRows(cols, [][][]byte{row}, "READ_REPLICATION_SLOT"))
+}
+
+func (c *replConn) createSlot(cmd cmdCreateSlot) bool {
+	tl, err := c.timeline()
+	if err != nil {
+		return c.fail(err)
+	}
+	st, _ := tl.Status()
+	s := storage.Slot{Name: cmd.Slot}
+	if cmd.ReserveWAL && st.CommitLSN != 0 {
+		// Reserve from the start of the segment a client would ask for
+		// first (IDENTIFY_SYSTEM's xlogpos rounded down).
+		s.RestartLSN = max(st.CommitLSN.SegmentStart(uint64(st.WalSegSize)), st.TimelineStartLSN, tl.store.RemovedUpTo())
+		s.RestartTLI = st.PgTimeline
+	}
+	if err := tl.repl.createSlot(s, cmd.Temporary, c.id); err != nil {
+		return c.fail(err)
+	}
+	c.log.Info("created replication slot", "slot", cmd.Slot, "temporary", cmd.Temporary, "restart_lsn", s.RestartLSN)
+	cols := []pgwire.Column{pgwire.TextColumn("slot_name"), pgwire.TextColumn("consistent_point"), pgwire.TextColumn("snapshot_name"), pgwire.TextColumn("output_plugin")}
+	return c.done(c.pc.SendRows(cols, [][][]byte{{text(cmd.Slot), text("0/0"), nil, nil}}, "CREATE_REPLICATION_SLOT"))
+}
+
+func (c *replConn) dropSlot(cmd cmdDropSlot) bool {
+	tl, err := c.timeline()
+	if err != nil {
+		return c.fail(err)
+	}
+	if err := tl.repl.dropSlot(cmd.Slot); err != nil {
+		return c.fail(err)
+	}
+	c.log.Info("dropped replication slot", "slot", cmd.Slot)
+	return c.done(c.pc.SendCommandComplete("DROP_REPLICATION_SLOT"))
+}
