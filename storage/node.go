@@ -3,7 +3,6 @@ package storage
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -25,36 +24,30 @@ import (
 // wrapping ErrCorrupt. Older builds ignore the key (the database format is
 // unchanged).
 
-var (
-	keyNodeID = []byte("node_id")
-	nodeMagic = [4]byte{'S', 'K', 'N', 'D'}
-)
+var keyNodeID = []byte("node_id")
 
-const (
-	nodeVersion   = 1
-	nodeRecordLen = 4 + 4 + 8 + 4
-)
+// nodeRecord is the framing of the node record; the body is node_id u64.
+var nodeRecord = recordKind{
+	name:    "node record",
+	magic:   [4]byte{'S', 'K', 'N', 'D'},
+	version: nodeVersion,
+	bodyLen: 8,
+}
+
+const nodeVersion = 1
 
 func encodeNodeID(dst []byte, id uint64) []byte {
-	start := len(dst)
-	dst = append(dst, nodeMagic[:]...)
-	dst = binary.BigEndian.AppendUint32(dst, nodeVersion)
-	dst = binary.BigEndian.AppendUint64(dst, id)
-	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+	return nodeRecord.append(dst, func(dst []byte) []byte {
+		return binary.BigEndian.AppendUint64(dst, id)
+	})
 }
 
 func decodeNodeID(src []byte) (uint64, error) {
-	switch {
-	case len(src) != nodeRecordLen:
-		return 0, fmt.Errorf("%w: node record is %d bytes, want %d", ErrCorrupt, len(src), nodeRecordLen)
-	case [4]byte(src[:4]) != nodeMagic:
-		return 0, fmt.Errorf("%w: node record has magic %q", ErrCorrupt, src[:4])
-	case binary.BigEndian.Uint32(src[4:]) != nodeVersion:
-		return 0, fmt.Errorf("%w: node record version %d, this build reads version %d", ErrCorrupt, binary.BigEndian.Uint32(src[4:]), nodeVersion)
-	case crc32.Checksum(src[:nodeRecordLen-4], castagnoli) != binary.BigEndian.Uint32(src[nodeRecordLen-4:]):
-		return 0, fmt.Errorf("%w: node record CRC-32C mismatch", ErrCorrupt)
+	body, err := nodeRecord.open(src)
+	if err != nil {
+		return 0, err
 	}
-	return binary.BigEndian.Uint64(src[8:]), nil
+	return binary.BigEndian.Uint64(body), nil
 }
 
 // readNodeID returns the node id recorded in meta; ok is false if none is.
