@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"sort"
 
 	bolt "go.etcd.io/bbolt"
@@ -37,15 +36,18 @@ var (
 // MaxSlotNameLen is PostgreSQL's NAMEDATALEN-1: the longest slot name.
 const MaxSlotNameLen = 63
 
-var (
-	bucketSlots = []byte("slots")
-	slotMagic   = [4]byte{'S', 'K', 'S', 'L'}
-)
+var bucketSlots = []byte("slots")
 
-const (
-	slotVersion   = 1
-	slotRecordLen = 4 + 4 + 8 + 4 + 4
-)
+// slotRecord is the framing of a slot record; the body is restart_lsn u64 |
+// restart_tli u32. decodeSlot names the slot in its errors.
+var slotRecord = recordKind{
+	name:    "slot record",
+	magic:   [4]byte{'S', 'K', 'S', 'L'},
+	version: slotVersion,
+	bodyLen: 8 + 4,
+}
+
+const slotVersion = 1
 
 // Slot is a persistent physical replication slot of a timeline. A zero
 // RestartLSN means the slot reserves nothing yet (PostgreSQL's invalid
@@ -57,29 +59,23 @@ type Slot struct {
 }
 
 func encodeSlot(dst []byte, s *Slot) []byte {
-	start := len(dst)
-	dst = append(dst, slotMagic[:]...)
-	dst = binary.BigEndian.AppendUint32(dst, slotVersion)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(s.RestartLSN))
-	dst = binary.BigEndian.AppendUint32(dst, s.RestartTLI)
-	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+	return slotRecord.append(dst, func(dst []byte) []byte {
+		dst = binary.BigEndian.AppendUint64(dst, uint64(s.RestartLSN))
+		return binary.BigEndian.AppendUint32(dst, s.RestartTLI)
+	})
 }
 
 func decodeSlot(name string, src []byte) (Slot, error) {
-	switch {
-	case len(src) != slotRecordLen:
-		return Slot{}, fmt.Errorf("%w: slot %q record is %d bytes, want %d", ErrCorrupt, name, len(src), slotRecordLen)
-	case [4]byte(src[:4]) != slotMagic:
-		return Slot{}, fmt.Errorf("%w: slot %q record has magic %q", ErrCorrupt, name, src[:4])
-	case binary.BigEndian.Uint32(src[4:]) != slotVersion:
-		return Slot{}, fmt.Errorf("%w: slot %q record version %d, want %d", ErrCorrupt, name, binary.BigEndian.Uint32(src[4:]), slotVersion)
-	case crc32.Checksum(src[:slotRecordLen-4], castagnoli) != binary.BigEndian.Uint32(src[slotRecordLen-4:]):
-		return Slot{}, fmt.Errorf("%w: slot %q record CRC mismatch", ErrCorrupt, name)
+	k := slotRecord
+	k.name = fmt.Sprintf("slot %q record", name)
+	body, err := k.open(src)
+	if err != nil {
+		return Slot{}, err
 	}
 	return Slot{
 		Name:       name,
-		RestartLSN: proto.LSN(binary.BigEndian.Uint64(src[8:])),
-		RestartTLI: binary.BigEndian.Uint32(src[16:]),
+		RestartLSN: proto.LSN(binary.BigEndian.Uint64(body)),
+		RestartTLI: binary.BigEndian.Uint32(body[8:]),
 	}, nil
 }
 
