@@ -438,8 +438,10 @@ func readControl(tb *bolt.Bucket) (acceptor.State, error) {
 	return decodeState(v)
 }
 
+// checkSegSize refuses, with ErrBadState, a wal_seg_size PostgreSQL would
+// not accept (proto.ValidSegSize).
 func checkSegSize(segSize uint32) error {
-	if segSize < 1<<20 || segSize > 1<<30 || segSize&(segSize-1) != 0 {
+	if !proto.ValidSegSize(segSize) {
 		return fmt.Errorf("%w: wal_seg_size %d is not a power of two in 1 MiB..1 GiB", ErrBadState, segSize)
 	}
 	return nil
