@@ -55,6 +55,12 @@ The control record, all integers big-endian:
 A decoder refuses a wrong magic, an unknown version, a CRC mismatch or a
 length that does not match n, with an error wrapping ErrCorrupt.
 
+The node record (node.go, magic "SKND") and the slot records (slots.go,
+magic "SKSL") are framed the same way: magic, version u32, a body of their
+own, crc32c u32 over the bytes before it. The framing has one home,
+record.go, which checks length, magic, version and CRC for all three;
+each record's file keeps only its body layout.
+
 # Durability order
 
 WriteWAL and TruncateWAL only stage changes in memory (WriteWAL copies the
