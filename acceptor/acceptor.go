@@ -13,10 +13,6 @@ type Config struct {
 	// NodeID is this safekeeper's configured node id, reported in
 	// SafeKeeperInfo.safekeeper_id.
 	NodeID uint64
-	// UnsafeTestingBug re-introduces a known safety bug (bugs.go). Only the
-	// simulation's planted-bug test sets it; the server never does. Zero
-	// (NoBug) is the correct acceptor.
-	UnsafeTestingBug Bug
 }
 
 // Acceptor is the state machine of one timeline on one safekeeper: the
@@ -41,6 +37,8 @@ type Acceptor struct {
 	pending        int       // SafeKeeperRequests staged since the last Flush
 	dirty          bool      // staged WAL or state not yet committed
 	failed         error     // set after a storage failure; sticky
+	commits        uint64    // successful Commits: the durable state's version
+	hooks          hooks     // planted bugs (hooks.go); zero in production
 }
 
 // NewState returns the initial state of a timeline created by m (rule 1).
@@ -59,7 +57,11 @@ func NewState(m *proto.ServerInfo) State {
 // creation or a reboot). WAL above st.FlushLSN — an incomplete record or
 // bytes never acknowledged — is discarded, durably, before New returns.
 func New(cfg Config, st State, store Storage) (*Acceptor, error) {
-	a := &Acceptor{cfg: cfg, store: store, st: st.Clone()}
+	return newAcceptor(cfg, st, store, hooks{})
+}
+
+func newAcceptor(cfg Config, st State, store Storage, h hooks) (*Acceptor, error) {
+	a := &Acceptor{cfg: cfg, store: store, st: st.Clone(), hooks: h}
 	if st.CommitLSN > st.FlushLSN {
 		return nil, fmt.Errorf("%w: persisted commit_lsn %s above flush_lsn %s", ErrStorage, st.CommitLSN, st.FlushLSN)
 	}
@@ -72,6 +74,7 @@ func New(cfg Config, st State, store Storage) (*Acceptor, error) {
 	if err := store.Commit(a.st.Clone()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStorage, err)
 	}
+	a.commits++
 	return a, nil
 }
 
@@ -162,9 +165,7 @@ func (a *Acceptor) RequestVote(m *proto.RequestVote) (*proto.VoteResponse, *prot
 	if c != a.st.VotedFor {
 		next := a.st.Clone()
 		next.VotedFor = c
-		if a.cfg.UnsafeTestingBug == BugVoteWithoutPersisting {
-			a.st, a.dirty = next, true // UNSAFE planted bug: reply before the vote is durable
-		} else if err := a.commit(next); err != nil {
+		if err := a.commit(next); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -199,7 +200,7 @@ func (a *Acceptor) ProposerElected(from proto.Ballot, m *proto.ProposerElected) 
 	if a.st.TimelineStartLSN == 0 {
 		cp = m.TimelineStartLSN // no WAL yet: everything starts at the timeline start
 	}
-	if cp != m.StartStreamingAt && a.cfg.UnsafeTestingBug != BugSkipCommonPointCheck {
+	if cp != m.StartStreamingAt && !a.hooks.skipCommonPointCheck {
 		return fmt.Errorf("%w: start_streaming_at %s, but this safekeeper's WAL agrees with the proposer's history up to %s",
 			ErrCommonPointMismatch, m.StartStreamingAt, cp)
 	}
@@ -315,6 +316,7 @@ func (a *Acceptor) commit(next State) error {
 	}
 	a.st = next
 	a.dirty = false
+	a.commits++
 	return nil
 }
 

@@ -82,6 +82,13 @@ func (m *MemStorage) Commit(s State) error {
 	return nil
 }
 
+// Load returns the durable state.
+func (m *MemStorage) Load() (State, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.state.Clone(), nil
+}
+
 // Crash drops everything staged, as a kill -9 would.
 func (m *MemStorage) Crash() {
 	m.mu.Lock()

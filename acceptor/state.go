@@ -61,5 +61,10 @@ type Storage interface {
 	// TruncateWAL stages removal of all WAL at and above lsn.
 	TruncateWAL(lsn proto.LSN) error
 	// Commit durably stores everything staged and s (fsync) before it returns.
+	// On error nothing staged since the last successful Commit is durable,
+	// and it is all dropped.
 	Commit(s State) error
+	// Load reads back the state of the last successful Commit: what a
+	// Session rebuilds its Acceptor from after a storage failure.
+	Load() (State, error)
 }

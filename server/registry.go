@@ -31,14 +31,60 @@ func (s *Server) timelineByKey(key proto.TimelineKey) (*timeline, error) {
 // openTimeline returns the running timeline key, opening it from disk, or,
 // when it is not stored and create (the proposer's greeting) is given,
 // creating it from create.
+//
+// Opening may write and fsync (acceptor.New cuts WAL above flush_lsn), so it
+// runs outside s.mu, which every accept takes: one slow disk must not stop
+// the server. Opens of one timeline are single-flight: the first caller
+// opens, later ones wait for it; a caller whose open failed for its own
+// reason (a reader finding no timeline where a greeting would create one)
+// does not decide for the others, who then try themselves.
 func (s *Server) openTimeline(key proto.TimelineKey, create *proto.ServerInfo) (*timeline, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if t, ok := s.timelines[key]; ok {
-		return t, nil
+	for {
+		s.mu.Lock()
+		if t, ok := s.timelines[key]; ok {
+			s.mu.Unlock()
+			return t, nil
+		}
+		if s.isStopping() {
+			s.mu.Unlock()
+			return nil, errShutdown
+		}
+		if op, ok := s.opening[key]; ok {
+			s.mu.Unlock()
+			<-op.done
+			if op.err == nil {
+				return op.t, nil
+			}
+			continue
+		}
+		op := &opening{done: make(chan struct{})}
+		s.opening[key] = op
+		s.mu.Unlock()
+
+		op.t, op.err = s.open(key, create)
+		s.mu.Lock()
+		delete(s.opening, key)
+		if op.err == nil {
+			s.timelines[key] = op.t
+		}
+		s.mu.Unlock()
+		close(op.done)
+		return op.t, op.err
 	}
-	if s.isStopping() {
-		return nil, errShutdown
+}
+
+// opening is an open of a timeline in progress; done is closed when t or
+// err is set.
+type opening struct {
+	done chan struct{}
+	t    *timeline
+	err  error
+}
+
+// open opens or creates timeline key and starts it. It does not hold s.mu.
+func (s *Server) open(key proto.TimelineKey, create *proto.ServerInfo) (*timeline, error) {
+	if s.hooks.beforeOpen != nil {
+		s.hooks.beforeOpen(key)
 	}
 	store, st, err := s.db.OpenTimeline(key.TenantID, key.TimelineID)
 	if errors.Is(err, storage.ErrNoTimeline) {
@@ -57,50 +103,43 @@ func (s *Server) openTimeline(key proto.TimelineKey, create *proto.ServerInfo) (
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", acceptor.ErrStorage, err)
+		return nil, fmt.Errorf("%w: %w", acceptor.ErrStorage, err)
 	}
 	return s.startTimeline(key, st, store)
 }
 
-// newAcceptor is acceptor.New; tests replace it to fail like a full disk.
-var newAcceptor = acceptor.New
-
-// startTimeline starts the owner of a timeline. s.mu is held.
+// startTimeline builds the timeline's session and starts its owner and
+// retention goroutines.
 func (s *Server) startTimeline(key proto.TimelineKey, st acceptor.State, store *storage.Timeline) (*timeline, error) {
-	// acceptor.New writes (it durably cuts WAL above flush_lsn). When it
-	// cannot — a full disk after a restart — the timeline still opens,
-	// read-only: its durable state and committed WAL are served, and the
-	// next proposer greeting tries again (as after a storage failure).
-	state := st
-	acc, broken := newAcceptor(acceptor.Config{NodeID: s.cfg.NodeID}, st, store)
-	switch {
-	case broken == nil:
-		state = acc.State()
-	case errors.Is(broken, acceptor.ErrStorage):
+	var sessStore acceptor.Storage = store
+	if s.hooks.storage != nil {
+		sessStore = s.hooks.storage(store)
+	}
+	// The session writes as it starts (acceptor.New durably cuts WAL above
+	// flush_lsn). When it cannot — a full disk after a restart — the
+	// timeline still opens, read-only: its durable state and committed WAL
+	// are served, and the next proposer greeting tries again.
+	sess, err := acceptor.NewSession(acceptor.Config{NodeID: s.cfg.NodeID}, st, sessStore)
+	if err != nil {
+		return nil, err
+	}
+	if broken := sess.Broken(); broken != nil {
 		s.log.Error("timeline opened read-only: storage cannot write; a proposer's next greeting retries",
 			"timeline", key.String(), "flush_lsn", st.FlushLSN, "commit_lsn", st.CommitLSN, "err", broken)
-	default:
-		return nil, broken
 	}
 	repl, err := newReplState(store, st.PgTimeline)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", acceptor.ErrStorage, err)
+		return nil, fmt.Errorf("%w: %w", acceptor.ErrStorage, err)
 	}
 	t := &timeline{
 		key: key, log: s.log.With("timeline", key.String()), in: make(chan event, eventQueue),
-		state: state, changed: make(chan struct{}), store: store, repl: repl, stopped: make(chan struct{}),
+		state: sess.State(), changed: make(chan struct{}), store: store, repl: repl, stopped: make(chan struct{}),
+		onPublish: s.hooks.onPublish,
 	}
-	s.timelines[key] = t
 	s.ownerWG.Add(2)
 	go func() {
 		defer s.ownerWG.Done()
-		t.run(s.ctx, acc, broken, func() (*acceptor.Acceptor, error) {
-			_, st, err := s.db.OpenTimeline(key.TenantID, key.TimelineID)
-			if err != nil {
-				return nil, err
-			}
-			return newAcceptor(acceptor.Config{NodeID: s.cfg.NodeID}, st, store)
-		})
+		t.run(s.ctx, sess)
 	}()
 	go func() {
 		defer s.ownerWG.Done()

@@ -35,11 +35,17 @@ var (
 // startTestServer runs a Server in this process on a free port.
 func startTestServer(t *testing.T, dir string, tweak func(*Config)) *Server {
 	t.Helper()
+	return startHookedServer(t, dir, tweak, hooks{})
+}
+
+// startHookedServer is startTestServer with test hooks.
+func startHookedServer(t *testing.T, dir string, tweak func(*Config), h hooks) *Server {
+	t.Helper()
 	cfg := Config{NodeID: 1, ListenPG: "127.0.0.1:0", DataDir: dir, UnsafeNoFsync: true, RetentionInterval: 10 * time.Millisecond}
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	s, err := New(cfg)
+	s, err := newServer(cfg, h)
 	if err != nil {
 		t.Fatal(err)
 	}

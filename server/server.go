@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/storage"
@@ -116,16 +117,34 @@ type Server struct {
 
 	mu        sync.Mutex
 	timelines map[proto.TimelineKey]*timeline
+	opening   map[proto.TimelineKey]*opening // opens in progress (registry.go)
 	conns     map[net.Conn]struct{}
 	connWG    sync.WaitGroup
 	ownerWG   sync.WaitGroup
+
+	hooks hooks // tests only
 }
 
 // New opens the data directory and starts listening. Serve accepts. The
 // first New on a data directory records Config.NodeID in it (a directory
 // from before that adopts the id it is given); a later New with another
 // NodeID fails with a *NodeIDMismatchError (errors.Is ErrNodeIDMismatch).
-func New(cfg Config) (*Server, error) {
+func New(cfg Config) (*Server, error) { return newServer(cfg, hooks{}) }
+
+// hooks are test hooks, in the style of storage's open(..., hooks): New
+// sets none, tests call newServer with some.
+type hooks struct {
+	// beforeOpen runs before a timeline is opened from disk (outside every
+	// lock, in the goroutine of the connection that opens it).
+	beforeOpen func(proto.TimelineKey)
+	// storage wraps what a timeline's session writes through (to make it
+	// fail like a full disk).
+	storage func(*storage.Timeline) acceptor.Storage
+	// onPublish runs after each publication of a timeline's new state.
+	onPublish func()
+}
+
+func newServer(cfg Config, h hooks) (*Server, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
@@ -152,7 +171,8 @@ func New(cfg Config) (*Server, error) {
 	return &Server{
 		cfg: cfg, log: cfg.Logger, db: db, ln: ln,
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}),
-		timelines: map[proto.TimelineKey]*timeline{}, conns: map[net.Conn]struct{}{},
+		timelines: map[proto.TimelineKey]*timeline{}, opening: map[proto.TimelineKey]*opening{}, conns: map[net.Conn]struct{}{},
+		hooks: h,
 	}, nil
 }
 

@@ -10,7 +10,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -350,19 +350,11 @@ func TestTimelineOpensReadOnlyWhenStorageCannotWrite(t *testing.T) {
 	p.c.Close()
 	shutdown(t, s)
 
-	failing := true
-	var mu sync.Mutex
-	newAcceptor = func(cfg acceptor.Config, st acceptor.State, store acceptor.Storage) (*acceptor.Acceptor, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if failing {
-			return nil, fmt.Errorf("%w: injected: no space left on device", acceptor.ErrStorage)
-		}
-		return acceptor.New(cfg, st, store)
-	}
-	t.Cleanup(func() { newAcceptor = acceptor.New })
-
-	s = startTestServer(t, dir, nil)
+	var failing atomic.Bool
+	failing.Store(true)
+	s = startHookedServer(t, dir, nil, hooks{storage: func(st *storage.Timeline) acceptor.Storage {
+		return &failingStorage{Storage: st, fail: &failing}
+	}})
 	addr := s.Addr().String()
 	c := replConnect(t, addr, false, "")
 	row := oneRow(t, must(exec(t, c, "TIMELINE_STATUS")), nil, "tenant_id", "timeline_id", "term", "voted_for", "last_log_term",
@@ -386,11 +378,42 @@ func TestTimelineOpensReadOnlyWhenStorageCannotWrite(t *testing.T) {
 		t.Fatalf("greeting a timeline that cannot write: %v, want SQLSTATE %s", err, pgwire.StorageFailure)
 	}
 
-	mu.Lock()
-	failing = false
-	mu.Unlock()
+	failing.Store(false)
 	p = newTestPush(t, addr, tTimeline, 2, proto.TermHistory{{Term: 1, StartLSN: tStart}, {Term: 2, StartLSN: end}}, end)
 	if _, resp := p.push(2, 500, 0); resp.FlushLSN != p.pos {
 		t.Fatalf("after recovery: flush_lsn %s, want %s", resp.FlushLSN, p.pos)
 	}
+}
+
+// failingStorage is a timeline's storage that cannot write while fail is
+// set, as on a full disk: a commit fails and nothing staged for it reaches
+// the real storage.
+type failingStorage struct {
+	acceptor.Storage
+	fail    *atomic.Bool
+	dropped bool // something was staged while failing: the next commit fails
+}
+
+func (f *failingStorage) WriteWAL(lsn proto.LSN, data []byte) error {
+	if f.fail.Load() {
+		f.dropped = true
+		return nil
+	}
+	return f.Storage.WriteWAL(lsn, data)
+}
+
+func (f *failingStorage) TruncateWAL(lsn proto.LSN) error {
+	if f.fail.Load() {
+		f.dropped = true
+		return nil
+	}
+	return f.Storage.TruncateWAL(lsn)
+}
+
+func (f *failingStorage) Commit(st acceptor.State) error {
+	if f.fail.Load() || f.dropped {
+		f.dropped = false
+		return errors.New("injected: write failed")
+	}
+	return f.Storage.Commit(st)
 }

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 
@@ -30,9 +28,10 @@ type event struct {
 	end  *outItem
 }
 
-// timeline is one timeline's owner: a goroutine that alone drives the
-// acceptor, fed by the connections' reader goroutines through a bounded
-// queue. Readers of state use the snapshot.
+// timeline is one running timeline: its owner goroutine (run), which alone
+// drives the timeline's acceptor.Session, fed by the push connections'
+// reader goroutines through a bounded queue; the durable state the owner
+// last published, for readers; and the replication side (readers, slots).
 type timeline struct {
 	key proto.TimelineKey
 	log *slog.Logger
@@ -47,6 +46,8 @@ type timeline struct {
 	repl *replState
 
 	stopped chan struct{}
+	// onPublish is a test hook (hooks.onPublish), nil in production.
+	onPublish func()
 }
 
 // Status returns the durable state and a channel closed at its next change.
@@ -62,21 +63,22 @@ func (t *timeline) publish(st acceptor.State) {
 	close(t.changed)
 	t.changed = make(chan struct{})
 	t.mu.Unlock()
+	if t.onPublish != nil {
+		t.onPublish()
+	}
 }
 
-// run is the owner loop. It returns when ctx is done and every connection
-// has left (the server closes them first).
-//
-// broken, when not nil, is the storage failure that kept acc from being
-// built (acc is then nil): the timeline starts read-only, as after a storage
-// failure, and the next greeting tries again.
-func (t *timeline) run(ctx context.Context, acc *acceptor.Acceptor, broken error, rebuild func() (*acceptor.Acceptor, error)) {
+// run is the owner loop: it hands every queued event to the session, then
+// commits the batch (Flush), and acts on each Ready as it says: publish the
+// new state, then send the replies. It returns when ctx is done and every
+// connection has left (the server closes them first).
+func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
 	defer close(t.stopped)
-	o := owner{t: t, acc: acc, broken: broken, rebuild: rebuild}
+	o := owner{t: t, sess: sess, conns: map[acceptor.ConnID]*pushConn{}}
 	for {
 		select {
 		case <-ctx.Done():
-			o.flush()
+			o.act(sess.Flush())
 			return
 		case ev := <-t.in:
 			o.handle(ev)
@@ -89,153 +91,86 @@ func (t *timeline) run(ctx context.Context, acc *acceptor.Acceptor, broken error
 					break drain
 				}
 			}
-			o.flush()
+			o.act(sess.Flush())
 		}
 	}
 }
 
 // owner is the state of the owner goroutine.
 type owner struct {
-	t   *timeline
-	acc *acceptor.Acceptor
-	// broken is the storage failure that stopped acc (nil while healthy).
-	// The next greeting rebuilds the acceptor from what is durable, so a
-	// safekeeper recovers by itself once the disk works again.
-	broken  error
-	rebuild func() (*acceptor.Acceptor, error)
-	// waiting lists, in order, the connection of every staged request.
-	waiting []*pushConn
-}
-
-// flush commits staged WAL and sends every waiting SafeKeeperResponse.
-// refuse ends c's stream with err; a storage failure also stops the
-// acceptor until it is rebuilt.
-func (o *owner) refuse(c *pushConn, err error) {
-	if errors.Is(err, acceptor.ErrStorage) {
-		o.storageFailed(err)
-	}
-	c.fail(err)
-}
-
-// tryRebuild replaces a failed acceptor with one rebuilt from the durable
-// state (acceptor.New discards whatever was staged and not committed).
-func (o *owner) tryRebuild() {
-	acc, err := o.rebuild()
-	if err != nil {
-		o.t.log.Warn("timeline still cannot write", "err", err)
-		if !errors.Is(err, acceptor.ErrStorage) {
-			err = fmt.Errorf("%w: %w", acceptor.ErrStorage, err)
-		}
-		o.broken = err
-		return
-	}
-	o.acc, o.broken = acc, nil
-	o.t.log.Info("timeline recovered from storage failure", "flush_lsn", acc.State().FlushLSN)
-	o.t.publish(acc.State())
-}
-
-func (o *owner) flush() {
-	if o.broken != nil {
-		return // waiting connections were failed with it
-	}
-	resp, n, err := o.acc.Flush()
-	if err != nil {
-		o.storageFailed(err)
-		return
-	}
-	if n != len(o.waiting) {
-		panic("server: acceptor staged count differs from waiting connections")
-	}
-	// Publish before answering: once a proposer holds a response, readers
-	// (START_REPLICATION, IDENTIFY_SYSTEM, TIMELINE_STATUS) see at least
-	// the flush_lsn and commit_lsn it reports.
-	o.t.publish(o.acc.State())
-	// Relay the readers' feedback to the proposer.
-	resp.HotStandby, resp.Consumer = o.t.repl.feedback()
-	for _, c := range o.waiting {
-		c.send(resp)
-	}
-	o.waiting = o.waiting[:0]
-	o.t.repl.kickRetention()
-}
-
-// storageFailed ends every waiting connection: nothing they sent since the
-// last commit is acknowledged.
-func (o *owner) storageFailed(err error) {
-	if o.broken == nil {
-		o.t.log.Error("storage failed; timeline refuses WAL until a proposer reconnects and the disk works", "err", err)
-	}
-	o.broken = err
-	for _, c := range o.waiting {
-		c.fail(err)
-	}
-	o.waiting = o.waiting[:0]
+	t     *timeline
+	sess  *acceptor.Session
+	conns map[acceptor.ConnID]*pushConn // connections the session knows
 }
 
 func (o *owner) handle(ev event) {
 	c := ev.conn
-	if c.dead() && ev.end == nil {
-		return // after an error nothing more from this connection is processed
-	}
-	if _, isAppend := ev.msg.(*proto.SafeKeeperRequest); !isAppend {
-		// Any other step replies at once: everything staged before it is
-		// made durable and answered first, so replies stay in order.
-		o.flush()
-	}
 	if ev.end != nil {
+		// The stream ended: what it sent is made durable and answered
+		// first, then its final item goes out.
+		o.conns[c.id] = c
+		o.act(o.sess.End(c.id))
+		delete(o.conns, c.id)
 		c.enqueue(*ev.end)
 		return
 	}
-	if o.broken != nil {
+	if c.dead() {
+		return // its writer gave up (an error, or a proposer that stopped reading)
+	}
+	o.conns[c.id] = c
+	wasBroken := o.sess.Broken()
+	r := o.sess.Step(c.id, ev.msg)
+	switch broken := o.sess.Broken(); {
+	case broken != nil && wasBroken == nil:
+		o.t.log.Error("storage failed; timeline refuses WAL until a proposer reconnects and the disk works", "err", broken)
+	case broken == nil && wasBroken != nil:
+		o.t.log.Info("timeline recovered from storage failure", "flush_lsn", o.sess.State().FlushLSN)
+	case broken != nil:
 		if _, greeting := ev.msg.(*proto.ServerInfo); greeting {
-			o.tryRebuild()
-		}
-		if o.broken != nil {
-			c.fail(o.broken)
-			return
+			o.t.log.Warn("timeline still cannot write", "err", broken)
 		}
 	}
-	// Replies go out after the new state is published (see flush).
-	var replies []proto.Message
-	switch m := ev.msg.(type) {
-	case *proto.ServerInfo:
-		info, err := o.acc.ServerInfo(m)
-		if err != nil {
-			o.refuse(c, err)
-			return
-		}
-		replies = append(replies, info)
-	case *proto.RequestVote:
-		verdict, info, err := o.acc.RequestVote(m)
-		if verdict != nil {
-			replies = append(replies, verdict)
-		}
-		if err != nil {
-			o.t.publish(o.acc.State())
-			for _, r := range replies {
-				c.send(r)
-			}
-			o.refuse(c, err)
-			return
-		}
-		c.ballot = m.Candidate
-		replies = append(replies, info)
-	case *proto.ProposerElected:
-		if err := o.acc.ProposerElected(c.ballot, m); err != nil {
-			o.refuse(c, err)
-			return
-		}
-		o.t.log.Info("proposer elected", "term", m.Term, "start_streaming_at", m.StartStreamingAt,
-			"conn", c.remote)
-	case *proto.SafeKeeperRequest:
-		if err := o.acc.Append(m); err != nil {
-			o.refuse(c, err)
-			return
-		}
-		o.waiting = append(o.waiting, c)
+	if m, ok := ev.msg.(*proto.ProposerElected); ok && !ended(r, c.id) {
+		o.t.log.Info("proposer elected", "term", m.Term, "start_streaming_at", m.StartStreamingAt, "conn", c.remote)
 	}
-	o.t.publish(o.acc.State())
-	for _, r := range replies {
-		c.send(r)
+	o.act(r)
+}
+
+// ended reports whether r ends connection c.
+func ended(r acceptor.Ready, c acceptor.ConnID) bool {
+	for _, out := range r.Out {
+		if out.Conn == c && out.Err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// act carries out a Ready: publish the new state (readers —
+// START_REPLICATION, IDENTIFY_SYSTEM, TIMELINE_STATUS — then see at least
+// the flush_lsn and commit_lsn any proposer is told), then queue each reply
+// on its connection's writer. SafeKeeperResponses carry the readers'
+// feedback to the proposer.
+func (o *owner) act(r acceptor.Ready) {
+	if r.State != nil {
+		o.t.publish(*r.State)
+		o.t.repl.kickRetention()
+	}
+	var fed *proto.SafeKeeperResponse
+	for _, out := range r.Out {
+		c := o.conns[out.Conn]
+		if c == nil {
+			continue
+		}
+		if out.Err != nil {
+			c.fail(out.Err)
+			continue
+		}
+		if resp, ok := out.Msg.(*proto.SafeKeeperResponse); ok && resp != fed {
+			// One response value answers every request of a commit.
+			resp.HotStandby, resp.Consumer = o.t.repl.feedback()
+			fed = resp
+		}
+		c.send(out.Msg)
 	}
 }

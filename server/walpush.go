@@ -28,8 +28,8 @@ type pushConn struct {
 	log    *slog.Logger
 	opts   startupIDs // tenant/timeline named in the startup options, if any
 
-	tl     *timeline    // set once ServerInfo named the timeline
-	ballot proto.Ballot // the ballot granted on this connection; owner only
+	id acceptor.ConnID // the connection's name in its timeline's session
+	tl *timeline       // set once ServerInfo named the timeline
 
 	out      chan outItem
 	mu       sync.Mutex
@@ -163,6 +163,7 @@ func (c *pushConn) write(it outItem, buf *[]byte) error {
 func (s *Server) runPush(pc *pgwire.Conn, ids startupIDs, log *slog.Logger) (ok bool) {
 	c := &pushConn{
 		srv: s, pc: pc, remote: pc.RemoteAddr().String(), log: log, opts: ids,
+		id:  acceptor.ConnID(s.connSeq.Add(1)),
 		out: make(chan outItem, outQueue), finished: make(chan struct{}),
 	}
 	if err := pc.StartCopyBoth(); err != nil {
@@ -184,11 +185,12 @@ func (s *Server) runPush(pc *pgwire.Conn, ids startupIDs, log *slog.Logger) (ok 
 	return c.endedOK
 }
 
-// readLoop reads the proposer's messages until CopyDone, a read error or a
-// protocol violation, and returns the stream's final item: the end, or the
-// error to answer with.
+// readLoop reads the proposer's messages until CopyDone, a read error or an
+// undecodable message, and returns the stream's final item: the end, or
+// the error to answer with. The first message must be the ServerInfo that
+// names the timeline (and agrees with the startup options); every later one
+// goes to that timeline's owner, whose session checks the order.
 func (c *pushConn) readLoop() outItem {
-	state := pushWantServerInfo
 	for {
 		payload, err := c.pc.ReadCopy()
 		if errors.Is(err, pgwire.ErrCopyDone) {
@@ -205,67 +207,25 @@ func (c *pushConn) readLoop() outItem {
 		}
 		m, err := proto.DecodeProposerMessage(payload)
 		if err != nil {
-			return outItem{err: fmt.Errorf("%w: %v", acceptor.ErrProtocol, err)}
+			return outItem{err: fmt.Errorf("%w: %w", acceptor.ErrProtocol, err)}
 		}
-		next, err := c.checkOrder(state, m)
-		if err != nil {
-			return outItem{err: err}
-		}
-		state = next
-		if si, ok := m.(*proto.ServerInfo); ok && c.tl == nil {
-			tl, err := c.srv.timelineFor(si)
+		if c.tl == nil {
+			si, err := acceptor.Greeting(m)
+			if err == nil {
+				err = c.opts.check(si)
+			}
+			if err == nil {
+				c.tl, err = c.srv.timelineFor(si)
+			}
 			if err != nil {
 				return outItem{err: err}
 			}
-			c.tl = tl
 		}
 		c.tl.in <- event{conn: c, msg: m}
 	}
 }
 
-// Per-connection order of the WAL push protocol.
-type pushState int
-
-const (
-	pushWantServerInfo pushState = iota
-	pushWantVote
-	pushWantElected
-	pushStreaming
-)
-
-func (c *pushConn) checkOrder(s pushState, m proto.Message) (pushState, error) {
-	bad := func(what string) (pushState, error) {
-		return s, fmt.Errorf("%w: %s out of order: expected %s", acceptor.ErrProtocol, what, [...]string{
-			"ServerInfo", "RequestVote", "ProposerElected", "SafeKeeperRequest"}[s])
-	}
-	switch m := m.(type) {
-	case *proto.ServerInfo:
-		if s != pushWantServerInfo {
-			return bad("ServerInfo")
-		}
-		if err := c.opts.check(m); err != nil {
-			return s, err
-		}
-		return pushWantVote, nil
-	case *proto.RequestVote:
-		if s != pushWantVote {
-			return bad("RequestVote")
-		}
-		return pushWantElected, nil
-	case *proto.ProposerElected:
-		if s != pushWantElected {
-			return bad("ProposerElected")
-		}
-		return pushStreaming, nil
-	case *proto.SafeKeeperRequest:
-		if s != pushStreaming {
-			return bad("SafeKeeperRequest")
-		}
-		return s, nil
-	}
-	return bad("message")
-}
-
+// check reports whether a greeting agrees with the startup options.
 func (ids startupIDs) check(m *proto.ServerInfo) error {
 	if ids.hasTenant && ids.tenant != m.TenantID {
 		return fmt.Errorf("%w: ServerInfo tenant_id %s differs from startup option tenant_id %s", acceptor.ErrProtocol, m.TenantID, ids.tenant)

@@ -149,6 +149,25 @@ func (t *Timeline) Commit(s acceptor.State) error {
 	return err
 }
 
+// Load reads the control state of the last successful Commit (with the
+// retention horizon RemoveWAL stored) from disk.
+func (t *Timeline) Load() (acceptor.State, error) {
+	var st acceptor.State
+	err := t.db.bolt.View(func(tx *bolt.Tx) error {
+		tb := tx.Bucket(bucketTimelines).Bucket(t.key[:])
+		if tb == nil {
+			return fmt.Errorf("%w: %s", ErrNoTimeline, t.Key())
+		}
+		var err error
+		st, err = readControl(tb) // copies out of the transaction
+		return err
+	})
+	if err != nil {
+		return acceptor.State{}, fmt.Errorf("storage: load timeline %s: %w", t.Key(), err)
+	}
+	return st, nil
+}
+
 func (t *Timeline) checkState(s *acceptor.State) error {
 	if makeKey(s.TenantID, s.TimelineID) != t.key {
 		return fmt.Errorf("%w: state of timeline %s/%s", ErrBadState, s.TenantID, s.TimelineID)
