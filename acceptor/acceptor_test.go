@@ -218,6 +218,30 @@ func TestRule4_ProposerElectedRefusesMismatchedStart(t *testing.T) {
 	}
 }
 
+// TestRule4_LateProposerElectedWithoutTheCheck shows what the common-point
+// check of rule 4 prevents, with it planted away (hooks.go): the same late
+// ProposerElected truncates WAL the acceptor acknowledged.
+func TestRule4_LateProposerElectedWithoutTheCheck(t *testing.T) {
+	f := newFixture(t)
+	a, err := newAcceptor(Config{NodeID: 9}, f.a.State(), f.store, hooks{skipCommonPointCheck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.a = a
+	b1 := ballot(1, 1)
+	f.elect(b1, hist(1, tlStart))
+	f.gen.Record(100)
+	if resp := f.appendWAL(b1, f.gen.Take(), 0); resp.FlushLSN <= tlStart {
+		t.Fatalf("acknowledged flush_lsn %s", resp.FlushLSN)
+	}
+	if err := f.a.ProposerElected(b1, &proto.ProposerElected{Term: 1, StartStreamingAt: tlStart, TimelineStartLSN: tlStart, History: hist(1, tlStart)}); err != nil {
+		t.Fatalf("planted: %v", err)
+	}
+	if st, _, _ := f.store.Durable(); st.FlushLSN != tlStart {
+		t.Fatalf("planted: durable flush_lsn %s, want the acknowledged WAL truncated to %s", st.FlushLSN, tlStart)
+	}
+}
+
 func TestRule4_ProposerElectedRefusesTruncationBelowCommit(t *testing.T) {
 	f := newFixture(t)
 	b1 := ballot(1, 1)

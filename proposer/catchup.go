@@ -30,20 +30,20 @@ type catchupEvent struct {
 	ack    chan struct{} // closed by the owner when it has taken the chunk
 }
 
-func (s *session) startCatchup(ctx context.Context, sk *skState) {
-	if time.Now().Before(sk.cuRetryAt) {
+func (s *driver) startCatchup(ctx context.Context, sk *skState) {
+	if sk.cu != nil || time.Now().Before(sk.cuRetryAt) {
 		return
 	}
 	s.catchups++
 	cctx, cancel := context.WithCancel(ctx)
 	sk.cu = &catchup{cancel: cancel, id: s.catchups}
-	from := sk.sent
+	from := sk.cuFrom
 	s.log.Info("safekeeper behind the buffer; catching up from a second replication stream",
 		"safekeeper", s.cfg.Safekeepers[sk.i], "from", from, "buffer_start", s.buf.start)
 	go s.runCatchup(cctx, sk.i, sk.cu.id, from)
 }
 
-func (s *session) dropCatchup(sk *skState) {
+func (s *driver) dropCatchup(sk *skState) {
 	if sk.cu == nil {
 		return
 	}
@@ -54,7 +54,7 @@ func (s *session) dropCatchup(sk *skState) {
 	sk.cu = nil
 }
 
-func (s *session) runCatchup(ctx context.Context, i, id int, from proto.LSN) {
+func (s *driver) runCatchup(ctx context.Context, i, id int, from proto.LSN) {
 	post := func(ev catchupEvent) bool {
 		ev.sk, ev.id = i, id
 		select {
@@ -82,7 +82,7 @@ func (s *session) runCatchup(ctx context.Context, i, id int, from proto.LSN) {
 	}
 }
 
-func (s *session) onCatchup(ctx context.Context, ev catchupEvent) {
+func (s *driver) onCatchup(ctx context.Context, ev catchupEvent) {
 	sk := s.sks[ev.sk]
 	if sk.cu == nil || sk.cu.id != ev.id {
 		if ev.ack != nil {
@@ -98,34 +98,34 @@ func (s *session) onCatchup(ctx context.Context, ev catchupEvent) {
 		return
 	}
 	sk.cu.pending = &ev
-	s.pump(ctx, sk)
+	s.act(ctx, s.sess.Pump(ev.sk))
 }
 
-// feedCatchup sends the next piece of the pending catch-up chunk; false if
-// there is none.
-func (s *session) feedCatchup(sk *skState) bool {
+// catchupWAL is the WAL the session gets for a safekeeper behind the
+// buffer: the next piece of the pending catch-up chunk, nil if there is
+// none yet. A chunk wholly handed out is acknowledged to its stream, which
+// then reads the next.
+func (s *driver) catchupWAL(sk *skState, lsn proto.LSN, max int) []byte {
 	p := sk.cu.pending
 	if p == nil {
-		return false
+		return nil
 	}
 	end := p.start + proto.LSN(len(p.wal))
-	if p.start > sk.sent {
-		s.log.Error("catch-up stream skipped WAL", "safekeeper", s.cfg.Safekeepers[sk.i], "err", fmt.Sprintf("chunk at %s, safekeeper at %s", p.start, sk.sent))
+	if p.start > lsn {
+		s.log.Error("catch-up stream skipped WAL", "safekeeper", s.cfg.Safekeepers[sk.i], "err", fmt.Sprintf("chunk at %s, safekeeper at %s", p.start, lsn))
 		s.dropCatchup(sk)
 		sk.cuRetryAt = time.Now().Add(sk.cuBackoff.next())
-		return false
+		return nil
 	}
-	if end > sk.sent {
-		d := p.wal[sk.sent-p.start:]
-		if len(d) > proto.MaxWALPerRequest {
-			d = d[:proto.MaxWALPerRequest]
-		}
-		s.sendRequest(sk, d)
+	var d []byte
+	if end > lsn {
+		d = p.wal[lsn-p.start:]
+		d = d[:min(len(d), max)]
 	}
-	if sk.sent >= end {
+	if lsn+proto.LSN(len(d)) >= end {
 		sk.cu.pending = nil
 		sk.cuBackoff.reset()
 		close(p.ack)
 	}
-	return true
+	return d
 }

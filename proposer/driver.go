@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,9 +36,9 @@ func Run(ctx context.Context, cfg Config) error {
 	bo := backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax}
 	var lastTerm uint64
 	for {
-		s := newSession(cfg, lastTerm)
+		s := newDriver(cfg, lastTerm)
 		err := s.run(ctx)
-		lastTerm = max(lastTerm, s.core.MaxTermSeen())
+		lastTerm = max(lastTerm, s.sess.Core().MaxTermSeen())
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -51,7 +52,7 @@ func Run(ctx context.Context, cfg Config) error {
 			bo.reset()
 		}
 		d := bo.next()
-		log.Warn("proposer session ended; reconnecting and starting a new term", "err", err, "term", s.core.Ballot().Term, "retry_in", d)
+		log.Warn("proposer session ended; reconnecting and starting a new term", "err", err, "term", s.sess.Core().Ballot().Term, "retry_in", d)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -86,12 +87,15 @@ func permanentUpstreamError(err error) bool {
 	return strings.HasPrefix(pe.Code, "28") || pe.Code == "42602" || pe.Code == "3D000"
 }
 
-// session is one connection to the primary and one term: greet, elect,
-// stream. It ends with the first primary failure, refused vote or deposal.
-type session struct {
+// driver is one session's IO: one connection to the primary and one term.
+// It greets, elects and streams through a Session, which makes every
+// decision; the driver owns the sockets, the WAL buffer, the catch-up
+// streams and the clock. It ends with the first primary failure, refused
+// vote or deposal.
+type driver struct {
 	cfg  Config
 	log  *slog.Logger
-	core *Core
+	sess *Session
 
 	up       *upstream
 	slot     *slotKeeper
@@ -103,10 +107,6 @@ type session struct {
 	upEvents chan upstreamEvent
 	cuEvents chan catchupEvent
 
-	// baseCommit is the highest commit_lsn a safekeeper reported: durable
-	// on a quorum in an earlier term, so it may be reported to the primary
-	// as flushed before this term's commit_lsn catches up.
-	baseCommit proto.LSN
 	lastStatus time.Time
 	lastCommit proto.LSN // commit reported in the last status update
 	streamed   bool      // WAL reached a quorum in this session
@@ -114,47 +114,36 @@ type session struct {
 	started    time.Time
 }
 
+// skState is the IO side of one safekeeper: its connection's writer queue
+// and its catch-up stream from the primary.
 type skState struct {
-	i, gen      int
-	out         chan []byte // nil while disconnected
-	phase       skPhase
-	pendingVote *proto.VoteResponse
-	sent        proto.LSN // end of WAL queued to it in this term
-	inflight    int       // requests without a response yet
-	hbPending   int       // responses due until the last commit heartbeat is answered (0: none unanswered)
-	lastSend    time.Time
-	sentCommit  proto.LSN
-	sentTrunc   proto.LSN
-	cu          *catchup
-	cuRetryAt   time.Time
-	cuBackoff   backoff
+	i, gen    int
+	out       chan []byte // nil while disconnected
+	cu        *catchup
+	cuWant    bool      // the session needs WAL below the buffer: start a catch-up
+	cuFrom    proto.LSN // where
+	cuRetryAt time.Time
+	cuBackoff backoff
 }
-
-type skPhase int
-
-const (
-	skDown skPhase = iota
-	skGreeted
-	skVoting
-	skStreaming
-	skParked // cannot join this term (ErrCannotJoin)
-)
 
 type upstreamEvent struct {
 	m   upstreamMsg
 	err error
 }
 
-func newSession(cfg Config, lastTerm uint64) *session {
-	s := &session{cfg: cfg, log: cfg.Logger, core: NewCore(len(cfg.Safekeepers), cfg.ProposerUUID)}
-	s.core.ObserveTerm(lastTerm)
+func newDriver(cfg Config, lastTerm uint64) *driver {
+	s := &driver{cfg: cfg, log: cfg.Logger}
+	s.sess = NewSession(SessionConfig{
+		Names: cfg.Safekeepers, UUID: cfg.ProposerUUID, LastTerm: lastTerm,
+		MaxInFlight: cfg.MaxInFlight, HeartbeatInterval: cfg.HeartbeatInterval, Logger: cfg.Logger,
+	}, s)
 	for i := range cfg.Safekeepers {
 		s.sks = append(s.sks, &skState{i: i, cuBackoff: backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax}})
 	}
 	return s
 }
 
-func (s *session) run(ctx context.Context) error {
+func (s *driver) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.started = time.Now()
@@ -206,9 +195,9 @@ func (s *session) run(ctx context.Context) error {
 	return s.loop(ctx)
 }
 
-// loop is the owner: the only goroutine that touches the core, the buffer
-// and the safekeeper states.
-func (s *session) loop(ctx context.Context) error {
+// loop is the owner: the only goroutine that touches the session, the
+// buffer and the safekeeper states.
+func (s *driver) loop(ctx context.Context) error {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	electionDeadline := time.Now().Add(s.cfg.ElectionTimeout)
@@ -234,166 +223,111 @@ func (s *session) loop(ctx context.Context) error {
 		case ev := <-s.cuEvents:
 			s.onCatchup(ctx, ev)
 		case now := <-t.C:
-			if s.core.Election() == nil && now.After(electionDeadline) {
+			core := s.sess.Core()
+			if core.Election() == nil && now.After(electionDeadline) {
 				return fmt.Errorf("%w: no quorum of votes within %v (%d greeted, %d granted of %d)",
-					ErrNoQuorum, s.cfg.ElectionTimeout, s.core.Greetings(), s.core.Grants(), s.core.N())
+					ErrNoQuorum, s.cfg.ElectionTimeout, core.Greetings(), core.Grants(), core.N())
 			}
-			if err := s.onTick(ctx, now); err != nil {
-				return err
+			s.act(ctx, s.sess.Tick(now))
+			if now.Sub(s.lastStatus) >= s.cfg.StatusInterval {
+				s.sendStatus(true)
+			}
+			if s.buf != nil {
+				s.trim()
 			}
 		}
 	}
 }
 
-func (s *session) send(sk *skState, m proto.Message) {
+// act carries out what the session decided: send, drop connections, tell
+// the primary a new commit_lsn, start the catch-up streams it needs.
+func (s *driver) act(ctx context.Context, r Ready) {
+	for _, m := range r.Sends {
+		s.send(s.sks[m.To], m.Msg)
+	}
+	for _, i := range r.Drop {
+		s.closeLink(s.sks[i])
+	}
+	if r.Advanced {
+		if !s.streamed {
+			s.streamed = true
+			s.log.Info("quorum reached the term start; streaming", "commit_lsn", s.sess.Core().CommitLSN(), "since_connect", time.Since(s.started).Round(time.Millisecond))
+		}
+		s.sendStatus(false)
+	}
+	for _, sk := range s.sks {
+		if sk.cuWant {
+			sk.cuWant = false
+			s.startCatchup(ctx, sk)
+		}
+	}
+}
+
+func (s *driver) send(sk *skState, m proto.Message) {
 	if sk.out == nil {
 		return
 	}
 	select {
 	case sk.out <- m.Encode(nil):
 	default:
-		// Cannot happen: inflight bounds the queue. Treat as a broken link.
+		// Cannot happen: MaxInFlight bounds the queue. Treat as a broken link.
 		s.log.Error("safekeeper send queue full; dropping the connection", "safekeeper", s.cfg.Safekeepers[sk.i])
 		s.disconnect(sk)
 	}
 }
 
-func (s *session) disconnect(sk *skState) {
+// closeLink closes safekeeper sk's connection and its catch-up stream and
+// ignores the rest of that connection's events.
+func (s *driver) closeLink(sk *skState) {
 	if sk.out != nil {
 		close(sk.out)
 		sk.out = nil
 	}
 	s.dropCatchup(sk)
-	sk.phase, sk.pendingVote, sk.inflight, sk.hbPending = skDown, nil, 0, 0
-	sk.gen = -sk.gen // ignore the rest of this connection's events
-	s.core.Disconnected(sk.i)
+	sk.gen = -sk.gen
 }
 
-func (s *session) onSafekeeper(ctx context.Context, ev skEvent) error {
+func (s *driver) disconnect(sk *skState) {
+	s.closeLink(sk)
+	s.sess.Disconnected(sk.i)
+}
+
+func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 	sk := s.sks[ev.sk]
-	addr := s.cfg.Safekeepers[ev.sk]
 	if ev.out != nil { // a new, greeted connection
 		if sk.out != nil {
 			s.disconnect(sk)
 		}
-		sk.gen, sk.out, sk.phase, sk.inflight, sk.hbPending = ev.gen, ev.out, skGreeted, 0, 0
-		s.baseCommit = max(s.baseCommit, ev.info.CommitLSN)
-		s.log.Info("safekeeper greeted", "safekeeper", addr, "id", ev.info.SafekeeperID, "voted_for", ev.info.VotedFor.String(),
-			"last_log_term", ev.info.LastLogTerm, "flush_lsn", ev.info.FlushLSN, "commit_lsn", ev.info.CommitLSN)
-		if err := s.core.Greeted(ev.sk, ev.info); err != nil {
+		sk.gen, sk.out = ev.gen, ev.out
+		r, err := s.sess.Greeted(ev.sk, ev.info)
+		if err != nil {
 			return err
 		}
-		if s.core.Ballot().Term != 0 {
-			s.requestVote(sk)
-			return nil
-		}
-		if s.core.Greetings() >= s.core.Quorum() {
-			b, err := s.core.Campaign()
-			if err != nil {
-				return err
-			}
-			s.log.Info("campaigning", "term", b.Term, "uuid", b.UUID.String())
-			for _, o := range s.sks {
-				if o.phase == skGreeted {
-					s.requestVote(o)
-				}
-			}
-		}
+		s.act(ctx, r)
 		return nil
 	}
 	if ev.gen != sk.gen {
 		return nil // a dropped connection's leftovers
 	}
 	if ev.err != nil {
-		s.log.Warn("safekeeper disconnected", "safekeeper", addr, "err", ev.err)
+		s.log.Warn("safekeeper disconnected", "safekeeper", s.cfg.Safekeepers[ev.sk], "err", ev.err)
 		s.disconnect(sk)
 		return nil
 	}
-	switch m := ev.msg.(type) {
-	case *proto.VoteResponse:
-		if sk.phase != skVoting || sk.pendingVote != nil {
-			s.log.Error("unexpected vote verdict; dropping the connection", "safekeeper", addr)
-			s.disconnect(sk)
-			return nil
-		}
-		if m.VotedFor != s.core.Ballot() {
-			_, err := s.core.Voted(ev.sk, m, nil)
-			if errors.Is(err, ErrCannotJoin) {
-				s.log.Warn("safekeeper voted for another candidate of our term; it sits out this term", "safekeeper", addr, "err", err)
-				sk.phase = skParked
-				return nil
-			}
-			return err
-		}
-		sk.pendingVote = m
-	case *proto.SafeKeeperInfo:
-		if sk.pendingVote == nil {
-			s.log.Error("unexpected SafeKeeperInfo; dropping the connection", "safekeeper", addr)
-			s.disconnect(sk)
-			return nil
-		}
-		v := sk.pendingVote
-		sk.pendingVote = nil
-		s.baseCommit = max(s.baseCommit, m.CommitLSN)
-		quorum, err := s.core.Voted(ev.sk, v, m)
-		if err != nil {
-			return err
-		}
-		s.log.Info("vote granted", "safekeeper", addr, "term", v.VotedFor.Term, "last_log_term", m.LastLogTerm, "flush_lsn", m.FlushLSN)
-		if s.core.Election() != nil {
-			s.startSafekeeper(sk)
-			return nil
-		}
-		if quorum {
-			return s.elect(ctx)
-		}
-	case *proto.SafeKeeperResponse:
-		if sk.phase != skStreaming || sk.inflight == 0 {
-			s.log.Error("unexpected SafeKeeperResponse; dropping the connection", "safekeeper", addr)
-			s.disconnect(sk)
-			return nil
-		}
-		sk.inflight--
-		if sk.hbPending > 0 {
-			sk.hbPending--
-		}
-		advanced, err := s.core.Response(ev.sk, m)
-		if err != nil {
-			return err
-		}
-		if advanced {
-			if !s.streamed {
-				s.streamed = true
-				s.log.Info("quorum reached the term start; streaming", "commit_lsn", s.core.CommitLSN(), "since_connect", time.Since(s.started).Round(time.Millisecond))
-			}
-			s.sendStatus(false)
-		}
-		s.pump(ctx, sk)
-		// Readers of a safekeeper get WAL only up to its commit_lsn: tell
-		// every safekeeper the new one now, not at the next tick (Neon's
-		// walproposer broadcasts it the same way).
-		if advanced {
-			for _, o := range s.sks {
-				s.sendCommit(o)
-			}
-		} else {
-			s.sendCommit(sk) // it may have had a heartbeat unanswered when commit_lsn advanced
-		}
-	default:
-		s.log.Error("unexpected message; dropping the connection", "safekeeper", addr, "type", fmt.Sprintf("%T", m))
-		s.disconnect(sk)
+	r, err := s.sess.Receive(ev.sk, ev.msg)
+	if err != nil {
+		return err
+	}
+	s.act(ctx, r)
+	if r.Elect {
+		return s.elect(ctx)
 	}
 	return nil
 }
 
-func (s *session) requestVote(sk *skState) {
-	sk.phase = skVoting
-	s.send(sk, &proto.RequestVote{Candidate: s.core.Ballot()})
-}
-
 // elect decides the election, sends ProposerElected to every voter and
 // starts the primary's stream.
-func (s *session) elect(ctx context.Context) error {
+func (s *driver) elect(ctx context.Context) error {
 	// The primary's flush position read at connect time is stale by now if
 	// another proposer kept streaming meanwhile: read it again, or the
 	// donor's WAL would look like WAL the primary lost.
@@ -407,19 +341,15 @@ func (s *session) elect(ctx context.Context) error {
 		newStart = s.ui.XLogPos
 	}
 	newStart = newStart.SegmentStart(uint64(s.ui.SegSize))
-	e, err := s.core.Elect(s.ui.XLogPos, newStart)
+	e, r, err := s.sess.Elect(s.ui.XLogPos, newStart)
 	if err != nil {
 		return err
 	}
-	s.log.Info("elected", "term", e.Term, "donor", s.cfg.Safekeepers[e.Donor], "term_start_lsn", e.TermStartLSN,
-		"timeline_start_lsn", e.TimelineStartLSN, "new_timeline", e.NewTimeline, "history", fmt.Sprint(e.History))
+	s.act(ctx, r)
 	from := e.TermStartLSN
-	for _, sk := range s.sks {
-		if sk.phase == skVoting && s.core.Granted(sk.i) {
-			s.startSafekeeper(sk)
-			if sk.phase == skStreaming {
-				from = min(from, sk.sent)
-			}
+	for i := range s.sks {
+		if s.sess.Streaming(i) {
+			from = min(from, s.sess.Sent(i))
 		}
 	}
 	// Do not ask the primary for WAL its slot no longer guarantees; a
@@ -448,35 +378,16 @@ func (s *session) elect(ctx context.Context) error {
 			}
 		}
 	}()
-	for _, sk := range s.sks {
-		s.pump(ctx, sk)
-	}
+	s.act(ctx, s.sess.PumpAll())
 	return nil
 }
 
-// startSafekeeper sends ProposerElected to a safekeeper that granted the
-// elected ballot on its current connection.
-func (s *session) startSafekeeper(sk *skState) {
-	pe, err := s.core.ProposerElected(sk.i)
-	if err != nil {
-		s.log.Error("safekeeper cannot join this term", "safekeeper", s.cfg.Safekeepers[sk.i], "err", err)
-		sk.phase = skParked
-		return
-	}
-	s.send(sk, pe)
-	sk.phase, sk.sent = skStreaming, pe.StartStreamingAt
-	sk.sentCommit, sk.sentTrunc, sk.hbPending = 0, 0, 0
-	s.log.Info("safekeeper streaming", "safekeeper", s.cfg.Safekeepers[sk.i], "start_streaming_at", pe.StartStreamingAt)
-}
-
-func (s *session) onUpstream(ctx context.Context, m upstreamMsg) error {
+func (s *driver) onUpstream(ctx context.Context, m upstreamMsg) error {
 	if m.wal != nil {
 		if err := s.buf.add(m.start, m.wal); err != nil {
 			return err
 		}
-		for _, sk := range s.sks {
-			s.pump(ctx, sk)
-		}
+		s.act(ctx, s.sess.PumpAll())
 		if s.buf.size > s.cfg.BufferSize {
 			s.trim()
 		}
@@ -488,118 +399,62 @@ func (s *session) onUpstream(ctx context.Context, m upstreamMsg) error {
 	return nil
 }
 
-// pump queues WAL to a streaming safekeeper while its pipeline has room:
-// from the catch-up stream while it is behind the buffer, else from the
-// buffer.
-func (s *session) pump(ctx context.Context, sk *skState) {
-	if sk.phase != skStreaming || s.buf == nil {
-		return
-	}
-	for sk.inflight < s.cfg.MaxInFlight {
-		if sk.cu != nil {
-			if sk.sent >= s.buf.start {
-				s.log.Info("safekeeper caught up with the buffer", "safekeeper", s.cfg.Safekeepers[sk.i], "at", sk.sent)
-				s.dropCatchup(sk)
-				continue
-			}
-			if !s.feedCatchup(sk) {
-				return
-			}
-			continue
-		}
-		if sk.sent < s.buf.start {
-			s.startCatchup(ctx, sk)
-			return
-		}
-		d := s.buf.read(sk.sent, proto.MaxWALPerRequest)
-		if d == nil {
-			return
-		}
-		s.sendRequest(sk, d)
-	}
-}
-
-func (s *session) sendRequest(sk *skState, wal []byte) {
-	req := s.core.Request(sk.sent, wal)
-	s.send(sk, req)
-	sk.sent = req.EndLSN
-	sk.inflight++
-	sk.lastSend = time.Now()
-	sk.sentCommit, sk.sentTrunc = req.CommitLSN, req.TruncateLSN
-}
-
-// sendCommit sends a heartbeat carrying the current commit_lsn to a
-// streaming safekeeper that has no WAL left to send (one with WAL gets
-// commit_lsn with it) and was not sent this commit_lsn yet. At most one such
-// heartbeat is unanswered per safekeeper: a newer commit_lsn waits for its
-// response, so a busy quorum cannot flood an idle safekeeper.
-func (s *session) sendCommit(sk *skState) {
-	if sk.phase != skStreaming || s.buf == nil || sk.cu != nil || sk.sent < s.buf.end ||
-		sk.inflight >= s.cfg.MaxInFlight || sk.hbPending > 0 || sk.sentCommit == s.core.CommitLSN() {
-		return
-	}
-	s.sendRequest(sk, nil)
-	sk.hbPending = sk.inflight // answered once every request queued so far is
-}
-
-func (s *session) onTick(ctx context.Context, now time.Time) error {
+// WAL is the session's WALSource: for a safekeeper behind the buffer, the
+// pending chunk of its catch-up stream (asking act to start one if it has
+// none); else the buffer.
+func (s *driver) WAL(i int, lsn proto.LSN, max int) []byte {
+	sk := s.sks[i]
 	if s.buf == nil {
 		return nil
 	}
-	commit, trunc := s.core.CommitLSN(), s.core.TruncateLSN()
-	for _, sk := range s.sks {
-		if sk.phase != skStreaming {
-			continue
+	if sk.cu != nil {
+		if lsn < s.buf.start {
+			return s.catchupWAL(sk, lsn, max)
 		}
-		if sk.cu == nil && sk.sent < s.buf.start || sk.cu != nil && sk.cu.pending != nil {
-			s.pump(ctx, sk) // a retry after a failed catch-up, or a stalled pipeline
-		}
-		idle := sk.cu == nil && sk.sent >= s.buf.end
-		if idle && sk.inflight < s.cfg.MaxInFlight &&
-			(now.Sub(sk.lastSend) >= s.cfg.HeartbeatInterval || sk.sentCommit != commit || sk.sentTrunc != trunc) {
-			s.sendRequest(sk, nil) // heartbeat: begin = end
-		}
+		s.log.Info("safekeeper caught up with the buffer", "safekeeper", s.cfg.Safekeepers[i], "at", lsn)
+		s.dropCatchup(sk)
 	}
-	if now.Sub(s.lastStatus) >= s.cfg.StatusInterval {
-		s.sendStatus(true)
+	if lsn < s.buf.start {
+		sk.cuWant, sk.cuFrom = true, lsn
+		return nil
 	}
-	s.trim()
-	return nil
+	return s.buf.read(lsn, max)
+}
+
+// End is the end of the buffered WAL (WALSource).
+func (s *driver) End() proto.LSN {
+	if s.buf == nil {
+		return 0
+	}
+	return s.buf.end
 }
 
 // trim drops buffered WAL no safekeeper needs: below every known flush_lsn,
 // or, when the buffer is over BufferSize, up to what a quorum was sent (the
 // ones behind then catch up from a separate stream).
-func (s *session) trim() {
+func (s *driver) trim() {
+	core := s.sess.Core()
 	need := s.buf.end
 	for i := range s.sks {
-		if f, ok := s.core.FlushLSN(i); ok {
+		if f, ok := core.FlushLSN(i); ok {
 			need = min(need, f)
 		}
 	}
 	if s.buf.end-need > proto.LSN(s.cfg.BufferSize) {
 		var sent []proto.LSN
 		for _, sk := range s.sks {
-			if sk.phase == skStreaming && sk.cu == nil {
-				sent = append(sent, sk.sent)
+			if s.sess.Streaming(sk.i) && sk.cu == nil {
+				sent = append(sent, s.sess.Sent(sk.i))
 			}
 		}
 		q := s.buf.start
-		if len(sent) >= s.core.Quorum() {
-			sortLSNs(sent)
-			q = sent[len(sent)-s.core.Quorum()]
+		if len(sent) >= core.Quorum() {
+			slices.Sort(sent)
+			q = sent[len(sent)-core.Quorum()]
 		}
 		need = max(need, min(s.buf.end-proto.LSN(s.cfg.BufferSize), q))
 	}
 	s.buf.trim(need)
-}
-
-func sortLSNs(l []proto.LSN) {
-	for i := 1; i < len(l); i++ {
-		for j := i; j > 0 && l[j] < l[j-1]; j-- {
-			l[j], l[j-1] = l[j-1], l[j]
-		}
-	}
 }
 
 // sendStatus sends a standby status update: write = WAL received from the
@@ -607,11 +462,12 @@ func sortLSNs(l []proto.LSN) {
 // wait for), apply = 0 (the proposer applies nothing; remote_apply commits
 // would wait forever, which is the honest answer). force sends it even if
 // commit_lsn did not move.
-func (s *session) sendStatus(force bool) {
+func (s *driver) sendStatus(force bool) {
 	if s.buf == nil {
 		return
 	}
-	flush := max(s.core.CommitLSN(), s.baseCommit)
+	core := s.sess.Core()
+	flush := max(core.CommitLSN(), s.sess.BaseCommit())
 	flush = min(flush, s.buf.end)
 	if !force && flush == s.lastCommit {
 		return
@@ -620,5 +476,5 @@ func (s *session) sendStatus(force bool) {
 		s.log.Debug("standby status update failed", "err", err) // the reader reports the broken connection
 	}
 	s.lastStatus, s.lastCommit = time.Now(), flush
-	s.slot.offer(min(s.core.TruncateLSN(), flush))
+	s.slot.offer(min(core.TruncateLSN(), flush))
 }

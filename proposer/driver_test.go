@@ -30,48 +30,59 @@ func discardUpstream(t *testing.T) *upstream {
 	return &upstream{pg: pg}
 }
 
-// streamingSession is a session of three safekeepers, elected on a new
+// streamingSession is a driver of three safekeepers, elected on a new
 // timeline at tlStart and streaming, with no IO except the discarded
 // status updates: what the driver queues to safekeeper i is on outs[i].
-func streamingSession(t *testing.T) (*session, []chan []byte) {
+func streamingSession(t *testing.T) (*driver, []chan []byte) {
 	t.Helper()
 	cfg, err := Config{Upstream: "host=127.0.0.1", Safekeepers: []string{"sk1:1", "sk2:1", "sk3:1"},
 		TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ProposerUUID: us}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSession(cfg, 0)
+	ctx := context.Background()
+	s := newDriver(cfg, 0)
 	s.up = discardUpstream(t)
 	s.slot = newSlotKeeper(cfg.Upstream, cfg.SlotName, 0, s.log)
 	var outs []chan []byte
 	for i, sk := range s.sks {
 		out := make(chan []byte, cfg.MaxInFlight+16)
 		outs = append(outs, out)
-		sk.gen, sk.out, sk.phase = 1, out, skGreeted
-		if err := s.core.Greeted(i, info(0, 0, 0, nil)); err != nil {
+		sk.gen, sk.out = 1, out
+		r, err := s.sess.Greeted(i, info(0, 0, 0, nil))
+		if err != nil {
 			t.Fatal(err)
 		}
+		s.act(ctx, r)
 	}
-	b, err := s.core.Campaign()
+	b := s.sess.Core().Ballot()
+	elect := false
+	for i := range s.sks {
+		v, f := grant(b, info(0, 0, 0, nil))
+		for _, m := range []proto.Message{v, f} {
+			r, err := s.sess.Receive(i, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.act(ctx, r)
+			elect = elect || r.Elect
+		}
+	}
+	if !elect {
+		t.Fatal("a quorum granted, but the session did not ask for the election")
+	}
+	_, r, err := s.sess.Elect(^proto.LSN(0), tlStart)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range s.sks {
-		v, f := grant(b, info(0, 0, 0, nil))
-		if _, err := s.core.Voted(i, v, f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := s.core.Elect(^proto.LSN(0), tlStart); err != nil {
-		t.Fatal(err)
-	}
+	s.act(ctx, r)
 	s.buf = newWALBuffer(tlStart)
-	for _, sk := range s.sks {
-		s.startSafekeeper(sk)
-	}
+	s.act(ctx, s.sess.PumpAll())
 	for i := range outs {
-		if m := queued(t, outs[i]); len(m) != 1 {
-			t.Fatalf("safekeeper %d: %d messages after the election, want its ProposerElected", i, len(m))
+		if m := queued(t, outs[i]); len(m) != 2 {
+			t.Fatalf("safekeeper %d: %d messages after the election, want RequestVote and ProposerElected", i, len(m))
+		} else if _, ok := m[1].(*proto.ProposerElected); !ok {
+			t.Fatalf("safekeeper %d: %v after the election, want ProposerElected last", i, m)
 		}
 	}
 	return s, outs
@@ -96,9 +107,9 @@ func queued(t *testing.T, out chan []byte) []proto.Message {
 }
 
 // respond delivers safekeeper i's SafeKeeperResponse with flush_lsn flush.
-func respond(t *testing.T, s *session, i int, flush proto.LSN) {
+func respond(t *testing.T, s *driver, i int, flush proto.LSN) {
 	t.Helper()
-	r := &proto.SafeKeeperResponse{Term: s.core.Ballot().Term, FlushLSN: flush}
+	r := &proto.SafeKeeperResponse{Term: s.sess.Core().Ballot().Term, FlushLSN: flush}
 	if err := s.onSafekeeper(context.Background(), skEvent{sk: i, gen: s.sks[i].gen, msg: r}); err != nil {
 		t.Fatal(err)
 	}
@@ -141,8 +152,8 @@ func TestAdvancedCommitIsBroadcastAtOnce(t *testing.T) {
 		}
 	}
 	respond(t, s, 1, end1) // a quorum: commit_lsn = end1
-	if s.core.CommitLSN() != end1 {
-		t.Fatalf("commit_lsn %s, want %s", s.core.CommitLSN(), end1)
+	if s.sess.Core().CommitLSN() != end1 {
+		t.Fatalf("commit_lsn %s, want %s", s.sess.Core().CommitLSN(), end1)
 	}
 	for i := range outs {
 		// Safekeeper 3 has not answered its WAL yet; it gets the commit too.
@@ -162,8 +173,8 @@ func TestAdvancedCommitIsBroadcastAtOnce(t *testing.T) {
 		respond(t, s, i, end1) // the heartbeat
 		respond(t, s, i, end2) // the WAL
 	}
-	if s.core.CommitLSN() != end2 {
-		t.Fatalf("commit_lsn %s, want %s", s.core.CommitLSN(), end2)
+	if s.sess.Core().CommitLSN() != end2 {
+		t.Fatalf("commit_lsn %s, want %s", s.sess.Core().CommitLSN(), end2)
 	}
 	for i := range 2 {
 		wantHeartbeat(t, s.cfg.Safekeepers[i], queued(t, outs[i]), end2, end2)
@@ -187,7 +198,7 @@ func TestDeposedErrorNamesTheSafekeeper(t *testing.T) {
 	if err := s.onUpstream(context.Background(), upstreamMsg{start: tlStart, wal: make([]byte, 100)}); err != nil {
 		t.Fatal(err)
 	}
-	r := &proto.SafeKeeperResponse{Term: s.core.Ballot().Term + 3}
+	r := &proto.SafeKeeperResponse{Term: s.sess.Core().Ballot().Term + 3}
 	err := s.onSafekeeper(context.Background(), skEvent{sk: 1, gen: s.sks[1].gen, msg: r})
 	err = nameDeposed(err, s.cfg.Safekeepers)
 	var de *DeposedError

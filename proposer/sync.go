@@ -123,272 +123,241 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 		dial:   DialConfig{TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ApplicationName: "sync", ConnectTimeout: cfg.ConnectTimeout},
 	}
 	links.start(ctx)
-	core := NewCore(len(cfg.Safekeepers), cfg.ProposerUUID)
-	type skSync struct {
-		gen      int
-		out      chan []byte
-		voting   bool
-		pending  *proto.VoteResponse
-		elected  bool
-		behind   bool // needs WAL from the donor
-		inflight int
-		synced   bool // reported commit_lsn ≥ term start
-
-		copyID   int        // the current copy stream (0: none)
-		copyStop func()     // stops it
-		chunk    *copyChunk // a chunk from the donor not yet fully sent
-		sent     proto.LSN  // next LSN to send while behind
-	}
-	sks := make([]skSync, len(cfg.Safekeepers))
-	copies := make(chan copyChunk)
-	copyIDs := 0
-	var copyWG sync.WaitGroup
+	y := &syncer{cfg: cfg, ctx: ctx, copies: make(chan copyChunk), sks: make([]syncSK, len(cfg.Safekeepers))}
+	y.sess = NewSession(SessionConfig{
+		Names: cfg.Safekeepers, UUID: cfg.ProposerUUID, MaxInFlight: copyWindow,
+		HeartbeatInterval: 200 * time.Millisecond, Logger: cfg.Logger,
+	}, y)
 	defer func() {
 		cancel()
-		for i := range sks {
-			if sks[i].out != nil {
-				close(sks[i].out)
+		for i := range y.sks {
+			if y.sks[i].out != nil {
+				close(y.sks[i].out)
 			}
 		}
 		links.wg.Wait()
-		copyWG.Wait()
+		y.copyWG.Wait()
 	}()
-	stopCopy := func(i int) {
-		s := &sks[i]
-		if s.copyStop != nil {
-			s.copyStop()
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		var r Ready
+		var err error
+		select {
+		case <-ctx.Done():
+			return 0, y.timeoutError()
+		case <-t.C:
+			r = y.sess.Tick(time.Now())
+		case c := <-y.copies:
+			r = y.onCopy(c)
+		case ev := <-links.events:
+			sk := &y.sks[ev.sk]
+			switch {
+			case ev.out != nil: // a new, greeted connection
+				y.closeLink(ev.sk)
+				sk.gen, sk.out = ev.gen, ev.out
+				r, err = y.sess.Greeted(ev.sk, ev.info)
+			case ev.gen != sk.gen:
+				continue // a dropped connection's leftovers
+			case ev.err != nil:
+				cfg.Logger.Warn("safekeeper disconnected", "safekeeper", cfg.Safekeepers[ev.sk], "err", ev.err)
+				y.closeLink(ev.sk)
+				y.sess.Disconnected(ev.sk)
+			default:
+				r, err = y.sess.Receive(ev.sk, ev.msg)
+			}
 		}
-		if s.chunk != nil {
-			close(s.chunk.ack)
+		if err != nil {
+			return 0, err
 		}
-		s.copyID, s.copyStop, s.chunk = 0, nil, nil
+		y.act(r)
+		if r.Elect {
+			e, r, err := y.sess.Elect(^proto.LSN(0), 0)
+			if err != nil {
+				return 0, err
+			}
+			y.target = e.TermStartLSN
+			y.act(r)
+			y.act(y.sess.PumpAll())
+		}
+		if y.done() {
+			return y.target, nil
+		}
 	}
-	const copyWindow = 8 // SafeKeeperRequests in flight per safekeeper while copying
-	send := func(i int, m proto.Message) {
-		if sks[i].out != nil {
+}
+
+// copyWindow is how many SafeKeeperRequests sync keeps in flight per
+// safekeeper.
+const copyWindow = 8
+
+// syncer is Sync's IO around a Session: the safekeeper connections, and
+// the copy streams that bring a safekeeper behind the donor's end of WAL
+// (the target) its missing WAL from the donor. It is the Session's
+// WALSource: sync generates no WAL, so all it streams is the donor's.
+type syncer struct {
+	cfg    SyncConfig
+	ctx    context.Context // Sync's; copy streams run below it
+	sess   *Session
+	sks    []syncSK
+	target proto.LSN // the donor's end of WAL: 0 until the election
+
+	copies  chan copyChunk
+	copyIDs int
+	copyWG  sync.WaitGroup
+}
+
+type syncSK struct {
+	gen int
+	out chan []byte // nil while disconnected
+
+	copyID   int        // the current copy stream (0: none)
+	copyStop func()     // stops it
+	chunk    *copyChunk // a chunk from the donor not yet wholly sent
+}
+
+func (y *syncer) act(r Ready) {
+	for _, m := range r.Sends {
+		if out := y.sks[m.To].out; out != nil {
 			select {
-			case sks[i].out <- m.Encode(nil):
+			case out <- m.Msg.Encode(nil):
 			default:
 			}
 		}
 	}
-	var target proto.LSN
-	// feed sends the pending donor chunk to safekeeper i, at most
-	// copyWindow requests in flight; the chunk is acknowledged to its copy
-	// stream (which then reads the next) once wholly sent.
-	feed := func(i int) {
-		s := &sks[i]
-		for s.chunk != nil && s.inflight < copyWindow {
-			c := s.chunk
-			end := c.start + proto.LSN(len(c.wal))
-			if c.start > s.sent || end <= s.sent {
-				if c.start > s.sent {
-					cfg.Logger.Error("WAL copy from the donor skipped bytes", "safekeeper", cfg.Safekeepers[i], "chunk", c.start, "want", s.sent)
-					stopCopy(i)
-					return
-				}
-			} else {
-				d := c.wal[s.sent-c.start:]
-				d = d[:min(len(d), proto.MaxWALPerRequest, int(target-s.sent))]
-				s.inflight++
-				send(i, core.Request(s.sent, d))
-				s.sent += proto.LSN(len(d))
-			}
-			if s.sent >= end || s.sent >= target {
-				close(c.ack)
-				s.chunk = nil
-			}
-			if s.sent >= target {
-				s.behind = false
-				stopCopy(i)
-				cfg.Logger.Info("safekeeper has the donor's WAL", "safekeeper", cfg.Safekeepers[i], "end_of_wal", target)
-			}
+	for _, i := range r.Drop {
+		y.closeLink(i)
+	}
+}
+
+func (y *syncer) closeLink(i int) {
+	s := &y.sks[i]
+	if s.out != nil {
+		close(s.out)
+		s.out = nil
+	}
+	y.stopCopy(i)
+	s.gen = -1
+}
+
+// done: a quorum confirmed target as commit_lsn, and so did every
+// safekeeper still streaming in this term.
+func (y *syncer) done() bool {
+	if y.sess.Core().Election() == nil {
+		return false
+	}
+	n, open := 0, 0
+	for i := range y.sks {
+		switch {
+		case !y.sess.Streaming(i):
+		case y.sess.Acked(i) >= y.target:
+			n++
+		default:
+			open++
 		}
 	}
-	startCopy := func(i int, from proto.LSN) {
-		e := core.Election()
-		copyIDs++
-		cctx, stop := context.WithCancel(ctx)
-		sks[i].copyID, sks[i].copyStop, sks[i].sent = copyIDs, stop, from
-		cfg.Logger.Info("copying WAL from the donor", "safekeeper", cfg.Safekeepers[i],
-			"donor", cfg.Safekeepers[e.Donor], "from", from, "to", target)
-		copyWG.Add(1)
-		go func(id int) {
-			defer copyWG.Done()
-			copyFromDonor(cctx, cfg, cfg.Safekeepers[e.Donor], e.Term, from, target, i, id, copies)
-		}(copyIDs)
+	return n >= y.sess.Core().Quorum() && open == 0
+}
+
+func (y *syncer) timeoutError() error {
+	core := y.sess.Core()
+	if core.Election() == nil {
+		return fmt.Errorf("%w: %d greeted, %d granted of %d before the timeout", ErrNoQuorum, core.Greetings(), core.Grants(), core.N())
 	}
-	start := func(i int) {
-		pe, err := core.ProposerElected(i)
-		if err != nil {
-			cfg.Logger.Warn("safekeeper cannot join", "safekeeper", cfg.Safekeepers[i], "err", err)
-			return
+	synced, behind := 0, 0
+	for i := range y.sks {
+		if y.sess.Streaming(i) && y.sess.Acked(i) >= y.target {
+			synced++
 		}
-		send(i, pe)
-		sks[i].elected = true
-		sks[i].behind = pe.StartStreamingAt < target
-		if sks[i].behind {
-			startCopy(i, pe.StartStreamingAt)
-			return
-		}
-		sks[i].inflight++
-		send(i, core.Request(pe.StartStreamingAt, nil))
-	}
-	// done: a quorum confirmed target as commit_lsn, and so did every
-	// safekeeper still connected in this term.
-	done := func() bool {
-		n, open := 0, 0
-		for i := range sks {
-			switch {
-			case sks[i].synced:
-				n++
-			case sks[i].elected && sks[i].out != nil:
-				open++
-			}
-		}
-		return n >= core.Quorum() && open == 0
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			if core.Election() == nil {
-				return 0, fmt.Errorf("%w: %d greeted, %d granted of %d before the timeout", ErrNoQuorum, core.Greetings(), core.Grants(), core.N())
-			}
-			synced, behind := 0, 0
-			for i := range sks {
-				if sks[i].synced {
-					synced++
-				}
-				if sks[i].behind {
-					behind++
-				}
-			}
-			return 0, fmt.Errorf("%w: commit_lsn %s confirmed by %d of %d safekeepers (quorum %d), %d still copying WAL from the donor, at the timeout",
-				ErrSyncIncomplete, target, synced, core.N(), core.Quorum(), behind)
-		case c := <-copies:
-			s := &sks[c.sk]
-			if c.id != s.copyID {
-				if c.ack != nil {
-					close(c.ack)
-				}
-				continue
-			}
-			if c.err != nil {
-				cfg.Logger.Warn("WAL copy from the donor failed; retrying", "safekeeper", cfg.Safekeepers[c.sk], "err", c.err)
-				stopCopy(c.sk)
-				if s.behind && s.out != nil {
-					// Resume where the safekeeper's pipeline ends.
-					startCopy(c.sk, s.sent)
-				}
-				continue
-			}
-			s.chunk = &c
-			feed(c.sk)
-		case ev := <-links.events:
-			s := &sks[ev.sk]
-			if ev.out != nil {
-				if s.out != nil {
-					close(s.out)
-				}
-				stopCopy(ev.sk)
-				*s = skSync{gen: ev.gen, out: ev.out}
-				if err := core.Greeted(ev.sk, ev.info); err != nil {
-					return 0, err
-				}
-				if core.Ballot().Term != 0 {
-					s.voting = true
-					send(ev.sk, &proto.RequestVote{Candidate: core.Ballot()})
-				} else if core.Greetings() >= core.Quorum() {
-					b, err := core.Campaign()
-					if err != nil {
-						return 0, err
-					}
-					for i := range sks {
-						if sks[i].out != nil {
-							sks[i].voting = true
-							send(i, &proto.RequestVote{Candidate: b})
-						}
-					}
-				}
-				continue
-			}
-			if ev.gen != s.gen {
-				continue
-			}
-			if ev.err != nil {
-				cfg.Logger.Warn("safekeeper disconnected", "safekeeper", cfg.Safekeepers[ev.sk], "err", ev.err)
-				if s.out != nil {
-					close(s.out)
-				}
-				stopCopy(ev.sk)
-				*s = skSync{gen: -1}
-				core.Disconnected(ev.sk)
-				continue
-			}
-			switch m := ev.msg.(type) {
-			case *proto.VoteResponse:
-				if m.VotedFor != core.Ballot() {
-					_, err := core.Voted(ev.sk, m, nil)
-					return 0, err
-				}
-				s.pending = m
-			case *proto.SafeKeeperInfo:
-				if s.pending == nil {
-					return 0, fmt.Errorf("proposer: safekeeper %s sent SafeKeeperInfo out of order", cfg.Safekeepers[ev.sk])
-				}
-				quorum, err := core.Voted(ev.sk, s.pending, m)
-				s.pending = nil
-				if err != nil {
-					return 0, err
-				}
-				if core.Election() != nil {
-					start(ev.sk)
-				} else if quorum {
-					e, err := core.Elect(^proto.LSN(0), 0)
-					if err != nil {
-						return 0, err
-					}
-					target = e.TermStartLSN
-					cfg.Logger.Info("elected", "term", e.Term, "donor", cfg.Safekeepers[e.Donor], "end_of_wal", target)
-					for i := range sks {
-						if sks[i].out != nil && sks[i].voting && sks[i].pending == nil && !sks[i].elected {
-							if core.Granted(i) {
-								start(i)
-							}
-						}
-					}
-				}
-			case *proto.SafeKeeperResponse:
-				s.inflight--
-				if _, err := core.Response(ev.sk, m); err != nil {
-					return 0, err
-				}
-				if s.behind {
-					feed(ev.sk)
-					continue
-				}
-				if m.CommitLSN >= target {
-					s.synced = true
-				} else if core.CommitLSN() >= target && s.inflight == 0 {
-					s.inflight++
-					send(ev.sk, core.Request(m.FlushLSN, nil)) // carry the commit_lsn
-				}
-				if done() {
-					return target, nil
-				}
-				// The first heartbeats may have raced the commit decision:
-				// send the commit to everyone that has the WAL.
-				if core.CommitLSN() >= target {
-					for i := range sks {
-						if sks[i].elected && !sks[i].behind && !sks[i].synced && sks[i].inflight == 0 {
-							sks[i].inflight++
-							send(i, core.Request(target, nil))
-						}
-					}
-				}
-			}
+		if y.sks[i].copyID != 0 {
+			behind++
 		}
 	}
+	return fmt.Errorf("%w: commit_lsn %s confirmed by %d of %d safekeepers (quorum %d), %d still copying WAL from the donor, at the timeout",
+		ErrSyncIncomplete, y.target, synced, core.N(), core.Quorum(), behind)
+}
+
+// WAL is the session's WALSource: the donor's WAL below the target, from
+// safekeeper i's copy stream (started here when it has none).
+func (y *syncer) WAL(i int, lsn proto.LSN, max int) []byte {
+	s := &y.sks[i]
+	if lsn >= y.target {
+		return nil
+	}
+	if s.copyID == 0 {
+		y.startCopy(i, lsn)
+		return nil
+	}
+	c := s.chunk
+	if c == nil {
+		return nil
+	}
+	end := c.start + proto.LSN(len(c.wal))
+	if c.start > lsn {
+		y.cfg.Logger.Error("WAL copy from the donor skipped bytes", "safekeeper", y.cfg.Safekeepers[i], "chunk", c.start, "want", lsn)
+		y.stopCopy(i)
+		return nil
+	}
+	var d []byte
+	if end > lsn {
+		d = c.wal[lsn-c.start:]
+		d = d[:min(len(d), max, int(y.target-lsn))]
+	}
+	if sent := lsn + proto.LSN(len(d)); sent >= end || sent >= y.target {
+		close(c.ack)
+		s.chunk = nil
+		if sent >= y.target {
+			y.stopCopy(i)
+			y.cfg.Logger.Info("safekeeper has the donor's WAL", "safekeeper", y.cfg.Safekeepers[i], "end_of_wal", y.target)
+		}
+	}
+	return d
+}
+
+// End is the donor's end of WAL (WALSource).
+func (y *syncer) End() proto.LSN { return y.target }
+
+func (y *syncer) startCopy(i int, from proto.LSN) {
+	e := y.sess.Core().Election()
+	y.copyIDs++
+	cctx, stop := context.WithCancel(y.ctx)
+	y.sks[i].copyID, y.sks[i].copyStop = y.copyIDs, stop
+	y.cfg.Logger.Info("copying WAL from the donor", "safekeeper", y.cfg.Safekeepers[i],
+		"donor", y.cfg.Safekeepers[e.Donor], "from", from, "to", y.target)
+	y.copyWG.Add(1)
+	go func(id int) {
+		defer y.copyWG.Done()
+		copyFromDonor(cctx, y.cfg, y.cfg.Safekeepers[e.Donor], e.Term, from, y.target, i, id, y.copies)
+	}(y.copyIDs)
+}
+
+func (y *syncer) stopCopy(i int) {
+	s := &y.sks[i]
+	if s.copyStop != nil {
+		s.copyStop()
+	}
+	if s.chunk != nil {
+		close(s.chunk.ack)
+	}
+	s.copyID, s.copyStop, s.chunk = 0, nil, nil
+}
+
+// onCopy takes a chunk (or the failure) of a copy stream; a failed stream
+// is restarted by the next pump, where the safekeeper's pipeline ends.
+func (y *syncer) onCopy(c copyChunk) Ready {
+	s := &y.sks[c.sk]
+	if c.id != s.copyID {
+		if c.ack != nil {
+			close(c.ack)
+		}
+		return Ready{}
+	}
+	if c.err != nil {
+		y.cfg.Logger.Warn("WAL copy from the donor failed; retrying", "safekeeper", y.cfg.Safekeepers[c.sk], "err", c.err)
+		y.stopCopy(c.sk)
+		return Ready{}
+	}
+	s.chunk = &c
+	return y.sess.Pump(c.sk)
 }
 
 // copyChunk is one piece of the donor's WAL (or the copy stream's failure)

@@ -111,8 +111,8 @@ func (c *checker) check() {
 		if s.up() {
 			// The acceptor's state is its durable state: it commits
 			// before it changes (style rule 3).
-			if a := s.acc.State(); !sameState(&a, &st) && !c.w.cfg.NoReplyDurabilityCheck {
-				w.failf("invariant 7 (decisions are durable before use): sk%d acts on state voted_for %s flush %s commit %s, its disk has voted_for %s flush %s commit %s",
+			if a := s.sess.State(); !sameState(&a, &st) && !c.w.cfg.NoReplyDurabilityCheck {
+				w.violate(InvPersistThenReply, "invariant 7 (decisions are durable before use): sk%d acts on state voted_for %s flush %s commit %s, its disk has voted_for %s flush %s commit %s",
 					i, a.VotedFor, a.FlushLSN, a.CommitLSN, st.VotedFor, st.FlushLSN, st.CommitLSN)
 				return
 			}
@@ -136,19 +136,19 @@ func (c *checker) checkSK(i int, s *server, st *acceptor.State) {
 	// survives crashes, so this covers restarts); truncate_lsn ≤ commit_lsn;
 	// voted_for.term never decreases.
 	if st.CommitLSN > st.FlushLSN {
-		w.failf("invariant 3 (commit_lsn ≤ flush_lsn): sk%d commit_lsn %s above flush_lsn %s", i, st.CommitLSN, st.FlushLSN)
+		w.violate(InvCommitBounds, "invariant 3 (commit_lsn ≤ flush_lsn): sk%d commit_lsn %s above flush_lsn %s", i, st.CommitLSN, st.FlushLSN)
 		return
 	}
 	if st.CommitLSN < seen.commit {
-		w.failf("invariant 3 (commit_lsn never decreases): sk%d commit_lsn went from %s to %s", i, seen.commit, st.CommitLSN)
+		w.violate(InvCommitBounds, "invariant 3 (commit_lsn never decreases): sk%d commit_lsn went from %s to %s", i, seen.commit, st.CommitLSN)
 		return
 	}
 	if st.TruncateLSN > st.CommitLSN {
-		w.failf("invariant 3: sk%d truncate_lsn %s above commit_lsn %s", i, st.TruncateLSN, st.CommitLSN)
+		w.violate(InvCommitBounds, "invariant 3: sk%d truncate_lsn %s above commit_lsn %s", i, st.TruncateLSN, st.CommitLSN)
 		return
 	}
 	if st.VotedFor.Term < seen.voted.Term {
-		w.failf("invariant 2 (votes are never forgotten): sk%d voted_for went from %s to %s", i, seen.voted, st.VotedFor)
+		w.violate(InvOneProposerPerTerm, "invariant 2 (votes are never forgotten): sk%d voted_for went from %s to %s", i, seen.voted, st.VotedFor)
 		return
 	}
 	// 5. term histories strictly ascend, start where the timeline starts,
@@ -156,12 +156,12 @@ func (c *checker) checkSK(i int, s *server, st *acceptor.State) {
 	histChanged := !st.History.Equal(seen.hist)
 	if histChanged {
 		if err := c.checkHistory(st.History, st.TimelineStartLSN); err != nil {
-			w.failf("invariant 5 (term histories ascend): sk%d: %v", i, err)
+			w.violate(InvHistories, "invariant 5 (term histories ascend): sk%d: %v", i, err)
 			return
 		}
 	}
 	if st.History.LastTerm() > st.VotedFor.Term {
-		w.failf("invariant 5: sk%d history ends with term %d above voted_for %s", i, st.History.LastTerm(), st.VotedFor)
+		w.violate(InvHistories, "invariant 5: sk%d history ends with term %d above voted_for %s", i, st.History.LastTerm(), st.VotedFor)
 		return
 	}
 	// 1. No acceptor drops committed WAL it holds: flush_lsn only moves
@@ -176,7 +176,7 @@ func (c *checker) checkSK(i int, s *server, st *acceptor.State) {
 	if st.FlushLSN < seen.flush {
 		held := min(seen.flush, c.committedBy(st.History.LastTerm()), diverge(seen.hist, c.commitHist))
 		if st.FlushLSN < held || st.FlushLSN < seen.commit {
-			w.failf("invariant 1 (committed WAL is never truncated): sk%d flush_lsn went from %s to %s in term %d, dropping WAL committed below %s (its commit_lsn %s)",
+			w.violate(InvCommittedWAL, "invariant 1 (committed WAL is never truncated): sk%d flush_lsn went from %s to %s in term %d, dropping WAL committed below %s (its commit_lsn %s)",
 				i, seen.flush, st.FlushLSN, st.History.LastTerm(), max(held, seen.commit), seen.commit)
 			return
 		}
@@ -184,7 +184,7 @@ func (c *checker) checkSK(i int, s *server, st *acceptor.State) {
 	// An acknowledged flush_lsn stays until a ProposerElected of a higher
 	// term truncates: the proposer counts it toward commit_lsn (rule 6).
 	if st.FlushLSN < seen.ackFlush && st.History.LastTerm() == seen.ackTerm {
-		w.failf("invariant 1 (acknowledged WAL stays): sk%d acknowledged flush_lsn %s in term %d, now has %s in the same term",
+		w.violate(InvCommittedWAL, "invariant 1 (acknowledged WAL stays): sk%d acknowledged flush_lsn %s in term %d, now has %s in the same term",
 			i, seen.ackFlush, seen.ackTerm, st.FlushLSN)
 		return
 	}
@@ -206,16 +206,16 @@ func (c *checker) checkSK(i int, s *server, st *acceptor.State) {
 	if seen.verified < st.FlushLSN {
 		want, err := w.wal.read(st.History, seen.verified, st.FlushLSN)
 		if err != nil {
-			w.failf("invariant 6 (log matching): sk%d: %v", i, err)
+			w.violate(InvLogMatching, "invariant 6 (log matching): sk%d: %v", i, err)
 			return
 		}
 		got := s.disk.bytes(seen.verified, st.FlushLSN)
 		if got == nil {
-			w.failf("invariant 6: sk%d holds no WAL for %s..%s below its flush_lsn", i, seen.verified, st.FlushLSN)
+			w.violate(InvLogMatching, "invariant 6: sk%d holds no WAL for %s..%s below its flush_lsn", i, seen.verified, st.FlushLSN)
 			return
 		}
 		if k := firstDiff(got, want); k >= 0 {
-			w.failf("invariant 6 (log matching): sk%d byte at %s differs from the WAL of term %d its history names there",
+			w.violate(InvLogMatching, "invariant 6 (log matching): sk%d byte at %s differs from the WAL of term %d its history names there",
 				i, seen.verified+proto.LSN(k), st.History[cover(st.History, seen.verified+proto.LSN(k))].Term)
 			return
 		}
@@ -227,14 +227,14 @@ func (c *checker) checkSK(i int, s *server, st *acceptor.State) {
 	// a losing tail there until the next ProposerElected truncates it).
 	to := min(st.FlushLSN, max(st.CommitLSN, c.committedBy(st.LastLogTerm())))
 	if to > c.commit {
-		w.failf("invariant 4: sk%d commit_lsn %s above everything committed %s", i, st.CommitLSN, c.commit)
+		w.violate(InvAgreement, "invariant 4: sk%d commit_lsn %s above everything committed %s", i, st.CommitLSN, c.commit)
 		return
 	}
 	if seen.agreed < to {
 		got := s.disk.bytes(seen.agreed, to)
 		want := c.committed[seen.agreed-w.tlStart : to-w.tlStart]
 		if k := firstDiff(got, want); k >= 0 || got == nil {
-			w.failf("invariant 4 (all acceptors agree below commit_lsn %s): sk%d differs from the committed WAL at %s",
+			w.violate(InvAgreement, "invariant 4 (all acceptors agree below commit_lsn %s): sk%d differs from the committed WAL at %s",
 				c.commit, i, seen.agreed+proto.LSN(max(k, 0)))
 			return
 		}
@@ -291,10 +291,10 @@ func firstDiff(a, b []byte) int {
 // proposerCommit takes p's commit_lsn into the committed WAL (invariant 1:
 // what was committed under one history never changes under another).
 func (c *checker) proposerCommit(p *simProposer) {
-	if !p.elected() || p.core.CommitLSN() <= c.commit {
+	if !p.elected() || p.sess.Core().CommitLSN() <= c.commit {
 		return
 	}
-	c.raiseCommit(p.core.Ballot().Term, p.core.CommitLSN(), p.core.Election().History, fmt.Sprintf("p%d (term %d)", p.idx, p.core.Ballot().Term))
+	c.raiseCommit(p.sess.Core().Ballot().Term, p.sess.Core().CommitLSN(), p.sess.Core().Election().History, fmt.Sprintf("p%d (term %d)", p.idx, p.sess.Core().Ballot().Term))
 }
 
 // raiseCommit records that WAL below to, following history h, was committed
@@ -303,7 +303,7 @@ func (c *checker) raiseCommit(term uint64, to proto.LSN, h proto.TermHistory, wh
 	w := c.w
 	if c.commit > 0 {
 		if d := diverge(c.commitHist, h); d < c.commit {
-			w.failf("invariant 1 (committed WAL never changes): %s commits up to %s under history %v, which differs at %s from history %v committed up to %s",
+			w.violate(InvCommittedWAL, "invariant 1 (committed WAL never changes): %s commits up to %s under history %v, which differs at %s from history %v committed up to %s",
 				who, to, h, d, c.commitHist, c.commit)
 			return
 		}
@@ -311,7 +311,7 @@ func (c *checker) raiseCommit(term uint64, to proto.LSN, h proto.TermHistory, wh
 	from := max(c.commit, w.tlStart)
 	more, err := w.wal.read(h, from, to)
 	if err != nil {
-		w.failf("invariant 6: %s committed WAL that was never written: %v", who, err)
+		w.violate(InvLogMatching, "invariant 6: %s committed WAL that was never written: %v", who, err)
 		return
 	}
 	c.committed = append(c.committed, more...)
@@ -320,31 +320,40 @@ func (c *checker) raiseCommit(term uint64, to proto.LSN, h proto.TermHistory, wh
 }
 
 // reply checks a reply at the moment a safekeeper sends it: what it reports
-// is durable (invariant 7: persist, then reply — rules 2 and 6), and a
-// commit_lsn it reports joins the committed WAL.
+// was durable when the session produced it (invariant 7: persist, then
+// reply — rules 2 and 6): it is one of the states the disk held since the
+// server last sent replies. A commit_lsn it reports joins the committed WAL.
 func (c *checker) reply(s *server, m proto.Message) {
-	st := &s.disk.state
 	var voted proto.Ballot
 	var flush, commit proto.LSN
+	response := false
 	switch m := m.(type) {
 	case *proto.SafeKeeperInfo:
 		voted, flush, commit = m.VotedFor, m.FlushLSN, m.CommitLSN
 	case *proto.SafeKeeperResponse:
-		voted, flush, commit = proto.Ballot{Term: m.Term, UUID: st.VotedFor.UUID}, m.FlushLSN, m.CommitLSN
+		voted, flush, commit, response = proto.Ballot{Term: m.Term}, m.FlushLSN, m.CommitLSN, true
 	}
-	if !c.w.cfg.NoReplyDurabilityCheck && (voted != st.VotedFor || flush != st.FlushLSN || commit != st.CommitLSN) {
-		c.w.failf("invariant 7 (persist, then reply): sk%d replies voted_for %s flush %s commit %s; durable: voted_for %s flush %s commit %s",
+	st := &s.disk.state
+	found := false
+	for k := range s.disk.recent {
+		r := &s.disk.recent[k]
+		if (voted == r.VotedFor || response && voted.Term == r.VotedFor.Term) && flush == r.FlushLSN && commit == r.CommitLSN {
+			st, found = r, true
+		}
+	}
+	if !found && !c.w.cfg.NoReplyDurabilityCheck {
+		c.w.violate(InvPersistThenReply, "invariant 7 (persist, then reply): sk%d replies voted_for %s flush %s commit %s; durable: voted_for %s flush %s commit %s",
 			s.idx, voted, flush, commit, st.VotedFor, st.FlushLSN, st.CommitLSN)
 		return
 	}
-	if r, ok := m.(*proto.SafeKeeperResponse); ok && len(c.sks) > 0 {
+	if response && len(c.sks) > 0 {
 		seen := &c.sks[s.idx]
 		// The WAL acknowledged is of the term of its history (a deposed
 		// sender's response carries voted_for.term, a later term).
 		if t := st.History.LastTerm(); t != seen.ackTerm {
 			seen.ackTerm, seen.ackFlush = t, 0
 		}
-		seen.ackFlush = max(seen.ackFlush, r.FlushLSN)
+		seen.ackFlush = max(seen.ackFlush, flush)
 	}
 	if commit > c.commit {
 		c.raiseCommit(st.History.LastTerm(), commit, st.History, fmt.Sprintf("sk%d", s.idx))
@@ -383,20 +392,25 @@ func (c *checker) granted(s *server, b proto.Ballot) {
 		}
 	}
 	if len(winners) > 1 {
-		w.failf("invariant 2 (at most one proposer per term): term %d granted by a quorum to both %s and %s", b.Term, winners[0], winners[1])
+		w.violate(InvOneProposerPerTerm, "invariant 2 (at most one proposer per term): term %d granted by a quorum to both %s and %s", b.Term, winners[0], winners[1])
 	}
-	if !c.w.cfg.NoReplyDurabilityCheck && s.disk.state.VotedFor != b {
-		w.failf("invariant 7 (persist, then reply): sk%d grants %s, its disk says voted_for %s", s.idx, b, s.disk.state.VotedFor)
+	durable := false
+	for _, r := range s.disk.recent {
+		durable = durable || r.VotedFor == b
+	}
+	if !c.w.cfg.NoReplyDurabilityCheck && !durable {
+		w.violate(InvPersistThenReply, "invariant 7 (persist, then reply): sk%d grants %s, its disk says voted_for %s", s.idx, b, s.disk.state.VotedFor)
 	}
 }
 
 // elected checks an election when it happens: one winner per term, and
 // leader completeness — the new term starts at or above everything
 // committed and its history agrees with the committed history below that.
-func (c *checker) elected(p *simProposer, e *proposer.Election) error {
+func (c *checker) elected(p *simProposer, e *proposer.Election) bool {
 	c.elections++
 	if u, ok := c.electedBy[e.Term]; ok && u != p.uuid {
-		return fmt.Errorf("invariant 2 (at most one proposer per term): term %d won by %s and by %s", e.Term, u, p.uuid)
+		c.w.violate(InvOneProposerPerTerm, "invariant 2 (at most one proposer per term): term %d won by %s and by %s", e.Term, u, p.uuid)
+		return false
 	}
 	c.electedBy[e.Term] = p.uuid
 	// A proposer elected in a term below one that already committed is
@@ -404,12 +418,14 @@ func (c *checker) elected(p *simProposer, e *proposer.Election) error {
 	// above must carry everything committed before it.
 	before := c.committedBy(e.Term - 1)
 	if e.TermStartLSN < before {
-		return fmt.Errorf("invariant 1 (committed WAL is never truncated): p%d elected in term %d starts its WAL at %s, below %s committed in earlier terms (donor sk%d)",
+		c.w.violate(InvCommittedWAL, "invariant 1 (committed WAL is never truncated): p%d elected in term %d starts its WAL at %s, below %s committed in earlier terms (donor sk%d)",
 			p.idx, e.Term, e.TermStartLSN, before, e.Donor)
+		return false
 	}
 	if d := diverge(c.commitHist, e.History); d < before {
-		return fmt.Errorf("invariant 1 (committed WAL never changes): p%d elected in term %d with history %v, which differs at %s from the committed history %v (committed before it: %s)",
+		c.w.violate(InvCommittedWAL, "invariant 1 (committed WAL never changes): p%d elected in term %d with history %v, which differs at %s from the committed history %v (committed before it: %s)",
 			p.idx, e.Term, e.History, d, c.commitHist, before)
+		return false
 	}
-	return nil
+	return true
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"reflect"
 
@@ -23,7 +24,17 @@ type disk struct {
 	wal   []byte
 	// staged since the last Commit
 	staged []diskOp
+	// recent are the states durable at some moment since the server last
+	// sent replies (the state then, and every commit since): a reply must
+	// report one of them (invariant 7).
+	recent []acceptor.State
+	// full makes every commit fail (and drop what was staged for it), as
+	// on a disk with no space left: a fault of the world.
+	full bool
 }
+
+// errDiskFull is what a full disk's commits fail with.
+var errDiskFull = errors.New("sim: no space left on device")
 
 type diskOp struct {
 	truncate bool
@@ -34,8 +45,12 @@ type diskOp struct {
 var _ acceptor.Storage = (*disk)(nil)
 
 func newDisk(st acceptor.State) *disk {
-	return &disk{mem: acceptor.NewMemStorage(st), state: st.Clone(), start: st.TimelineStartLSN}
+	return &disk{mem: acceptor.NewMemStorage(st), state: st.Clone(), start: st.TimelineStartLSN, recent: []acceptor.State{st.Clone()}}
 }
+
+// settle forgets the recent states but the current one: the server sent
+// what it had to send.
+func (d *disk) settle() { d.recent = append(d.recent[:0], d.state) }
 
 func (d *disk) WriteWAL(lsn proto.LSN, data []byte) error {
 	if err := d.mem.WriteWAL(lsn, data); err != nil {
@@ -54,6 +69,9 @@ func (d *disk) TruncateWAL(lsn proto.LSN) error {
 }
 
 func (d *disk) Commit(s acceptor.State) error {
+	if d.full {
+		d.mem.FailCommit = errDiskFull
+	}
 	if err := d.mem.Commit(s); err != nil {
 		d.staged = nil
 		return err
@@ -75,8 +93,12 @@ func (d *disk) Commit(s acceptor.State) error {
 	}
 	d.staged = nil
 	d.state = s.Clone()
+	d.recent = append(d.recent, d.state)
 	return nil
 }
+
+// Load returns the durable state.
+func (d *disk) Load() (acceptor.State, error) { return d.mem.Load() }
 
 // crash is kill -9: everything staged is lost.
 func (d *disk) crash() {

@@ -1,7 +1,5 @@
 package sim
 
-import "github.com/safekeeper/safekeeper/proto"
-
 // The in-memory network. A connection is a TCP connection between a
 // proposer and a safekeeper: each direction delivers its frames in order,
 // never reorders, loses or duplicates within the connection on its own —
@@ -30,17 +28,6 @@ type frame struct {
 	err     string // safekeeper → proposer: ErrorResponse, then close
 }
 
-type pushState int
-
-// Per-connection order of the WAL push protocol, as the server's readLoop
-// checks it (cmd/safekeeper/server/walpush.go).
-const (
-	pushWantServerInfo pushState = iota
-	pushWantVote
-	pushWantElected
-	pushStreaming
-)
-
 type conn struct {
 	id   int
 	p, s int // proposer and safekeeper index
@@ -52,10 +39,10 @@ type conn struct {
 	// how old messages arrive late, after a newer connection's.
 	speed int
 
-	// server side (the server's pushConn)
-	order  pushState
-	ballot proto.Ballot // granted on this connection
-	dead   bool         // failed: nothing more from it is processed
+	// server side: dead once the safekeeper answered an error (it reads
+	// nothing more but the end of the stream); eofQueued once that end is
+	// in toSK.
+	dead, eofQueued bool
 }
 
 func (c *conn) closed() bool { return !c.pOpen && !c.sOpen }

@@ -1,31 +1,34 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
-// simProposer is a walproposer reduced to its decisions: proposer.Core makes
-// them, and this driver does what proposer/driver.go does around it, step
-// for step — greet every safekeeper, campaign once a quorum greeted, ask each
-// greeted one for its vote, elect on a quorum of grants, send each voter its
-// ProposerElected, stream WAL in requests of at most 128 KiB with a bounded
-// number in flight, send heartbeats carrying commit_lsn, forget a
-// connection's state when it breaks and redo greeting, vote and
-// ProposerElected on the next one. A refused vote or no election in time ends
-// the session; the next session campaigns above every term it saw. Deposed,
-// the real driver stops; here the proposer is "restarted by its operator"
-// a while later, which is how competing proposers keep rising terms.
+// simProposer is a walproposer whose every decision is the real
+// proposer.Session's (and so proposer.Core's): campaigning once a quorum
+// greeted, asking each greeted safekeeper for its vote, electing on a
+// quorum of grants, ProposerElected, streaming WAL with a bounded number of
+// requests in flight, heartbeats carrying commit_lsn, dropping a connection
+// that breaks the protocol. What is left here is the driver's IO, in
+// simulation: connecting and greeting (proposer/safekeepers.go), the WAL
+// source (its own term's WAL, in requests of random size), the election
+// timeout, and — where the real driver stops when deposed — being
+// "restarted by its operator" a while later, which is how competing
+// proposers keep rising terms.
 type simProposer struct {
 	w    *World
 	idx  int
 	uuid proto.ID
 
 	lastTerm  uint64 // highest term any earlier session saw
-	core      *proposer.Core
+	sess      *proposer.Session
 	links     []*link
 	log       *termLog // own term's WAL, after the election
 	deadline  int      // step by which the session must be elected
@@ -33,38 +36,28 @@ type simProposer struct {
 	stopped   bool     // liveness phase: this proposer no longer runs
 }
 
-type linkPhase int
-
-const (
-	linkDown linkPhase = iota
-	linkGreeting
-	linkGreeted
-	linkVoting
-	linkStreaming
-	linkParked // cannot join this term (ErrCannotJoin)
-)
-
+// link is the connection to one safekeeper.
 type link struct {
-	c           *conn
-	phase       linkPhase
-	pendingVote *proto.VoteResponse
-	sent        proto.LSN // end of WAL sent in this term
-	inflight    int
-	lastSend    int // step
-	sentCommit  proto.LSN
-	sentTrunc   proto.LSN
+	c        *conn // nil while down
+	greeting bool  // ServerInfo sent, its SafeKeeperInfo not yet received
 }
 
 const maxInFlight = 4
 
-func (p *simProposer) active() bool { return p.core != nil }
+func (p *simProposer) active() bool { return p.sess != nil }
 
-func (p *simProposer) elected() bool { return p.core != nil && p.core.Election() != nil }
+func (p *simProposer) elected() bool { return p.sess != nil && p.sess.Core().Election() != nil }
 
 // startSession begins a new term: connect to every safekeeper.
 func (p *simProposer) startSession() {
-	p.core = proposer.NewCore(len(p.w.sks), p.uuid)
-	p.core.ObserveTerm(p.lastTerm)
+	names := make([]string, len(p.w.sks))
+	for i := range names {
+		names[i] = fmt.Sprintf("sk%d", i)
+	}
+	p.sess = proposer.NewSession(proposer.SessionConfig{
+		Names: names, UUID: p.uuid, LastTerm: p.lastTerm, MaxInFlight: maxInFlight,
+		HeartbeatInterval: 50 * stepTime, Logger: slog.New(&countingHandler{w: p.w, who: fmt.Sprintf("p%d", p.idx)}),
+	}, p)
 	p.log = nil
 	p.links = make([]*link, len(p.w.sks))
 	for i := range p.links {
@@ -80,16 +73,19 @@ func (p *simProposer) startSession() {
 // endSession closes every connection; the next session starts after idle
 // steps.
 func (p *simProposer) endSession(why error, idle int) {
-	if p.core == nil {
+	if p.sess == nil {
 		return
 	}
-	p.w.tracef("p%d: session of term %d ends: %v", p.idx, p.core.Ballot().Term, why)
-	p.lastTerm = max(p.lastTerm, p.core.MaxTermSeen())
-	for i := range p.links {
-		p.close(i)
+	p.w.tracef("p%d: session of term %d ends: %v", p.idx, p.sess.Core().Ballot().Term, why)
+	p.lastTerm = max(p.lastTerm, p.sess.Core().MaxTermSeen())
+	for i, l := range p.links {
+		if l.c != nil {
+			p.w.closeByProposer(l.c)
+		}
+		p.links[i] = &link{}
 	}
 	p.w.chk.proposerCommit(p) // last look at what it committed
-	p.core, p.links, p.log = nil, nil, nil
+	p.sess, p.links, p.log = nil, nil, nil
 	p.idleUntil = p.w.step + idle
 }
 
@@ -100,32 +96,38 @@ func (p *simProposer) connect(i int) {
 		return // a connection to a down host fails at once
 	}
 	l.c = p.w.dial(p.idx, i)
-	l.phase = linkGreeting
-	p.send(l, &p.w.serverInfo)
+	l.greeting = true
+	p.send(i, &p.w.serverInfo)
 }
 
-// close closes the proposer's end of link i's connection: what it sent is
-// still delivered, then the safekeeper sees EOF.
+// close closes the proposer's end of link i's connection (what it sent is
+// still delivered, then the safekeeper sees EOF) and tells the session.
 func (p *simProposer) close(i int) {
+	p.closeConn(i)
+	p.sess.Disconnected(i)
+}
+
+// closeConn closes link i's connection without telling the session (it
+// asked for it, and already forgot the connection).
+func (p *simProposer) closeConn(i int) {
 	l := p.links[i]
 	if l.c != nil {
 		p.w.closeByProposer(l.c)
 	}
-	p.disconnected(i)
+	l.c, l.greeting = nil, false
 }
 
-// disconnected is driver.disconnect: forget the connection's state.
+// disconnected is the connection of link i breaking under the proposer.
 func (p *simProposer) disconnected(i int) {
 	l := p.links[i]
-	l.c, l.phase, l.pendingVote, l.inflight = nil, linkDown, nil, 0
-	p.core.Disconnected(i)
+	l.c, l.greeting = nil, false
+	p.sess.Disconnected(i)
 }
 
-func (p *simProposer) send(l *link, m proto.Message) {
-	if l.c == nil {
-		return
+func (p *simProposer) send(i int, m proto.Message) {
+	if c := p.links[i].c; c != nil {
+		c.toSK = append(c.toSK, frame{payload: m.Encode(nil)})
 	}
-	l.c.toSK = append(l.c.toSK, frame{payload: m.Encode(nil)})
 }
 
 // receive handles the next frame from safekeeper i on connection c.
@@ -146,11 +148,41 @@ func (p *simProposer) receive(c *conn, f frame) {
 	}
 	m, err := proto.DecodeSafeKeeperMessage(f.payload)
 	if err != nil {
-		p.w.failf("p%d: undecodable message from sk%d: %v", p.idx, i, err)
+		p.w.violate(Harness, "p%d: undecodable message from sk%d: %v", p.idx, i, err)
 		return
 	}
-	if err := p.handle(i, l, m); err != nil {
+	if l.greeting {
+		// The connection layer's greeting, as proposer/safekeepers.go.
+		info, ok := m.(*proto.SafeKeeperInfo)
+		if !ok {
+			p.w.tracef("p%d: sk%d answered the greeting with %T; dropping the connection", p.idx, i, m)
+			p.closeConn(i)
+			return
+		}
+		l.greeting = false
+		p.act(p.sess.Greeted(i, info))
+		return
+	}
+	p.act(p.sess.Receive(i, m))
+}
+
+// act carries out what the session decided.
+func (p *simProposer) act(r proposer.Ready, err error) {
+	if err != nil {
 		p.sessionError(err)
+		return
+	}
+	for _, m := range r.Sends {
+		p.send(m.To, m.Msg)
+	}
+	for _, i := range r.Drop {
+		p.closeConn(i)
+	}
+	if r.Advanced {
+		p.w.chk.proposerCommit(p)
+	}
+	if r.Elect {
+		p.elect()
 	}
 }
 
@@ -165,127 +197,49 @@ func (p *simProposer) sessionError(err error) {
 	p.endSession(err, idle)
 }
 
-func (p *simProposer) handle(i int, l *link, m proto.Message) error {
-	switch m := m.(type) {
-	case *proto.SafeKeeperInfo:
-		switch {
-		case l.phase == linkGreeting:
-			l.phase = linkGreeted
-			if err := p.core.Greeted(i, m); err != nil {
-				return err
-			}
-			if p.core.Ballot().Term != 0 {
-				p.requestVote(l)
-				return nil
-			}
-			if p.core.Greetings() >= p.core.Quorum() {
-				b, err := p.core.Campaign()
-				if err != nil {
-					return err
-				}
-				p.w.tracef("p%d: campaigning with %s", p.idx, b)
-				for _, o := range p.links {
-					if o.phase == linkGreeted {
-						p.requestVote(o)
-					}
-				}
-			}
-			return nil
-		case l.pendingVote != nil:
-			v := l.pendingVote
-			l.pendingVote = nil
-			quorum, err := p.core.Voted(i, v, m)
-			if err != nil {
-				return err
-			}
-			if p.core.Election() != nil {
-				p.startSafekeeper(i)
-				return nil
-			}
-			if quorum {
-				return p.elect()
-			}
-			return nil
-		}
-	case *proto.VoteResponse:
-		if l.phase != linkVoting || l.pendingVote != nil {
-			break
-		}
-		if m.VotedFor != p.core.Ballot() {
-			_, err := p.core.Voted(i, m, nil)
-			return err
-		}
-		l.pendingVote = m
-		return nil
-	case *proto.SafeKeeperResponse:
-		if l.phase != linkStreaming || l.inflight == 0 {
-			break
-		}
-		l.inflight--
-		advanced, err := p.core.Response(i, m)
-		if err != nil {
-			return err
-		}
-		if advanced {
-			p.w.chk.proposerCommit(p)
-		}
-		p.pump(i)
-		return nil
-	}
-	p.w.tracef("p%d: unexpected %T from sk%d; dropping the connection", p.idx, m, i)
-	p.close(i)
-	return nil
-}
-
-func (p *simProposer) requestVote(l *link) {
-	l.phase = linkVoting
-	p.send(l, &proto.RequestVote{Candidate: p.core.Ballot()})
-}
-
 // elect decides the election and opens this term's WAL at term_start_lsn.
-func (p *simProposer) elect() error {
-	e, err := p.core.Elect(^proto.LSN(0), p.w.tlStart)
+func (p *simProposer) elect() {
+	e, r, err := p.sess.Elect(^proto.LSN(0), p.w.tlStart)
 	if err != nil {
-		return err
+		p.sessionError(err)
+		return
 	}
-	p.w.count("p: elected")
-	p.w.tracef("p%d: elected %s donor sk%d term_start %s history %v", p.idx, p.core.Ballot(), e.Donor, e.TermStartLSN, e.History)
-	if err := p.w.chk.elected(p, e); err != nil {
-		p.w.failf("%v", err)
-		return nil
+	p.w.tracef("p%d: elected %s donor sk%d term_start %s history %v", p.idx, p.sess.Core().Ballot(), e.Donor, e.TermStartLSN, e.History)
+	if !p.w.chk.elected(p, e) {
+		return
 	}
 	prev, err := p.w.wal.prevRecord(e.History, e.TermStartLSN)
 	if err != nil {
-		p.w.failf("p%d elected with term_start_lsn %s: %v", p.idx, e.TermStartLSN, err)
-		return nil
-	}
-	p.log = p.w.wal.startTerm(e.Term, e.TermStartLSN, prev)
-	for i, l := range p.links {
-		if l.phase == linkVoting && p.core.Granted(i) {
-			p.startSafekeeper(i)
-		}
-	}
-	return nil
-}
-
-// startSafekeeper sends ProposerElected to a safekeeper that granted the
-// elected ballot on its current connection.
-func (p *simProposer) startSafekeeper(i int) {
-	l := p.links[i]
-	pe, err := p.core.ProposerElected(i)
-	if err != nil {
-		p.w.count("p: safekeeper cannot join")
-		p.w.tracef("p%d: sk%d cannot join: %v", p.idx, i, err)
-		l.phase = linkParked
+		p.w.violate(InvLogMatching, "p%d elected with term_start_lsn %s: %v", p.idx, e.TermStartLSN, err)
 		return
 	}
-	p.send(l, pe)
-	l.phase, l.sent = linkStreaming, pe.StartStreamingAt
-	l.sentCommit, l.sentTrunc = 0, 0
-	p.pump(i)
+	p.log = p.w.wal.startTerm(e.Term, e.TermStartLSN, prev)
+	p.act(r, nil)
+	p.act(p.sess.PumpAll(), nil)
 }
 
-// walEnd is the end of the WAL this proposer can stream.
+// WAL is the session's WAL source: this term's WAL in requests of random
+// size (1 byte .. max), so requests end inside records and page headers.
+func (p *simProposer) WAL(_ int, lsn proto.LSN, limit int) []byte {
+	end := p.walEnd()
+	if lsn >= end {
+		return nil
+	}
+	n := min(end-lsn, proto.LSN(1+p.w.rng.IntN(limit)))
+	if p.w.rng.IntN(4) == 0 {
+		n = min(end-lsn, proto.LSN(limit))
+	}
+	wal, err := p.w.wal.read(p.sess.Core().Election().History, lsn, lsn+n)
+	if err != nil {
+		p.w.violate(Harness, "p%d: its own history cannot be read: %v", p.idx, err)
+		return nil
+	}
+	return wal
+}
+
+// End is the end of the WAL this proposer can stream (WAL source).
+func (p *simProposer) End() proto.LSN { return p.walEnd() }
+
 func (p *simProposer) walEnd() proto.LSN {
 	if p.log == nil {
 		return 0
@@ -293,58 +247,15 @@ func (p *simProposer) walEnd() proto.LSN {
 	return p.log.end()
 }
 
-// pump sends WAL to a streaming safekeeper while its pipeline has room. The
-// request size is random (1 byte .. 128 KiB), so requests end inside
-// records and inside page headers.
-func (p *simProposer) pump(i int) {
-	l := p.links[i]
-	if l.phase != linkStreaming {
-		return
-	}
-	for l.inflight < maxInFlight && l.sent < p.walEnd() {
-		n := min(p.walEnd()-l.sent, proto.LSN(1+p.w.rng.IntN(proto.MaxWALPerRequest)))
-		if p.w.rng.IntN(4) == 0 {
-			n = min(p.walEnd()-l.sent, proto.MaxWALPerRequest)
-		}
-		wal, err := p.w.wal.read(p.core.Election().History, l.sent, l.sent+n)
-		if err != nil {
-			p.w.failf("p%d: its own history cannot be read: %v", p.idx, err)
-			return
-		}
-		p.sendRequest(l, wal)
-	}
-}
-
-func (p *simProposer) sendRequest(l *link, wal []byte) {
-	req := p.core.Request(l.sent, wal)
-	p.send(l, req)
-	l.sent = req.EndLSN
-	l.inflight++
-	l.lastSend = p.w.step
-	l.sentCommit, l.sentTrunc = req.CommitLSN, req.TruncateLSN
-}
-
-// tick is driver.onTick: heartbeats to idle safekeepers when commit_lsn or
-// truncate_lsn moved or nothing was sent for a while; the election timeout.
+// tick is the driver's timer: the session's heartbeats, and the election
+// timeout.
 func (p *simProposer) tick() {
-	if !p.elected() {
-		if p.w.step > p.deadline {
-			p.w.count("p: election timeout")
-			p.endSession(fmt.Errorf("%w: not elected in time", proposer.ErrNoQuorum), 1+p.w.rng.IntN(20))
-		}
+	if !p.elected() && p.w.step > p.deadline {
+		p.w.count("p: election timeout")
+		p.endSession(fmt.Errorf("%w: not elected in time", proposer.ErrNoQuorum), 1+p.w.rng.IntN(20))
 		return
 	}
-	commit, trunc := p.core.CommitLSN(), p.core.TruncateLSN()
-	for i, l := range p.links {
-		if l.phase != linkStreaming {
-			continue
-		}
-		p.pump(i)
-		if l.sent >= p.walEnd() && l.inflight < maxInFlight &&
-			(p.w.step-l.lastSend >= 50 || l.sentCommit != commit || l.sentTrunc != trunc) {
-			p.sendRequest(l, nil)
-		}
-	}
+	p.act(p.sess.Tick(p.w.now()), nil)
 }
 
 // generate appends a few records of new WAL (the primary writing) and
@@ -360,7 +271,26 @@ func (p *simProposer) generate() {
 		}
 		p.log.record(n)
 	}
-	for i := range p.links {
-		p.pump(i)
-	}
+	p.act(p.sess.PumpAll(), nil)
 }
+
+// stepTime is the simulated time a step takes (for the session's clock).
+const stepTime = time.Millisecond
+
+// countingHandler turns the session's log into the run's counts and trace:
+// each message counts as "p: <message>".
+type countingHandler struct {
+	w   *World
+	who string
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.w.count("p: " + r.Message)
+	h.w.tracef("%s: %s", h.who, r.Message)
+	return nil
+}
+
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }

@@ -23,13 +23,13 @@ type ruleSK struct {
 	disk *disk
 }
 
-func ruleCluster(t *testing.T, n int, bug acceptor.Bug) []*ruleSK {
+func ruleCluster(t *testing.T, n int) []*ruleSK {
 	t.Helper()
 	var sks []*ruleSK
 	for i := range n {
 		st := acceptor.NewState(&ruleSI)
 		d := newDisk(st)
-		a, err := acceptor.New(acceptor.Config{NodeID: uint64(i + 1), UnsafeTestingBug: bug}, st, d)
+		a, err := acceptor.New(acceptor.Config{NodeID: uint64(i + 1)}, st, d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,72 +121,53 @@ func ruleTerm(t *testing.T, w *walStore, sks []*ruleSK, uuid byte, voters, write
 // removes WAL. The acceptor recomputes the common point itself and refuses
 // a start_streaming_at that differs from it: here, starts the proposer sent
 // on earlier connections (the timeline start, and sk0's commit_lsn), below
-// WAL sk0 acknowledged since. With the check planted away
-// (BugSkipCommonPointCheck) the late message truncates acknowledged WAL.
+// WAL sk0 acknowledged since. (acceptor.TestRule4_LateProposerElectedWithoutTheCheck
+// shows what the check prevents, with it planted away.)
 func TestRuleDuplicateOrLateProposerElectedNeverRemovesWAL(t *testing.T) {
-	for _, bug := range []acceptor.Bug{acceptor.NoBug, acceptor.BugSkipCommonPointCheck} {
-		t.Run(bug.String(), func(t *testing.T) {
-			w := newWALStore(segSize, ruleSI.SystemID)
-			sks := ruleCluster(t, 3, bug)
-			c, pes := ruleTerm(t, w, sks, 0xa1, []int{0, 1, 2}, []int{0, 1, 2}, 40)
-			sk := sks[0]
-			// More WAL to sk0, acknowledged but not yet known committed.
-			log := w.byTerm[c.Ballot().Term]
-			from := log.end()
-			for range 10 {
-				log.record(700)
-			}
-			more, _ := w.read(c.Election().History, from, log.end())
-			if err := sk.acc.Append(c.Request(from, more)); err != nil {
-				t.Fatal(err)
-			}
-			r, _, _ := sk.acc.Flush()
-			before := sk.acc.State()
-			_, _, walBefore := sk.disk.mem.Durable()
-			if before.CommitLSN <= ruleTL || r.FlushLSN != log.end() || before.FlushLSN <= before.CommitLSN {
-				t.Fatalf("setup: flush %s commit %s", before.FlushLSN, before.CommitLSN)
-			}
-			for _, start := range []proto.LSN{pes[0].StartStreamingAt, before.CommitLSN} {
-				late := *pes[0]
-				late.StartStreamingAt = start
-				err := sk.acc.ProposerElected(c.Ballot(), &late)
-				after := sk.acc.State()
-				_, _, walAfter := sk.disk.mem.Durable()
-				if bug == acceptor.BugSkipCommonPointCheck {
-					if start < before.CommitLSN {
-						if !errors.Is(err, acceptor.ErrTruncateCommitted) {
-							t.Fatalf("start %s below commit_lsn: %v, want ErrTruncateCommitted", start, err)
-						}
-						continue
-					}
-					if err != nil || after.FlushLSN != start {
-						t.Fatalf("planted bug: %v, flush %s; want acknowledged WAL truncated to %s", err, after.FlushLSN, start)
-					}
-					continue
-				}
-				if !errors.Is(err, acceptor.ErrCommonPointMismatch) {
-					t.Fatalf("late ProposerElected with start %s: %v, want ErrCommonPointMismatch", start, err)
-				}
-				if !sameState(&before, &after) || !bytes.Equal(walBefore, walAfter) {
-					t.Fatalf("a refused ProposerElected changed the acceptor: flush %s → %s", before.FlushLSN, after.FlushLSN)
-				}
-			}
-			if bug != acceptor.NoBug {
-				return
-			}
-			// A duplicate whose start is the common point (the same
-			// proposer reconnecting) is accepted and removes nothing.
-			dup := *pes[0]
-			dup.StartStreamingAt = before.FlushLSN
-			if err := sk.acc.ProposerElected(c.Ballot(), &dup); err != nil {
-				t.Fatalf("ProposerElected at the common point: %v", err)
-			}
-			_, _, walDup := sk.disk.mem.Durable()
-			n := before.FlushLSN - ruleTL
-			if st := sk.acc.State(); st.FlushLSN != before.FlushLSN || st.CommitLSN != before.CommitLSN || !bytes.Equal(walDup[:n], walBefore[:n]) {
-				t.Fatalf("re-sent ProposerElected removed WAL: flush %s → %s", before.FlushLSN, st.FlushLSN)
-			}
-		})
+	w := newWALStore(segSize, ruleSI.SystemID)
+	sks := ruleCluster(t, 3)
+	c, pes := ruleTerm(t, w, sks, 0xa1, []int{0, 1, 2}, []int{0, 1, 2}, 40)
+	sk := sks[0]
+	// More WAL to sk0, acknowledged but not yet known committed.
+	log := w.byTerm[c.Ballot().Term]
+	from := log.end()
+	for range 10 {
+		log.record(700)
+	}
+	more, _ := w.read(c.Election().History, from, log.end())
+	if err := sk.acc.Append(c.Request(from, more)); err != nil {
+		t.Fatal(err)
+	}
+	r, _, _ := sk.acc.Flush()
+	before := sk.acc.State()
+	_, _, walBefore := sk.disk.mem.Durable()
+	if before.CommitLSN <= ruleTL || r.FlushLSN != log.end() || before.FlushLSN <= before.CommitLSN {
+		t.Fatalf("setup: flush %s commit %s", before.FlushLSN, before.CommitLSN)
+	}
+	for _, start := range []proto.LSN{pes[0].StartStreamingAt, before.CommitLSN} {
+		late := *pes[0]
+		late.StartStreamingAt = start
+		err := sk.acc.ProposerElected(c.Ballot(), &late)
+		after := sk.acc.State()
+		_, _, walAfter := sk.disk.mem.Durable()
+		if !errors.Is(err, acceptor.ErrCommonPointMismatch) {
+			t.Fatalf("late ProposerElected with start %s: %v, want ErrCommonPointMismatch", start, err)
+		}
+		if !sameState(&before, &after) || !bytes.Equal(walBefore, walAfter) {
+			t.Fatalf("a refused ProposerElected changed the acceptor: flush %s → %s", before.FlushLSN, after.FlushLSN)
+		}
+	}
+	// A duplicate whose start is the common point (the same proposer
+	// reconnecting) is accepted and removes nothing.
+	dup := *pes[0]
+	dup.StartStreamingAt = before.FlushLSN
+	if err := sk.acc.ProposerElected(c.Ballot(), &dup); err != nil {
+		t.Fatalf("ProposerElected at the common point: %v", err)
+	}
+	_, _, walDup := sk.disk.mem.Durable()
+	n := before.FlushLSN - ruleTL
+	if st := sk.acc.State(); st.FlushLSN != before.FlushLSN || st.CommitLSN != before.CommitLSN || !bytes.Equal(walDup[:n], walBefore[:n]) {
+		t.Fatalf("re-sent ProposerElected removed WAL: flush %s → %s", before.FlushLSN, st.FlushLSN)
 	}
 }
 
@@ -198,7 +179,7 @@ func TestRuleDuplicateOrLateProposerElectedNeverRemovesWAL(t *testing.T) {
 // truncate committed WAL on sk1.
 func TestRuleDonorIsChosenByLastLogTermNotCurrentTerm(t *testing.T) {
 	w := newWALStore(segSize, ruleSI.SystemID)
-	sks := ruleCluster(t, 3, acceptor.NoBug)
+	sks := ruleCluster(t, 3)
 	// Term 1: everyone gets 5 records; then sk0 alone gets a long tail.
 	c1, _ := ruleTerm(t, w, sks, 0xa1, []int{0, 1, 2}, []int{0, 1, 2}, 5)
 	e1 := c1.Election()

@@ -9,34 +9,121 @@ import (
 )
 
 // server is one simulated safekeeper process with one timeline: the real
-// acceptor on its disk, driven like the server's timeline owner
-// (cmd/safekeeper/server/timeline.go): messages of all connections are
-// handled one at a time; a SafeKeeperRequest is only staged, and its
-// SafeKeeperResponse goes out at the next group flush; every other message
-// first flushes and answers what is staged, so replies stay in order; an
-// error answers with ErrorResponse and closes the connection; a connection
-// that ends (EOF) flushes what it sent.
+// acceptor.Session on its disk. The process around it is only transport,
+// as in the server: decoding a frame (an undecodable one ends the stream,
+// after the session made durable and answered what came before it), the
+// group flush when the world schedules it, and carrying out each Ready
+// (the session's replies and errors, in order). Every decision — message
+// order, flush before reply, the storage-failure path — is the session's.
 type server struct {
 	w    *World
 	idx  int
 	cfg  acceptor.Config
 	disk *disk
-	acc  *acceptor.Acceptor // nil while down
-	// waiting lists, in order, the connection of every staged request.
-	waiting []*conn
+	sess *acceptor.Session // nil while down
+	// conns are the connections the session knows, by id.
+	conns map[acceptor.ConnID]*conn
+	// broken: the session was stopped by a storage failure when last seen.
+	broken bool
 }
 
-func (s *server) up() bool { return s.acc != nil }
+func (s *server) up() bool { return s.sess != nil }
 
-// send queues m to the proposer of c, unless the proposer closed c.
+// receive handles the next frame of c (the head of c.toSK).
+func (s *server) receive(c *conn, f frame) {
+	id := acceptor.ConnID(c.id)
+	if f.eof {
+		// A dropped connection also flushes what was received (rule 7).
+		s.act(s.sess.End(id))
+		delete(s.conns, id)
+		c.sOpen = false
+		return
+	}
+	if c.dead {
+		return
+	}
+	s.conns[id] = c
+	m, err := proto.DecodeProposerMessage(f.payload)
+	if err != nil {
+		s.act(s.sess.End(id))
+		s.fail(c, fmt.Errorf("%w: %w", acceptor.ErrProtocol, err))
+		return
+	}
+	r := s.sess.Step(id, m)
+	ended := false
+	for _, out := range r.Out {
+		ended = ended || out.Conn == id && out.Err != nil
+	}
+	switch m := m.(type) {
+	case *proto.RequestVote:
+		for _, out := range r.Out {
+			if v, ok := out.Msg.(*proto.VoteResponse); ok && out.Conn == id && v.VotedFor == m.Candidate {
+				s.w.chk.granted(s, m.Candidate)
+				s.w.tracef("sk%d conn%d: granted %s", s.idx, c.id, m.Candidate)
+			}
+		}
+	case *proto.ProposerElected:
+		if !ended {
+			s.w.count("sk: ProposerElected accepted")
+			s.w.tracef("sk%d conn%d: ProposerElected term %d start_streaming_at %s accepted", s.idx, c.id, m.Term, m.StartStreamingAt)
+		}
+	}
+	s.act(r)
+}
+
+// flush is the owner's group commit.
+func (s *server) flush() {
+	s.act(s.sess.Flush())
+}
+
+// act carries out a Ready: every reply is checked against the disk at the
+// moment it is sent (invariant 7), then queued to the proposer.
+func (s *server) act(r acceptor.Ready) {
+	switch broken := s.sess.Broken(); {
+	case broken != nil && !s.broken:
+		s.w.count("sk: storage failed")
+		s.w.tracef("sk%d: storage failed: %v", s.idx, broken)
+	case broken == nil && s.broken:
+		s.w.count("sk: rebuilt after a storage failure")
+		s.w.tracef("sk%d: rebuilt from its disk after a storage failure", s.idx)
+	}
+	s.broken = s.sess.Broken() != nil
+	responses := 0
+	for _, out := range r.Out {
+		c := s.conns[out.Conn]
+		if c == nil {
+			continue
+		}
+		if out.Err != nil {
+			s.fail(c, out.Err)
+			continue
+		}
+		switch m := out.Msg.(type) {
+		case *proto.SafeKeeperInfo, *proto.SafeKeeperResponse:
+			s.w.chk.reply(s, m)
+		}
+		if resp, ok := out.Msg.(*proto.SafeKeeperResponse); ok {
+			if responses == 0 {
+				s.w.tracef("sk%d: responses: term %d flush %s commit %s", s.idx, resp.Term, resp.FlushLSN, resp.CommitLSN)
+			}
+			responses++
+		}
+		s.send(c, out.Msg)
+	}
+	s.disk.settle()
+}
+
+// send queues m to the proposer of c, unless either end closed c.
 func (s *server) send(c *conn, m proto.Message) {
-	if !c.pOpen || !c.sOpen {
+	if !c.pOpen || !c.sOpen || c.dead {
 		return
 	}
 	c.toP = append(c.toP, frame{payload: m.Encode(nil)})
 }
 
-// fail answers err and closes c: nothing more it sent is read.
+// fail answers err and closes c: nothing more it sent is read, and the end
+// of its stream reaches the session next (as the server's reader ends once
+// the writer closed the socket), with what was in flight to it lost.
 func (s *server) fail(c *conn, err error) {
 	if c.dead {
 		return
@@ -47,8 +134,10 @@ func (s *server) fail(c *conn, err error) {
 	if c.pOpen && c.sOpen {
 		c.toP = append(c.toP, frame{err: err.Error()})
 	}
-	c.sOpen = false
-	c.toSK = nil
+	if c.sOpen {
+		c.toSK = []frame{{eof: true}}
+		c.eofQueued = true
+	}
 }
 
 func errorClass(err error) string {
@@ -61,136 +150,14 @@ func errorClass(err error) string {
 	return "sk error: other"
 }
 
-// flush is the owner's group commit: commit everything staged and answer
-// every waiting request, in order.
-func (s *server) flush() {
-	resp, n, err := s.acc.Flush()
-	if err != nil {
-		s.w.failf("sk%d: Flush: %v", s.idx, err)
-		return
-	}
-	if n != len(s.waiting) {
-		s.w.failf("sk%d: acceptor answered %d staged requests, %d are waiting", s.idx, n, len(s.waiting))
-		return
-	}
-	if n > 0 {
-		s.w.chk.reply(s, resp)
-		s.w.tracef("sk%d: flush, %d responses: term %d flush %s commit %s", s.idx, n, resp.Term, resp.FlushLSN, resp.CommitLSN)
-	}
-	for _, c := range s.waiting {
-		s.send(c, resp)
-	}
-	s.waiting = s.waiting[:0]
-}
-
-// receive handles the next frame of c (the head of c.toSK).
-func (s *server) receive(c *conn, f frame) {
-	if f.eof {
-		// A dropped connection also flushes what was received (rule 7).
-		s.flush()
-		c.sOpen = false
-		return
-	}
-	if c.dead {
-		return
-	}
-	m, err := proto.DecodeProposerMessage(f.payload)
-	if err != nil {
-		s.fail(c, fmt.Errorf("%w: %v", acceptor.ErrProtocol, err))
-		return
-	}
-	// The reader checks the per-connection order before the owner sees
-	// the message.
-	if err := checkOrder(c, m); err != nil {
-		s.fail(c, err)
-		return
-	}
-	if _, isAppend := m.(*proto.SafeKeeperRequest); !isAppend {
-		s.flush()
-	}
-	switch m := m.(type) {
-	case *proto.ServerInfo:
-		info, err := s.acc.ServerInfo(m)
-		if err != nil {
-			s.fail(c, err)
-			return
-		}
-		s.w.chk.reply(s, info)
-		s.send(c, info)
-	case *proto.RequestVote:
-		verdict, info, err := s.acc.RequestVote(m)
-		if verdict != nil {
-			if err == nil {
-				s.w.chk.granted(s, m.Candidate)
-			}
-			s.send(c, verdict)
-		}
-		if err != nil {
-			s.fail(c, err)
-			return
-		}
-		c.ballot = m.Candidate
-		s.w.chk.reply(s, info)
-		s.send(c, info)
-		s.w.tracef("sk%d conn%d: granted %s (flush %s, last_log_term %d)", s.idx, c.id, m.Candidate, info.FlushLSN, info.LastLogTerm)
-	case *proto.ProposerElected:
-		if err := s.acc.ProposerElected(c.ballot, m); err != nil {
-			s.fail(c, err)
-			return
-		}
-		s.w.count("sk: ProposerElected accepted")
-		s.w.tracef("sk%d conn%d: ProposerElected term %d start_streaming_at %s accepted", s.idx, c.id, m.Term, m.StartStreamingAt)
-	case *proto.SafeKeeperRequest:
-		if err := s.acc.Append(m); err != nil {
-			if errors.Is(err, acceptor.ErrStorage) {
-				s.w.failf("sk%d: storage failed: %v", s.idx, err)
-			}
-			s.fail(c, err)
-			return
-		}
-		s.waiting = append(s.waiting, c)
-	}
-}
-
-func checkOrder(c *conn, m proto.Message) error {
-	want := [...]string{"ServerInfo", "RequestVote", "ProposerElected", "SafeKeeperRequest"}[c.order]
-	bad := func(what string) error {
-		return fmt.Errorf("%w: %s out of order: expected %s", acceptor.ErrProtocol, what, want)
-	}
-	switch m.(type) {
-	case *proto.ServerInfo:
-		if c.order != pushWantServerInfo {
-			return bad("ServerInfo")
-		}
-		c.order = pushWantVote
-	case *proto.RequestVote:
-		if c.order != pushWantVote {
-			return bad("RequestVote")
-		}
-		c.order = pushWantElected
-	case *proto.ProposerElected:
-		if c.order != pushWantElected {
-			return bad("ProposerElected")
-		}
-		c.order = pushStreaming
-	case *proto.SafeKeeperRequest:
-		if c.order != pushStreaming {
-			return bad("SafeKeeperRequest")
-		}
-	default:
-		return bad("message")
-	}
-	return nil
-}
-
 // crash is kill -9: staged writes are lost and every connection ends. What
 // the process had already sent may still reach the proposer (the kernel
 // sends the socket buffer, then FIN) or not (RST): the seed decides, per
 // connection.
 func (s *server) crash() {
 	s.disk.crash()
-	s.acc = nil
-	s.waiting = nil
+	s.sess = nil
+	s.conns = nil
 	for _, c := range s.w.conns {
 		if c.s != s.idx || c.closed() {
 			continue
@@ -205,17 +172,32 @@ func (s *server) crash() {
 	}
 }
 
-// restart rebuilds the acceptor from what is durable on the same disk.
+// restart starts the session again from what is durable on the same disk.
+// On a full disk it starts broken (the session's first write, the cut above
+// flush_lsn, fails) and recovers at a greeting once the disk has room.
 func (s *server) restart() {
 	st, err := s.disk.verify()
 	if err != nil {
-		s.w.failf("sk%d: %v", s.idx, err)
+		s.w.violate(Harness, "sk%d: %v", s.idx, err)
 		return
 	}
-	a, err := acceptor.New(s.cfg, st, s.disk)
+	var store acceptor.Storage = s.disk
+	if s.w.cfg.WrapStorage != nil {
+		store = s.w.cfg.WrapStorage(store)
+	}
+	newSession := acceptor.NewSession
+	if s.w.cfg.NewSession != nil {
+		newSession = s.w.cfg.NewSession
+	}
+	sess, err := newSession(s.cfg, st, store)
 	if err != nil {
-		s.w.failf("sk%d: restart: %v", s.idx, err)
+		s.w.violate(Harness, "sk%d: restart: %v", s.idx, err)
 		return
 	}
-	s.acc = a
+	if sess.Broken() != nil {
+		s.w.count("sk: restarted on a full disk")
+	}
+	s.sess, s.broken = sess, sess.Broken() != nil
+	s.conns = map[acceptor.ConnID]*conn{}
+	s.disk.settle()
 }

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"runtime"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
@@ -25,9 +28,13 @@ type Config struct {
 	Safekeepers int
 	// Proposers is the number of competing proposers (0: 2..3 by the seed).
 	Proposers int
-	// Bug is passed to every acceptor (acceptor.Config.UnsafeTestingBug);
-	// only the planted-bug test sets it.
-	Bug acceptor.Bug
+	// NewSession starts each safekeeper's session (acceptor.NewSession when
+	// nil). The planted-bug test passes one that plants a bug in the
+	// acceptor or the session.
+	NewSession func(acceptor.Config, acceptor.State, acceptor.Storage) (*acceptor.Session, error)
+	// WrapStorage, when set, wraps each safekeeper's disk as its session
+	// sees it: the planted-bug test plants storage bugs with it.
+	WrapStorage func(acceptor.Storage) acceptor.Storage
 	// NoReplyDurabilityCheck turns off invariant 7 (every reply reflects
 	// durable state), so that the planted-bug test can show a durability bug
 	// is also caught by its consequence.
@@ -40,6 +47,9 @@ type Config struct {
 // "buggify" idea: a fault mix per seed rather than one mix for all).
 type faults struct {
 	crash, restart, cut, closeConn, dup, newCampaign int
+	// diskFull fills a safekeeper's disk (every commit fails until
+	// diskFreed frees it): the session's storage-failure path.
+	diskFull, diskFreed int
 	// crashAfter: a safekeeper crashes right after it handled a message
 	// (its reply is in flight): the worst moment for a durability bug.
 	crashAfter int
@@ -122,6 +132,8 @@ func NewWorld(cfg Config) *World {
 		newCampaign: w.rng.IntN(60),
 		crashAfter:  w.rng.IntN(300),
 		slowConn:    w.rng.IntN(40),
+		diskFull:    w.rng.IntN(40),
+		diskFreed:   100 + w.rng.IntN(900),
 	}
 	w.maxWAL = maxWAL
 	if w.rng.IntN(8) == 0 {
@@ -138,7 +150,7 @@ func NewWorld(cfg Config) *World {
 	w.chk = newChecker(w)
 	st := acceptor.NewState(&w.serverInfo)
 	for i := range w.cfg.Safekeepers {
-		s := &server{w: w, idx: i, cfg: acceptor.Config{NodeID: uint64(i + 1), UnsafeTestingBug: cfg.Bug}, disk: newDisk(st)}
+		s := &server{w: w, idx: i, cfg: acceptor.Config{NodeID: uint64(i + 1)}, disk: newDisk(st)}
 		w.sks = append(w.sks, s)
 		s.restart()
 	}
@@ -146,6 +158,36 @@ func NewWorld(cfg Config) *World {
 		w.props = append(w.props, &simProposer{w: w, idx: i, uuid: proto.ID{0xa0 + byte(i), 0x55}, idleUntil: w.rng.IntN(30)})
 	}
 	return w
+}
+
+// Standard is the configuration make test runs for seed: 3000 steps with
+// faults, then the liveness phase.
+func Standard(seed uint64) Config {
+	return Config{Seed: seed, Steps: 3000, LivenessSteps: 3000}
+}
+
+// RunSeeds runs one simulation per seed, GOMAXPROCS at a time (each run is
+// single-threaded and independent, so this changes nothing in any run), and
+// returns the results in seed order.
+func RunSeeds(seeds []uint64, cfg func(uint64) Config) []Result {
+	results := make([]Result, len(seeds))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range next {
+				results[k] = Run(cfg(seeds[k]))
+			}
+		}()
+	}
+	for k := range seeds {
+		next <- k
+	}
+	close(next)
+	wg.Wait()
+	return results
 }
 
 // Run runs cfg and returns its result.
@@ -161,7 +203,7 @@ func Run(cfg Config) Result {
 	if w.err == nil {
 		for _, s := range w.sks {
 			if _, err := s.disk.verify(); err != nil {
-				w.failf("sk%d at the end: %v", s.idx, err)
+				w.violate(Harness, "sk%d at the end: %v", s.idx, err)
 			}
 		}
 	}
@@ -191,6 +233,7 @@ func (w *World) liveness() {
 	w.faultsOn = false
 	w.tracef("liveness phase: faults off")
 	for _, s := range w.sks {
+		s.disk.full = false
 		if !s.up() {
 			s.restart()
 		}
@@ -205,17 +248,17 @@ func (w *World) liveness() {
 	for ; w.step < end && w.err == nil; w.step++ {
 		w.doStep()
 		w.chk.check()
-		if p.elected() && p.core.CommitLSN() > target && p.core.CommitLSN() > p.core.Election().TermStartLSN {
+		if p.elected() && p.sess.Core().CommitLSN() > target && p.sess.Core().CommitLSN() > p.sess.Core().Election().TermStartLSN {
 			w.count("liveness: committed new WAL")
 			return
 		}
 	}
 	if w.err == nil {
 		term := uint64(0)
-		if p.core != nil {
-			term = p.core.Ballot().Term
+		if p.sess != nil {
+			term = p.sess.Core().Ballot().Term
 		}
-		w.failf("liveness: with faults off, p0 (term %d, elected %v) committed no new WAL above %s in %d steps",
+		w.violate(InvLiveness, "liveness: with faults off, p0 (term %d, elected %v) committed no new WAL above %s in %d steps",
 			term, p.elected(), target, w.cfg.LivenessSteps)
 	}
 }
@@ -244,7 +287,7 @@ func (w *World) doStep() {
 		}
 	}
 	for _, s := range w.sks {
-		if s.up() && len(s.waiting) > 0 {
+		if s.up() && s.sess.Pending() > 0 {
 			add(60, func() { w.tracef("sk%d: group flush", s.idx); s.flush() })
 		}
 	}
@@ -261,7 +304,7 @@ func (w *World) doStep() {
 				add(25, func() { p.generate() })
 			}
 			for i, l := range p.links {
-				if l.phase == linkDown && w.sks[i].up() {
+				if l.c == nil && w.sks[i].up() {
 					add(10, func() { w.tracef("p%d: reconnect sk%d", p.idx, i); p.connect(i) })
 				}
 			}
@@ -319,6 +362,11 @@ func (w *World) addFaults(add func(int, func())) {
 			add(f.crash/len(w.sks), func() { w.count("fault: crash"); w.tracef("FAULT sk%d crashes", s.idx); s.crash() })
 		} else {
 			add(f.restart/max(down, 1), func() { w.count("fault: restart"); w.tracef("sk%d restarts", s.idx); s.restart() })
+		}
+		if !s.disk.full {
+			add(f.diskFull/len(w.sks), func() { w.count("fault: disk full"); w.tracef("FAULT sk%d: disk full", s.idx); s.disk.full = true })
+		} else {
+			add(f.diskFreed/len(w.sks), func() { w.tracef("sk%d: disk space freed", s.idx); s.disk.full = false })
 		}
 	}
 	if len(w.conns) > 0 {
@@ -420,8 +468,9 @@ func (w *World) closeByProposer(c *conn) {
 	}
 	c.pOpen = false
 	c.toP = nil
-	if c.sOpen {
+	if c.sOpen && !c.eofQueued {
 		c.toSK = append(c.toSK, frame{eof: true})
+		c.eofQueued = true
 	}
 }
 
@@ -433,7 +482,10 @@ func (w *World) cut(c *conn, serverAlive bool) {
 	if c.sOpen {
 		c.sOpen = false
 		if s := w.sks[c.s]; serverAlive && s.up() {
-			s.flush()
+			// The end of the stream reaches the session at once.
+			id := acceptor.ConnID(c.id)
+			s.act(s.sess.End(id))
+			delete(s.conns, id)
 		}
 	}
 	if c.pOpen {
@@ -502,7 +554,7 @@ func describe(b []byte) string {
 	case *proto.RequestVote:
 		return fmt.Sprintf("RequestVote %s", m.Candidate)
 	case *proto.VoteResponse:
-		return fmt.Sprintf("NodeId %s", m.VotedFor)
+		return fmt.Sprintf("VoteResponse %s", m.VotedFor)
 	case *proto.ProposerElected:
 		return fmt.Sprintf("ProposerElected term %d start_streaming_at %s history %v", m.Term, m.StartStreamingAt, m.History)
 	case *proto.SafeKeeperRequest:
@@ -540,13 +592,8 @@ func (w *World) traceAdd(e traceEntry) {
 	w.traceN++
 }
 
-// failf records the first broken invariant; the run stops after this step.
-func (w *World) failf(format string, args ...any) {
-	if w.err == nil {
-		w.err = fmt.Errorf("step %d: "+format, append([]any{w.step}, args...)...)
-		w.tracef("FAILED: %v", w.err)
-	}
-}
+// now is the simulated time of the current step.
+func (w *World) now() time.Time { return time.Unix(0, 0).Add(time.Duration(w.step) * stepTime) }
 
 func (w *World) count(name string) {
 	for i := range w.counts {

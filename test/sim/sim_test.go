@@ -3,8 +3,6 @@ package sim
 import (
 	"flag"
 	"fmt"
-	"runtime"
-	"sync"
 	"testing"
 	"time"
 )
@@ -16,8 +14,6 @@ var (
 	flagFirst = flag.Uint64("first-seed", 1, "first seed of a multi-seed run")
 )
 
-const livenessSteps = 3000
-
 // regressionSeeds always run: seeds of long runs that once failed.
 //   - 2518: a stale proposer (term 17) truncates, on a safekeeper outside
 //     the quorum, WAL that term 18 had committed; legitimate, and it made
@@ -25,11 +21,11 @@ const livenessSteps = 3000
 var regressionSeeds = []uint64{2518}
 
 func simConfig(seed uint64) Config {
-	steps := 3000
+	c := Standard(seed)
 	if *flagSteps > 0 {
-		steps = *flagSteps
+		c.Steps = *flagSteps
 	}
-	return Config{Seed: seed, Steps: steps, LivenessSteps: livenessSteps}
+	return c
 }
 
 func replayCommand(seed uint64) string {
@@ -60,7 +56,7 @@ func TestSim(t *testing.T) {
 		seeds = append(seeds, regressionSeeds...)
 	}
 	start := time.Now()
-	results := runSeeds(seeds, simConfig)
+	results := RunSeeds(seeds, simConfig)
 	var totals []Count
 	for _, r := range results {
 		if r.Err != nil {
@@ -82,7 +78,8 @@ func TestSim(t *testing.T) {
 	// pass without testing what it claims to.
 	for _, want := range []string{"p: elected", "p: deposed", "p: vote refused", "fault: crash", "fault: crash right after a message",
 		"fault: cut", "fault: proposer closes connection", "fault: duplicate frame", "sk error: acceptor: common point mismatch",
-		"sk error: acceptor: stale term", "liveness: committed new WAL"} {
+		"sk error: acceptor: stale term", "liveness: committed new WAL",
+		"fault: disk full", "sk: storage failed", "sk: restarted on a full disk", "sk: rebuilt after a storage failure"} {
 		n := 0
 		for _, c := range totals {
 			if c.Name == want {
@@ -99,37 +96,13 @@ func TestSim(t *testing.T) {
 // state, step for step.
 func TestSimIsDeterministic(t *testing.T) {
 	seeds := []uint64{1, 2, 3, 4}
-	a := runSeeds(seeds, simConfig)
-	b := runSeeds(seeds, simConfig)
+	a := RunSeeds(seeds, simConfig)
+	b := RunSeeds(seeds, simConfig)
 	for k := range seeds {
 		if a[k].Digest != b[k].Digest || a[k].Steps != b[k].Steps || a[k].Commit != b[k].Commit || fmt.Sprint(a[k].Counts) != fmt.Sprint(b[k].Counts) {
 			t.Errorf("seed %d: two runs differ: %x/%d/%s vs %x/%d/%s", seeds[k], a[k].Digest, a[k].Steps, a[k].Commit, b[k].Digest, b[k].Steps, b[k].Commit)
 		}
 	}
-}
-
-// runSeeds runs one simulation per seed, GOMAXPROCS at a time (each run is
-// single-threaded and independent, so this changes nothing in any run), and
-// returns the results in seed order.
-func runSeeds(seeds []uint64, cfg func(uint64) Config) []Result {
-	results := make([]Result, len(seeds))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := range next {
-				results[k] = Run(cfg(seeds[k]))
-			}
-		}()
-	}
-	for k := range seeds {
-		next <- k
-	}
-	close(next)
-	wg.Wait()
-	return results
 }
 
 func addCounts(a, b []Count) []Count {
