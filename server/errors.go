@@ -7,6 +7,7 @@ import (
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/proto/replcmd"
 )
 
 // Slot errors, with PostgreSQL's texts and SQLSTATEs.
@@ -45,7 +46,9 @@ func fatalError(err error) *pgwire.Error {
 	return &f
 }
 
-// wireError gives err its SQLSTATE.
+// wireError gives err its SQLSTATE: a query the command grammar refuses,
+// an acceptor's refusal or a storage failure; an error that already
+// carries one is returned as it is, anything else is XX000.
 func wireError(err error) error {
 	var pe *pgwire.Error
 	if errors.As(err, &pe) {
@@ -53,6 +56,10 @@ func wireError(err error) error {
 	}
 	code := pgwire.InternalError
 	switch {
+	case errors.Is(err, replcmd.ErrSyntax):
+		code = pgwire.SyntaxError
+	case errors.Is(err, replcmd.ErrUnsupported):
+		code = pgwire.FeatureNotSupported
 	case errors.Is(err, acceptor.ErrProtocol):
 		code = pgwire.ProtocolViolation
 	case errors.Is(err, acceptor.ErrVoteRefused):

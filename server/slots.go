@@ -7,6 +7,7 @@ import (
 
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/proto/replcmd"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -163,7 +164,7 @@ func (r *replState) saveAll() {
 	}
 }
 
-func (c *replConn) readSlot(cmd cmdReadSlot) bool {
+func (c *replConn) readSlot(cmd replcmd.ReadSlot) bool {
 	tl, err := c.timeline()
 	if err != nil {
 		return c.fail(err)
@@ -180,7 +181,7 @@ func (c *replConn) readSlot(cmd cmdReadSlot) bool {
 	return c.done(c.pc.SendRows(cols, [][][]byte{row}, "READ_REPLICATION_SLOT"))
 }
 
-func (c *replConn) createSlot(cmd cmdCreateSlot) bool {
+func (c *replConn) createSlot(cmd replcmd.CreateSlot) bool {
 	tl, err := c.timeline()
 	if err != nil {
 		return c.fail(err)
@@ -201,7 +202,7 @@ func (c *replConn) createSlot(cmd cmdCreateSlot) bool {
 	return c.done(c.pc.SendRows(cols, [][][]byte{{text(cmd.Slot), text("0/0"), nil, nil}}, "CREATE_REPLICATION_SLOT"))
 }
 
-func (c *replConn) dropSlot(cmd cmdDropSlot) bool {
+func (c *replConn) dropSlot(cmd replcmd.DropSlot) bool {
 	tl, err := c.timeline()
 	if err != nil {
 		return c.fail(err)

@@ -11,11 +11,12 @@ import (
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/proto/replcmd"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
 // Serving WAL to replication clients (pg_receivewal, a PostgreSQL standby,
-// pageserver-style consumers): the commands of repl_grammar.go and the
+// pageserver-style consumers): the commands of proto/replcmd and the
 // START_REPLICATION stream. docs/serving.md describes what each client does
 // and what we answer; replication-clients.md has the wire facts.
 
@@ -32,7 +33,7 @@ const maxIdleKeepalive = 10 * time.Second
 // startCheck returns the error a walsender gives for a start point it cannot
 // serve, in its order: timeline, ahead of flush, removed. limit is what the
 // reader may read up to.
-func startCheck(st startView, cmd cmdStartRepl) error {
+func startCheck(st startView, cmd replcmd.StartReplication) error {
 	tli := cmd.TLI
 	if tli == 0 {
 		tli = st.PgTimeline
@@ -75,7 +76,7 @@ func nextChunk(pos, limit proto.LSN) proto.LSN {
 	return end &^ (walPageSize - 1)
 }
 
-func (c *replConn) startReplication(cmd cmdStartRepl) bool {
+func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 	tl, err := c.timeline()
 	if err != nil {
 		return c.fail(err)
@@ -114,7 +115,7 @@ func (c *replConn) startReplication(cmd cmdStartRepl) bool {
 type walSender struct {
 	c       *replConn
 	tl      *timeline
-	cmd     cmdStartRepl
+	cmd     replcmd.StartReplication
 	rd      *walReader
 	segSize uint64
 	tli     uint32
