@@ -46,13 +46,21 @@ func fatalError(err error) *pgwire.Error {
 	return &f
 }
 
-// wireError gives err its SQLSTATE: a query the command grammar refuses,
-// an acceptor's refusal or a storage failure; an error that already
-// carries one is returned as it is, anything else is XX000.
+// wireError gives err its SQLSTATE: a query the command grammar refuses, a
+// bad slot name, an acceptor's refusal or a storage failure; an error that
+// already carries one is returned as it is, anything else is XX000.
 func wireError(err error) error {
 	var pe *pgwire.Error
 	if errors.As(err, &pe) {
 		return err
+	}
+	var se *proto.SlotNameError
+	if errors.As(err, &se) {
+		// PostgreSQL's ReplicationSlotValidateName: invalid_name, with its
+		// hint for a bad character.
+		e := pgwire.Errorf(pgwire.InvalidName, "%s", se.Error())
+		e.Hint = se.Hint()
+		return e
 	}
 	code := pgwire.InternalError
 	switch {

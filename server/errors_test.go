@@ -2,8 +2,10 @@ package server
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
+	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/proto/replcmd"
 )
@@ -34,5 +36,42 @@ func TestWireErrorOfGrammar(t *testing.T) {
 		if pe := wireOf(t, err); pe.Code != c.code || pe.Message != c.msg || pe.Hint != "" || pe.Detail != "" {
 			t.Errorf("%q: %s %q, want %s %q", c.q, pe.Code, pe.Message, c.code, c.msg)
 		}
+	}
+}
+
+// TestWireErrorOfSlotName: a name PostgreSQL's ReplicationSlotValidateName
+// refuses is 42602 with its message, and its hint for a bad character.
+func TestWireErrorOfSlotName(t *testing.T) {
+	const hint = "Replication slot names may only contain lower case letters, numbers, and the underscore character."
+	long := strings.Repeat("s", proto.MaxSlotNameLen+1)
+	cases := []struct{ name, msg, hint string }{
+		{"", `replication slot name "" is too short`, ""},
+		{long, `replication slot name "` + long + `" is too long`, ""},
+		{"Bad-Name", `replication slot name "Bad-Name" contains invalid character`, hint},
+	}
+	for _, c := range cases {
+		if pe := wireOf(t, proto.CheckSlotName(c.name)); pe.Code != pgwire.InvalidName || pe.Message != c.msg || pe.Hint != c.hint {
+			t.Errorf("%q: %s %q hint %q, want %s %q hint %q", c.name, pe.Code, pe.Message, pe.Hint, pgwire.InvalidName, c.msg, c.hint)
+		}
+	}
+
+	// And so over the wire, for CREATE_REPLICATION_SLOT; the connection
+	// goes on.
+	s := startTestServer(t, t.TempDir(), nil)
+	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
+	p.push(1, 100, 0)
+	conn := replConnect(t, s.Addr().String(), false, "")
+	for _, c := range cases[1:] { // "" is a grammar error: a zero-length delimited identifier
+		_, err := exec(t, conn, `CREATE_REPLICATION_SLOT "`+c.name+`" PHYSICAL`)
+		if pe := wantCode(t, err, pgwire.InvalidName); pe.Message != c.msg || pe.Hint != c.hint {
+			t.Errorf("CREATE_REPLICATION_SLOT %q: %q hint %q, want %q hint %q", c.name, pe.Message, pe.Hint, c.msg, c.hint)
+		}
+	}
+	_, err := exec(t, conn, "START_REPLICATION")
+	if pe := wantCode(t, err, pgwire.SyntaxError); pe.Message != "syntax error: unexpected end of command" {
+		t.Errorf("START_REPLICATION alone: %q", pe.Message)
+	}
+	if row := oneRow(t, must(exec(t, conn, "READ_REPLICATION_SLOT bad_name")), nil, "slot_type", "restart_lsn", "restart_tli"); strings.Join(row, ",") != "NULL,NULL,NULL" {
+		t.Fatalf("a refused slot exists: %q", row)
 	}
 }
