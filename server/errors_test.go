@@ -2,9 +2,12 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/proto/replcmd"
@@ -73,5 +76,31 @@ func TestWireErrorOfSlotName(t *testing.T) {
 	}
 	if row := oneRow(t, must(exec(t, conn, "READ_REPLICATION_SLOT bad_name")), nil, "slot_type", "restart_lsn", "restart_tli"); strings.Join(row, ",") != "NULL,NULL,NULL" {
 		t.Fatalf("a refused slot exists: %q", row)
+	}
+}
+
+// TestWireErrorOfAcceptor: the acceptor's refusals get the SQLSTATEs
+// README_PROTO.md lists (written out here: they are the wire contract), with
+// the error's text as the message.
+func TestWireErrorOfAcceptor(t *testing.T) {
+	cases := []struct {
+		err  error
+		code string
+	}{
+		{acceptor.ErrProtocol, "08P01"},
+		{acceptor.ErrVoteRefused, "55P03"},
+		{acceptor.ErrStaleTerm, "40001"},
+		{acceptor.ErrCommonPointMismatch, "22000"},
+		{acceptor.ErrTruncateCommitted, "55000"},
+		{acceptor.ErrIncompatible, "22023"},
+		{acceptor.ErrStorage, "58030"},
+		{fmt.Errorf("%w: %w", acceptor.ErrStorage, syscall.ENOSPC), "53100"},
+		{errors.New("something else"), "XX000"},
+	}
+	for _, c := range cases {
+		err := fmt.Errorf("%w: details", c.err)
+		if pe := wireOf(t, err); pe.Code != c.code || pe.Message != err.Error() {
+			t.Errorf("%v: %s %q, want %s", c.err, pe.Code, pe.Message, c.code)
+		}
 	}
 }

@@ -44,7 +44,7 @@ func startCheck(st startView, cmd replcmd.StartReplication) error {
 		return e
 	}
 	if cmd.HasTerm && cmd.Term != st.Term {
-		return pgwire.Errorf(pgwire.StaleTerm, "requested term %d is not the current term %d of this safekeeper", cmd.Term, st.Term)
+		return pgwire.Errorf(codeStaleTerm, "requested term %d is not the current term %d of this safekeeper", cmd.Term, st.Term)
 	}
 	if cmd.Start > st.Limit {
 		return pgwire.Errorf(pgwire.InternalError, "requested starting point %s is ahead of the WAL flush position of this server %s", cmd.Start, st.Limit)
@@ -284,7 +284,7 @@ func (w *walSender) loop() streamEnd {
 	for {
 		st, changed := w.tl.Status()
 		if w.cmd.HasTerm && st.VotedFor.Term != w.cmd.Term {
-			return w.fatal(pgwire.Errorf(pgwire.StaleTerm, "term changed from %d to %d: this stream of term %d ends", w.cmd.Term, st.VotedFor.Term, w.cmd.Term))
+			return w.fatal(pgwire.Errorf(codeStaleTerm, "term changed from %d to %d: this stream of term %d ends", w.cmd.Term, st.VotedFor.Term, w.cmd.Term))
 		}
 		limit := w.view(st).Limit
 		select {
