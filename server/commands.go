@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/proto/replcmd"
 )
 
 // replConn is one client connection in query mode.
@@ -58,49 +59,49 @@ func (c *replConn) done(err error) bool {
 
 // handle runs one query. It returns false when the connection must close.
 func (c *replConn) handle(q string) bool {
-	cmd, err := parseReplCommand(q)
+	cmd, err := replcmd.Parse(q)
 	if err != nil {
 		return c.fail(err)
 	}
 	switch cmd := cmd.(type) {
-	case cmdEmpty:
+	case replcmd.Empty:
 		c.pc.SendEmptyQueryResponse()
 		return c.done(nil)
-	case cmdStartWALPush:
+	case replcmd.StartWALPush:
 		return c.srv.runPush(c.pc, c.ids, c.log)
-	case cmdSQL:
+	case replcmd.SQL:
 		if c.physical {
 			return c.fail(pgwire.Errorf(pgwire.FeatureNotSupported, "cannot execute SQL commands in WAL sender for physical replication"))
 		}
 		e := pgwire.Errorf(pgwire.SyntaxError, "syntax error: unknown command %q", firstWord(cmd.Text))
 		e.Hint = "This is a safekeeper; it runs no SQL. Connect with replication=true for IDENTIFY_SYSTEM, START_REPLICATION and TIMELINE_STATUS."
 		return c.fail(e)
-	case cmdIdentifySystem:
+	case replcmd.IdentifySystem:
 		return c.identifySystem()
-	case cmdTimelineStatus:
+	case replcmd.TimelineStatus:
 		return c.timelineStatus()
 	}
 	if !c.physical {
 		return c.fail(pgwire.Errorf(pgwire.FeatureNotSupported,
-			"%s needs a replication connection (startup parameter replication=true)", cmd.name()))
+			"%s needs a replication connection (startup parameter replication=true)", cmd.Name()))
 	}
 	switch cmd := cmd.(type) {
-	case cmdShow:
+	case replcmd.Show:
 		return c.show(cmd)
-	case cmdTimelineHist:
+	case replcmd.TimelineHistory:
 		// This safekeeper keeps no timeline history files; a walsender
 		// answers a TLI whose file it lacks with this error.
 		return c.fail(pgwire.Errorf(pgwire.UndefinedFile, "could not open file \"pg_wal/%08X.history\": No such file or directory", cmd.TLI))
-	case cmdReadSlot:
+	case replcmd.ReadSlot:
 		return c.readSlot(cmd)
-	case cmdCreateSlot:
+	case replcmd.CreateSlot:
 		return c.createSlot(cmd)
-	case cmdDropSlot:
+	case replcmd.DropSlot:
 		return c.dropSlot(cmd)
-	case cmdStartRepl:
+	case replcmd.StartReplication:
 		return c.startReplication(cmd)
 	}
-	return c.fail(pgwire.Errorf(pgwire.InternalError, "unhandled command %s", cmd.name()))
+	return c.fail(pgwire.Errorf(pgwire.InternalError, "unhandled command %s", cmd.Name()))
 }
 
 func text(s string) []byte { return []byte(s) }
@@ -172,7 +173,7 @@ func formatMS(d time.Duration) string {
 	return fmt.Sprintf("%dms", ms)
 }
 
-func (c *replConn) show(cmd cmdShow) bool {
+func (c *replConn) show(cmd replcmd.Show) bool {
 	var val string
 	switch cmd.Var {
 	case "wal_sender_timeout":

@@ -7,6 +7,37 @@ import (
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/proto/replcmd"
+)
+
+// The SQLSTATEs of the WAL push protocol's refusals (wal-push-protocol.md,
+// rule 8).
+//
+// Refused votes, ProposerElected refusals and stale-term messages each have
+// their own SQLSTATE, different from ProtocolViolation (08P01) and from each
+// other; README_PROTO.md lists them with their reasons. They reuse standard
+// PostgreSQL codes whose names fit (proto/pgwire/sqlstate.go); wireError
+// maps the acceptor's errors to them.
+const (
+	// codeVoteRefused (rule 2): another ballot ≥ the candidate holds the
+	// vote (lock_not_available).
+	codeVoteRefused = pgwire.LockNotAvailable
+	// codeStaleTerm (rules 4, 5): a message from a term below the one voted
+	// for; its proposer was deposed (serialization_failure). Also the end
+	// of a term reader's stream when the term changes.
+	codeStaleTerm = pgwire.SerializationFailure
+	// codeCommonPointMismatch (rule 4): start_streaming_at differs from the
+	// common point the safekeeper computes (data_exception).
+	codeCommonPointMismatch = pgwire.DataException
+	// codeTruncateCommitted (rule 4): ProposerElected would truncate below
+	// commit_lsn (object_not_in_prerequisite_state).
+	codeTruncateCommitted = pgwire.ObjectNotInPrerequisiteState
+	// codeIncompatibleTimeline (rule 1): ServerInfo names another cluster,
+	// major version, segment size or TLI (invalid_parameter_value).
+	codeIncompatibleTimeline = pgwire.InvalidParameterValue
+	// codeStorageFailure: the safekeeper's storage failed (io_error);
+	// pgwire.DiskFull (53100) when it failed with ENOSPC.
+	codeStorageFailure = pgwire.IoError
 )
 
 // Slot errors, with PostgreSQL's texts and SQLSTATEs.
@@ -45,30 +76,44 @@ func fatalError(err error) *pgwire.Error {
 	return &f
 }
 
-// wireError gives err its SQLSTATE.
+// wireError gives err its SQLSTATE: a query the command grammar refuses, a
+// bad slot name, an acceptor's refusal or a storage failure; an error that
+// already carries one is returned as it is, anything else is XX000.
 func wireError(err error) error {
 	var pe *pgwire.Error
 	if errors.As(err, &pe) {
 		return err
 	}
+	var se *proto.SlotNameError
+	if errors.As(err, &se) {
+		// PostgreSQL's ReplicationSlotValidateName: invalid_name, with its
+		// hint for a bad character.
+		e := pgwire.Errorf(pgwire.InvalidName, "%s", se.Error())
+		e.Hint = se.Hint()
+		return e
+	}
 	code := pgwire.InternalError
 	switch {
+	case errors.Is(err, replcmd.ErrSyntax):
+		code = pgwire.SyntaxError
+	case errors.Is(err, replcmd.ErrUnsupported):
+		code = pgwire.FeatureNotSupported
 	case errors.Is(err, acceptor.ErrProtocol):
 		code = pgwire.ProtocolViolation
 	case errors.Is(err, acceptor.ErrVoteRefused):
-		code = pgwire.VoteRefused
+		code = codeVoteRefused
 	case errors.Is(err, acceptor.ErrStaleTerm):
-		code = pgwire.StaleTerm
+		code = codeStaleTerm
 	case errors.Is(err, acceptor.ErrCommonPointMismatch):
-		code = pgwire.CommonPointMismatch
+		code = codeCommonPointMismatch
 	case errors.Is(err, acceptor.ErrTruncateCommitted):
-		code = pgwire.TruncateCommitted
+		code = codeTruncateCommitted
 	case errors.Is(err, acceptor.ErrIncompatible):
-		code = pgwire.IncompatibleTimeline
+		code = codeIncompatibleTimeline
 	case errors.Is(err, acceptor.ErrStorage) && errors.Is(err, syscall.ENOSPC):
 		code = pgwire.DiskFull
 	case errors.Is(err, acceptor.ErrStorage):
-		code = pgwire.StorageFailure
+		code = codeStorageFailure
 	}
 	return pgwire.Errorf(code, "%s", err.Error())
 }

@@ -555,7 +555,7 @@ func TestTermReaderReadsToFlushUntilTermChanges(t *testing.T) {
 		m, err := tr.c.ReceiveMessage(tr.ctx)
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) {
-			if pe.Code != pgwire.StaleTerm || pe.Severity != pgwire.SeverityFatal {
+			if pe.Code != codeStaleTerm || pe.Severity != pgwire.SeverityFatal {
 				t.Fatalf("term change: %s %s %q, want FATAL 40001", pe.Severity, pe.Code, pe.Message)
 			}
 			break

@@ -374,8 +374,8 @@ func TestTimelineOpensReadOnlyWhenStorageCannotWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pe *pgconn.PgError
-	if _, err := q.Recv(testCtx(t)); !errors.As(err, &pe) || pe.Code != pgwire.StorageFailure {
-		t.Fatalf("greeting a timeline that cannot write: %v, want SQLSTATE %s", err, pgwire.StorageFailure)
+	if _, err := q.Recv(testCtx(t)); !errors.As(err, &pe) || pe.Code != codeStorageFailure {
+		t.Fatalf("greeting a timeline that cannot write: %v, want SQLSTATE %s", err, codeStorageFailure)
 	}
 
 	failing.Store(false)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/proto/replcmd"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -28,8 +29,8 @@ type slotState struct {
 
 // createSlot creates a slot; a temporary one belongs to connection conn.
 func (r *replState) createSlot(s storage.Slot, temporary bool, conn uint64) error {
-	if err := checkSlotName(s.Name); err != nil {
-		return err
+	if err := proto.CheckSlotName(s.Name); err != nil {
+		return err // a *proto.SlotNameError: 42602, see wireError
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -45,25 +46,6 @@ func (r *replState) createSlot(s storage.Slot, temporary bool, conn uint64) erro
 		}
 	}
 	r.slots[s.Name] = &slotState{Slot: s, temporary: temporary, owner: conn, saved: s.RestartLSN, savedAt: time.Now()}
-	return nil
-}
-
-// checkSlotName applies PostgreSQL's ReplicationSlotValidateName.
-func checkSlotName(name string) error {
-	if name == "" {
-		return pgwire.Errorf(pgwire.InvalidName, "replication slot name %q is too short", name)
-	}
-	if len(name) > storage.MaxSlotNameLen {
-		return pgwire.Errorf(pgwire.InvalidName, "replication slot name %q is too long", name)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
-			e := pgwire.Errorf(pgwire.InvalidName, "replication slot name %q contains invalid character", name)
-			e.Hint = "Replication slot names may only contain lower case letters, numbers, and the underscore character."
-			return e
-		}
-	}
 	return nil
 }
 
@@ -163,7 +145,7 @@ func (r *replState) saveAll() {
 	}
 }
 
-func (c *replConn) readSlot(cmd cmdReadSlot) bool {
+func (c *replConn) readSlot(cmd replcmd.ReadSlot) bool {
 	tl, err := c.timeline()
 	if err != nil {
 		return c.fail(err)
@@ -180,7 +162,7 @@ func (c *replConn) readSlot(cmd cmdReadSlot) bool {
 	return c.done(c.pc.SendRows(cols, [][][]byte{row}, "READ_REPLICATION_SLOT"))
 }
 
-func (c *replConn) createSlot(cmd cmdCreateSlot) bool {
+func (c *replConn) createSlot(cmd replcmd.CreateSlot) bool {
 	tl, err := c.timeline()
 	if err != nil {
 		return c.fail(err)
@@ -201,7 +183,7 @@ func (c *replConn) createSlot(cmd cmdCreateSlot) bool {
 	return c.done(c.pc.SendRows(cols, [][][]byte{{text(cmd.Slot), text("0/0"), nil, nil}}, "CREATE_REPLICATION_SLOT"))
 }
 
-func (c *replConn) dropSlot(cmd cmdDropSlot) bool {
+func (c *replConn) dropSlot(cmd replcmd.DropSlot) bool {
 	tl, err := c.timeline()
 	if err != nil {
 		return c.fail(err)

@@ -11,11 +11,12 @@ import (
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/proto/replcmd"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
 // Serving WAL to replication clients (pg_receivewal, a PostgreSQL standby,
-// pageserver-style consumers): the commands of repl_grammar.go and the
+// pageserver-style consumers): the commands of proto/replcmd and the
 // START_REPLICATION stream. docs/serving.md describes what each client does
 // and what we answer; replication-clients.md has the wire facts.
 
@@ -32,7 +33,7 @@ const maxIdleKeepalive = 10 * time.Second
 // startCheck returns the error a walsender gives for a start point it cannot
 // serve, in its order: timeline, ahead of flush, removed. limit is what the
 // reader may read up to.
-func startCheck(st startView, cmd cmdStartRepl) error {
+func startCheck(st startView, cmd replcmd.StartReplication) error {
 	tli := cmd.TLI
 	if tli == 0 {
 		tli = st.PgTimeline
@@ -43,7 +44,7 @@ func startCheck(st startView, cmd cmdStartRepl) error {
 		return e
 	}
 	if cmd.HasTerm && cmd.Term != st.Term {
-		return pgwire.Errorf(pgwire.StaleTerm, "requested term %d is not the current term %d of this safekeeper", cmd.Term, st.Term)
+		return pgwire.Errorf(codeStaleTerm, "requested term %d is not the current term %d of this safekeeper", cmd.Term, st.Term)
 	}
 	if cmd.Start > st.Limit {
 		return pgwire.Errorf(pgwire.InternalError, "requested starting point %s is ahead of the WAL flush position of this server %s", cmd.Start, st.Limit)
@@ -75,7 +76,7 @@ func nextChunk(pos, limit proto.LSN) proto.LSN {
 	return end &^ (walPageSize - 1)
 }
 
-func (c *replConn) startReplication(cmd cmdStartRepl) bool {
+func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 	tl, err := c.timeline()
 	if err != nil {
 		return c.fail(err)
@@ -114,7 +115,7 @@ func (c *replConn) startReplication(cmd cmdStartRepl) bool {
 type walSender struct {
 	c       *replConn
 	tl      *timeline
-	cmd     cmdStartRepl
+	cmd     replcmd.StartReplication
 	rd      *walReader
 	segSize uint64
 	tli     uint32
@@ -283,7 +284,7 @@ func (w *walSender) loop() streamEnd {
 	for {
 		st, changed := w.tl.Status()
 		if w.cmd.HasTerm && st.VotedFor.Term != w.cmd.Term {
-			return w.fatal(pgwire.Errorf(pgwire.StaleTerm, "term changed from %d to %d: this stream of term %d ends", w.cmd.Term, st.VotedFor.Term, w.cmd.Term))
+			return w.fatal(pgwire.Errorf(codeStaleTerm, "term changed from %d to %d: this stream of term %d ends", w.cmd.Term, st.VotedFor.Term, w.cmd.Term))
 		}
 		limit := w.view(st).Limit
 		select {

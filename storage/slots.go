@@ -33,8 +33,9 @@ var (
 	ErrNoSlot = errors.New("storage: no such replication slot")
 )
 
-// MaxSlotNameLen is PostgreSQL's NAMEDATALEN-1: the longest slot name.
-const MaxSlotNameLen = 63
+// MaxSlotNameLen is PostgreSQL's NAMEDATALEN-1: the longest slot name
+// (proto.MaxSlotNameLen).
+const MaxSlotNameLen = proto.MaxSlotNameLen
 
 var bucketSlots = []byte("slots")
 
@@ -79,9 +80,11 @@ func decodeSlot(name string, src []byte) (Slot, error) {
 	}, nil
 }
 
+// checkSlotName refuses, with ErrBadState, a name PostgreSQL's rule for
+// slot names refuses (proto.CheckSlotName): such a name is never stored.
 func checkSlotName(name string) error {
-	if name == "" || len(name) > MaxSlotNameLen {
-		return fmt.Errorf("%w: slot name %q must be 1..%d bytes", ErrBadState, name, MaxSlotNameLen)
+	if err := proto.CheckSlotName(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadState, err)
 	}
 	return nil
 }

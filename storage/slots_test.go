@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/safekeeper/safekeeper/acceptor"
@@ -126,8 +127,10 @@ func TestSlotsSurviveReopen(t *testing.T) {
 	if err := tl.SaveSlot(Slot{Name: "gone"}); !errors.Is(err, ErrNoSlot) {
 		t.Fatalf("save of a dropped slot: %v", err)
 	}
-	if err := tl.CreateSlot(Slot{Name: string(make([]byte, MaxSlotNameLen+1))}); !errors.Is(err, ErrBadState) {
-		t.Fatalf("long name: %v", err)
+	for _, bad := range []string{"", strings.Repeat("s", MaxSlotNameLen+1), "Bad-Name"} {
+		if err := tl.CreateSlot(Slot{Name: bad}); !errors.Is(err, ErrBadState) || !errors.Is(err, proto.ErrBadSlotName) {
+			t.Fatalf("slot name %q: %v", bad, err)
+		}
 	}
 	// WAL commits and removal do not touch the slots.
 	st := acceptor.State{TenantID: proto.ID{0x51}, TimelineID: proto.ID{0x52}, SystemID: 1, PgVersion: 150018, WalSegSize: 1 << 20, PgTimeline: 1}

@@ -1,5 +1,3 @@
-// Command safekeeper makes PostgreSQL's write-ahead log durable on a quorum
-// of safekeepers and serves it back. See README.md.
 package main
 
 import (

@@ -2,14 +2,17 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/safekeeper/safekeeper/proposer"
+	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -159,6 +162,23 @@ func TestGoodValuesPassValidation(t *testing.T) {
 	for _, s := range []string{"proposer", "walproposer-1", strings.Repeat("p", 63)} {
 		if err := checkApplicationName(s); err != nil {
 			t.Errorf("--application-name %q: %v", s, err)
+		}
+	}
+}
+
+// TestSlotFlagIsPostgreSQLRule: --slot is checked by proto.CheckSlotName,
+// PostgreSQL's rule; the error names the value and says what would do.
+func TestSlotFlagIsPostgreSQLRule(t *testing.T) {
+	for _, c := range []struct{ name, want string }{
+		{"", "1 to 63 bytes"},
+		{strings.Repeat("s", 64), "1 to 63 bytes"},
+		{"Bad-Slot", "lower case letters, digits and underscores"},
+	} {
+		err := checkSlotName(c.name)
+		var se *proto.SlotNameError
+		if !errors.Is(err, proto.ErrBadSlotName) || !errors.As(err, &se) || se.Name != c.name ||
+			!strings.Contains(err.Error(), strconv.Quote(c.name)) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--slot %q: %v; want a *proto.SlotNameError naming it and %q", c.name, err, c.want)
 		}
 	}
 }

@@ -62,7 +62,7 @@ func proposeCommand() *cli.Command {
 				return usagef("--application-name %q: %v", c.String("application-name"), err)
 			}
 			if err := checkSlotName(c.String("slot")); err != nil {
-				return usagef("--slot %q: %v", c.String("slot"), err)
+				return usagef("--slot: %v", err)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
@@ -98,18 +98,19 @@ func deposedExit(err error) error {
 const nameDataLen = 64
 
 // checkSlotName applies PostgreSQL's rule for replication slot names
-// (ReplicationSlotValidateName): 1 to 63 lowercase letters, digits and
-// underscores.
+// (proto.CheckSlotName: 1 to 63 lower case letters, digits and underscores)
+// to --slot, so that a name the primary would refuse is a usage error. The
+// error wraps the *proto.SlotNameError and says what would do.
 func checkSlotName(name string) error {
-	if name == "" || len(name) >= nameDataLen {
-		return fmt.Errorf("want 1 to %d characters", nameDataLen-1)
+	err := proto.CheckSlotName(name)
+	var se *proto.SlotNameError
+	if !errors.As(err, &se) {
+		return err
 	}
-	for _, r := range name {
-		if !('a' <= r && r <= 'z' || '0' <= r && r <= '9' || r == '_') {
-			return errors.New("a replication slot name may contain only lowercase letters, digits and underscores")
-		}
+	if se.Reason == proto.SlotNameInvalidCharacter {
+		return fmt.Errorf("%w; use only lower case letters, digits and underscores", err)
 	}
-	return nil
+	return fmt.Errorf("%w; want 1 to %d bytes", err, proto.MaxSlotNameLen)
 }
 
 // checkApplicationName checks the name the primary must find in

@@ -3,7 +3,9 @@ package pgwire
 // SQLSTATE codes sent in ErrorResponse and NoticeResponse messages. This file is
 // the project's one catalogue: every wire error carries one of these codes.
 // Names are PostgreSQL's condition names (errcodes.txt) in Go case, so that
-// "grep 08P01" and "grep protocol_violation" both land here.
+// "grep 08P01" and "grep protocol_violation" both land here. What a code
+// means in the WAL push protocol (a refused vote, a stale term, ...) is the
+// server's to say: server/errors.go names those codes, as these constants.
 const (
 	// Class 00 — Successful Completion (used by notices).
 	SuccessfulCompletion = "00000"
@@ -32,6 +34,9 @@ const (
 	InvalidAuthorizationSpecification = "28000"
 	InvalidPassword                   = "28P01"
 
+	// Class 40 — Transaction Rollback.
+	SerializationFailure = "40001"
+
 	// Class 42 — Syntax Error or Access Rule Violation.
 	SyntaxError           = "42601"
 	InsufficientPrivilege = "42501"
@@ -52,6 +57,7 @@ const (
 	// Class 55 — Object Not In Prerequisite State.
 	ObjectNotInPrerequisiteState = "55000"
 	ObjectInUse                  = "55006"
+	LockNotAvailable             = "55P03"
 
 	// Class 57 — Operator Intervention.
 	QueryCanceled    = "57014"
@@ -70,32 +76,3 @@ const (
 	DataCorrupted  = "XX001"
 	IndexCorrupted = "XX002"
 )
-
-// ---------------------------------------------------------------------------
-// WAL push protocol codes (wal-push-protocol.md, rule 8).
-//
-// Refused votes, ProposerElected refusals and stale-term messages each have
-// their own SQLSTATE, different from ProtocolViolation (08P01) and from each
-// other; README_PROTO.md lists them with their reasons. They reuse standard
-// PostgreSQL codes whose names fit.
-const (
-	// VoteRefused (rule 2): another ballot ≥ the candidate holds the vote
-	// (lock_not_available).
-	VoteRefused = "55P03"
-	// StaleTerm (rules 4, 5): a message from a term below the one voted
-	// for; its proposer was deposed (serialization_failure).
-	StaleTerm = "40001"
-	// CommonPointMismatch (rule 4): start_streaming_at differs from the
-	// common point the safekeeper computes (data_exception).
-	CommonPointMismatch = "22000"
-	// TruncateCommitted (rule 4): ProposerElected would truncate below
-	// commit_lsn (object_not_in_prerequisite_state).
-	TruncateCommitted = "55000"
-	// IncompatibleTimeline (rule 1): ServerInfo names another cluster,
-	// major version, segment size or TLI (invalid_parameter_value).
-	IncompatibleTimeline = "22023"
-	// StorageFailure: the safekeeper's storage failed (io_error).
-	StorageFailure = "58030"
-)
-
-// ---------------------------------------------------------------------------

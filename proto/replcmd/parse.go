@@ -1,94 +1,11 @@
-package server
+package replcmd
 
 import (
-	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/safekeeper/safekeeper/proto"
-	"github.com/safekeeper/safekeeper/proto/pgwire"
 )
-
-// The command language of a connection, after PostgreSQL 15's repl_gram.y
-// and repl_scanner.l, plus this server's own commands:
-//
-//	IDENTIFY_SYSTEM
-//	SHOW name                                   (name or "quoted"; a.b allowed)
-//	TIMELINE_HISTORY n
-//	READ_REPLICATION_SLOT slot
-//	CREATE_REPLICATION_SLOT slot [TEMPORARY] PHYSICAL [RESERVE_WAL]
-//	CREATE_REPLICATION_SLOT slot [TEMPORARY] PHYSICAL (RESERVE_WAL [bool] [, ...])
-//	DROP_REPLICATION_SLOT slot [WAIT]
-//	START_REPLICATION [SLOT slot] [PHYSICAL] X/X [TIMELINE n] [(term 'N')]
-//	TIMELINE_STATUS                             (ours)
-//	START_WAL_PUSH                              (ours; the proposer's stream)
-//
-// Keywords are case-sensitive upper case, as in PostgreSQL; START_WAL_PUSH is
-// also accepted in any case (proposers have always been served that way).
-// Slot names are identifiers (folded to lower case) or "double-quoted"
-// (kept as written, "" is a quote). A trailing ';' is allowed. Text whose
-// first word is not a command keyword is SQL: a physical replication
-// connection refuses it with 0A000, like a walsender.
-//
-// The (term 'N') option is ours: a reader naming the term of the proposer it
-// follows may read up to flush_lsn (not only commit_lsn) while this
-// safekeeper's voted term is still N. The value may also be an unquoted
-// number; the option name is case-insensitive.
-
-// replCmd is one parsed command.
-type replCmd interface{ name() string }
-
-type (
-	cmdIdentifySystem struct{}
-	cmdShow           struct{ Var string }
-	cmdTimelineHist   struct{ TLI uint32 }
-	cmdReadSlot       struct{ Slot string }
-	cmdCreateSlot     struct {
-		Slot       string
-		Temporary  bool
-		ReserveWAL bool
-	}
-	cmdDropSlot struct {
-		Slot string
-		Wait bool
-	}
-	cmdStartRepl struct {
-		Slot    string // "" when none
-		Start   proto.LSN
-		TLI     uint32 // 0: the current timeline
-		Term    uint64 // with HasTerm: read up to flush_lsn within this term
-		HasTerm bool
-	}
-	cmdTimelineStatus struct{}
-	cmdStartWALPush   struct{}
-	// cmdSQL is anything that is not a replication command.
-	cmdSQL struct{ Text string }
-	// cmdEmpty is an empty query string.
-	cmdEmpty struct{}
-)
-
-func (cmdIdentifySystem) name() string { return "IDENTIFY_SYSTEM" }
-
-func (cmdShow) name() string { return "SHOW" }
-
-func (cmdTimelineHist) name() string { return "TIMELINE_HISTORY" }
-
-func (cmdReadSlot) name() string { return "READ_REPLICATION_SLOT" }
-
-func (cmdCreateSlot) name() string { return "CREATE_REPLICATION_SLOT" }
-
-func (cmdDropSlot) name() string { return "DROP_REPLICATION_SLOT" }
-
-func (cmdStartRepl) name() string { return "START_REPLICATION" }
-
-func (cmdTimelineStatus) name() string { return "TIMELINE_STATUS" }
-
-func (cmdStartWALPush) name() string { return "START_WAL_PUSH" }
-
-func (cmdSQL) name() string { return "SQL" }
-
-func (cmdEmpty) name() string { return "" }
 
 // Token kinds.
 type tokKind int
@@ -132,13 +49,6 @@ func isIdentStart(c byte) bool {
 func isIdentCont(c byte) bool { return isIdentStart(c) || c >= '0' && c <= '9' || c == '$' }
 
 func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
-
-// errSyntax is wrapped by every parse error; the wire error is 42601.
-var errSyntax = errors.New("syntax error")
-
-func syntaxErr(format string, args ...any) error {
-	return pgwire.Errorf(pgwire.SyntaxError, "%w: %s", errSyntax, fmt.Sprintf(format, args...))
-}
 
 func scan(s string) ([]token, error) {
 	var out []token
@@ -356,38 +266,40 @@ func (p *parser) genericOptions() (map[string]string, error) {
 	}
 }
 
-// parseReplCommand parses one query string.
-func parseReplCommand(q string) (replCmd, error) {
+// Parse parses one query string. Every error is an *Error (ErrSyntax or
+// ErrUnsupported); text that is not a replication command is SQL, not an
+// error.
+func Parse(q string) (Command, error) {
 	trimmed := strings.TrimSpace(q)
 	if trimmed == "" || trimmed == ";" {
-		return cmdEmpty{}, nil
+		return Empty{}, nil
 	}
 	if strings.EqualFold(strings.TrimSpace(strings.TrimSuffix(trimmed, ";")), "START_WAL_PUSH") {
-		return cmdStartWALPush{}, nil
+		return StartWALPush{}, nil
 	}
 	toks, err := scan(q)
 	if err != nil {
 		// Not even tokens: if it does not start with a command keyword it
 		// is SQL (PostgreSQL's scanner decides on the first token only).
 		if w := firstWord(trimmed); !commandKeywords[w] {
-			return cmdSQL{Text: q}, nil
+			return SQL{Text: q}, nil
 		}
 		return nil, err
 	}
 	if len(toks) == 0 || toks[0].kind != tokKeyword || !commandKeywords[toks[0].text] {
-		return cmdSQL{Text: q}, nil
+		return SQL{Text: q}, nil
 	}
 	p := &parser{toks: toks, i: 1}
-	var cmd replCmd
+	var cmd Command
 	switch toks[0].text {
 	case "IDENTIFY_SYSTEM":
-		cmd = cmdIdentifySystem{}
+		cmd = IdentifySystem{}
 	case "TIMELINE_STATUS":
-		cmd = cmdTimelineStatus{}
+		cmd = TimelineStatus{}
 	case "START_WAL_PUSH":
-		cmd = cmdStartWALPush{}
+		cmd = StartWALPush{}
 	case "BASE_BACKUP":
-		return nil, pgwire.Errorf(pgwire.FeatureNotSupported, "BASE_BACKUP is not supported by a safekeeper: take base backups from the primary")
+		return nil, unsupported("BASE_BACKUP is not supported by a safekeeper: take base backups from the primary")
 	case "SHOW":
 		t := p.next()
 		if t.kind != tokIdent && t.kind != tokKeyword {
@@ -403,36 +315,36 @@ func parseReplCommand(q string) (replCmd, error) {
 			}
 			name += "." + strings.ToLower(t.text)
 		}
-		cmd = cmdShow{Var: name}
+		cmd = Show{Var: name}
 	case "TIMELINE_HISTORY":
 		tli, err := p.uconst()
 		if err != nil {
 			return nil, err
 		}
 		if tli == 0 {
-			return nil, pgwire.Errorf(pgwire.SyntaxError, "invalid timeline %d", tli)
+			return nil, invalidErr("invalid timeline %d", tli)
 		}
-		cmd = cmdTimelineHist{TLI: tli}
+		cmd = TimelineHistory{TLI: tli}
 	case "READ_REPLICATION_SLOT":
 		s, err := p.slotName()
 		if err != nil {
 			return nil, err
 		}
-		cmd = cmdReadSlot{Slot: s}
+		cmd = ReadSlot{Slot: s}
 	case "DROP_REPLICATION_SLOT":
 		s, err := p.slotName()
 		if err != nil {
 			return nil, err
 		}
-		cmd = cmdDropSlot{Slot: s, Wait: p.acceptKeyword("WAIT")}
+		cmd = DropSlot{Slot: s, Wait: p.acceptKeyword("WAIT")}
 	case "CREATE_REPLICATION_SLOT":
-		c := cmdCreateSlot{}
+		c := CreateSlot{}
 		if c.Slot, err = p.slotName(); err != nil {
 			return nil, err
 		}
 		c.Temporary = p.acceptKeyword("TEMPORARY")
 		if p.isKeyword("LOGICAL") {
-			return nil, pgwire.Errorf(pgwire.FeatureNotSupported, "logical replication slots are not supported by a safekeeper")
+			return nil, unsupported("logical replication slots are not supported by a safekeeper")
 		}
 		if !p.acceptKeyword("PHYSICAL") {
 			return nil, p.unexpected()
@@ -444,13 +356,14 @@ func parseReplCommand(q string) (replCmd, error) {
 			}
 			for k, v := range opts {
 				if k != "reserve_wal" {
-					return nil, pgwire.Errorf(pgwire.SyntaxError, "unrecognized option: %s", k)
+					return nil, invalidErr("unrecognized option: %s", k)
 				}
-				b := true
+				b, ok := true, true
 				if v != "" {
-					if b, err = pgwire.ParseBool(v); err != nil {
-						return nil, pgwire.Errorf(pgwire.SyntaxError, "reserve_wal requires a Boolean value")
-					}
+					b, ok = parseBool(v)
+				}
+				if !ok {
+					return nil, invalidErr("reserve_wal requires a Boolean value")
 				}
 				c.ReserveWAL = b
 			}
@@ -459,14 +372,14 @@ func parseReplCommand(q string) (replCmd, error) {
 		}
 		cmd = c
 	case "START_REPLICATION":
-		c := cmdStartRepl{}
+		c := StartReplication{}
 		if p.acceptKeyword("SLOT") {
 			if c.Slot, err = p.slotName(); err != nil {
 				return nil, err
 			}
 		}
 		if p.isKeyword("LOGICAL") {
-			return nil, pgwire.Errorf(pgwire.FeatureNotSupported, "logical replication is not supported by a safekeeper")
+			return nil, unsupported("logical replication is not supported by a safekeeper")
 		}
 		p.acceptKeyword("PHYSICAL")
 		t := p.next()
@@ -482,7 +395,7 @@ func parseReplCommand(q string) (replCmd, error) {
 				return nil, err
 			}
 			if c.TLI == 0 {
-				return nil, pgwire.Errorf(pgwire.SyntaxError, "invalid timeline %d", c.TLI)
+				return nil, invalidErr("invalid timeline %d", c.TLI)
 			}
 		}
 		if p.acceptPunct("(") {
@@ -492,10 +405,10 @@ func parseReplCommand(q string) (replCmd, error) {
 			}
 			for k, v := range opts {
 				if k != "term" {
-					return nil, pgwire.Errorf(pgwire.SyntaxError, "unrecognized option: %s", k)
+					return nil, invalidErr("unrecognized option: %s", k)
 				}
 				if c.Term, err = strconv.ParseUint(v, 10, 64); err != nil || c.Term == 0 {
-					return nil, pgwire.Errorf(pgwire.SyntaxError, "term requires a positive integer value, got %q", v)
+					return nil, invalidErr("term requires a positive integer value, got %q", v)
 				}
 				c.HasTerm = true
 			}
@@ -506,4 +419,44 @@ func parseReplCommand(q string) (replCmd, error) {
 		return nil, err
 	}
 	return cmd, nil
+}
+
+func firstWord(s string) string {
+	if i := strings.IndexAny(s, " \t\r\n"); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// parseBool is PostgreSQL's parse_bool, for an option's value: any
+// case-insensitive prefix of "true", "false", "yes", "no", at least two
+// letters of "on" or "off", or exactly "1" or "0". ok is false for anything
+// else. (proto/pgwire.ParseBool is the same rule for startup parameters;
+// parsebool_test.go holds the two to each other.)
+func parseBool(s string) (v, ok bool) {
+	if s == "" {
+		return false, false
+	}
+	l := strings.ToLower(s)
+	switch l[0] {
+	case 't':
+		return true, strings.HasPrefix("true", l)
+	case 'f':
+		return false, strings.HasPrefix("false", l)
+	case 'y':
+		return true, strings.HasPrefix("yes", l)
+	case 'n':
+		return false, strings.HasPrefix("no", l)
+	case 'o':
+		// "o" alone is ambiguous
+		if len(l) >= 2 && strings.HasPrefix("on", l) {
+			return true, true
+		}
+		return false, len(l) >= 2 && strings.HasPrefix("off", l)
+	case '1':
+		return true, l == "1"
+	case '0':
+		return false, l == "0"
+	}
+	return false, false
 }

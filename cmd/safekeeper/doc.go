@@ -1,0 +1,57 @@
+// Command safekeeper makes PostgreSQL's write-ahead log durable on a quorum
+// of safekeepers and serves it back. See README.md.
+//
+// It owns the command line and the process around the packages that do the
+// work; it holds no protocol logic of its own:
+//
+//	safekeeper run          a safekeeper server (package server)
+//	safekeeper propose      the walproposer: a primary's WAL to a quorum (package proposer)
+//	safekeeper sync         elect and bring a quorum to the end of WAL, print it (proposer.Sync)
+//	safekeeper wal export   a stopped server's WAL as pg_wal segment files (package storage)
+//	safekeeper help         the commands, or one command's help
+//
+// # Flags to configuration
+//
+// Each command reads its flags (urfave/cli/v2) into the Config of the
+// package it runs (server.Config, proposer.Config, proposer.SyncConfig) and
+// checks every value before anything starts: ids of 32 hex digits, host:port
+// lists without duplicates, a replication slot name PostgreSQL accepts
+// (proto.CheckSlotName), PostgreSQL 15 version numbers, segment sizes,
+// positive durations. A bad value is a usage error found before any file
+// is opened or socket dialled (the one found later: run on a data directory
+// that belongs to another --id). The global --log-format (text, json) and
+// --log-level pick one slog.Logger on stderr, handed to the package; nothing
+// logs through a global logger.
+//
+// # Lifecycle
+//
+// run: create the data directory (0700), server.New (opens the bbolt file,
+// claims or checks the node id, listens), then Serve until SIGTERM or
+// SIGINT. The signal starts Shutdown: stop
+// accepting, make what was received durable, answer it, end every stream,
+// bounded by 30 s; then exit 0. propose and sync run until their work ends
+// or SIGTERM/SIGINT cancels their context (sync also ends at --timeout).
+// SIGHUP is logged and ignored by run, propose and sync: its default action
+// would kill the process without a clean shutdown when logrotate signals
+// it or its terminal closes, and there is nothing to reload. wal export
+// opens the bbolt file read-only and fails (exit 1) when a running server
+// holds its lock.
+//
+// # Exit codes
+//
+//	0  success; run and propose after SIGTERM/SIGINT and a clean stop
+//	1  any other error (also sync without a quorum in --timeout, or with no such timeline)
+//	2  usage: a bad or missing flag or argument, an unknown command, a bad
+//	   value (urfave/cli's own parse errors too), run on a data directory
+//	   that belongs to another --id
+//	3  deposed: propose or sync met a higher term on a safekeeper; another
+//	   proposer owns the timeline
+//
+// Every error is one line on stderr, "safekeeper: ..."; report picks the
+// code from the error's type (usageError, cli.ExitCoder).
+//
+// Why the boundary sits here: flags, signals, exit codes and the process's
+// stdout and stderr are the only things a command line adds, so they stay
+// here and nothing imports this package; server, proposer and storage take
+// a Config and a context, and are tested and embedded without a process.
+package main

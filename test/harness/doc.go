@@ -1,0 +1,42 @@
+// Package harness runs the real safekeeper binary for integration tests: it
+// builds it, starts its processes on loopback, injects process and network
+// faults, and waits on conditions with deadlines. The tests under test/
+// (test/e2e, test/chaos and the socket-level tests) use it, and package
+// tests borrow parts of it (Binary, WaitFor, SyncBuffer); PostgreSQL
+// itself is started by test/pgtest.
+//
+// What it owns:
+//
+//   - The binary (Binary): ./cmd/safekeeper built once per test process
+//     with go build into a temporary directory, or SAFEKEEPER_BIN when set.
+//   - Safekeeper processes (StartSafekeeper): `safekeeper run` with a node
+//     id, a free 127.0.0.1 port (FreePort) and a fresh data directory,
+//     logging at debug level to a file. Start returns once the port accepts
+//     connections and fails the test if the process exits first. Kill is
+//     kill -9, Stop is SIGTERM with a deadline (its exit error is returned),
+//     Restart is kill -9 and Start again on the same port and data
+//     directory: the crash-restart-on-the-same-disk fault.
+//   - Other subcommands (StartProcess): `safekeeper propose`, for one, with
+//     the same Kill/Stop/Log and Exited for its exit code.
+//   - Network faults (StartProxy): a TCP proxy between a client and one
+//     target. Cut resets every open connection; Partition also refuses
+//     (Refuse, an RST) or holds (Blackhole, a dropped route) new ones until
+//     Heal.
+//   - Waiting: WaitFor polls a condition with a growing delay (5 ms up to
+//     200 ms) until a deadline and fails the test naming what it waited
+//     for. It is the only way the harness waits; nothing sleeps for a fixed
+//     time. Context gives a context bounded by a deadline and the test.
+//   - SyncBuffer: a bytes.Buffer a logger or a child process may write while
+//     the test reads it.
+//
+// Lifecycle: everything it starts is stopped by t.Cleanup (processes with
+// kill -9, proxies closed), also when the test fails; a failed test logs
+// the tail of each process's log.
+//
+// Why the boundary sits here: integration tests must exercise what an
+// operator runs, the binary and its flags, signals and exit codes, not the
+// packages behind it; and every such test needs the same careful parts
+// (free ports, no fixed sleeps, cleanup on failure, faults that look like
+// real ones). The package imports nothing from this module; it knows the
+// binary only by its command line.
+package harness
