@@ -1,9 +1,3 @@
-// Package e2e runs the whole pipeline on real input: a stock PostgreSQL 15
-// primary whose synchronous_standby_names names the proposer, the proposer
-// (`safekeeper propose`) and three safekeepers (`safekeeper run`), all real
-// processes on loopback. It checks quorum commit, catch-up after kill -9,
-// durability of acknowledged commits, and byte-identical WAL (`safekeeper
-// wal export` against the primary's pg_wal).
 package e2e
 
 import (

@@ -1,7 +1,3 @@
-// Package harness starts the real safekeeper binary (and, through
-// test/pgtest, PostgreSQL) on loopback for integration tests, injects faults
-// (kill -9, restarts) and waits on conditions with deadlines. Everything it
-// starts is stopped by t.Cleanup, also when a test fails.
 package harness
 
 import (
