@@ -263,7 +263,7 @@ func (a *Acceptor) Append(m *proto.SafeKeeperRequest) error {
 		saved := *a.dec // Decoder is a value type: restore it if m is refused
 		if err := a.dec.Feed(m.WAL); err != nil {
 			*a.dec = saved
-			return fmt.Errorf("%w: SafeKeeperRequest %s..%s: %v", ErrProtocol, m.BeginLSN, m.EndLSN, err)
+			return fmt.Errorf("%w: SafeKeeperRequest %s..%s: %w", ErrProtocol, m.BeginLSN, m.EndLSN, err)
 		}
 		if err := a.store.WriteWAL(m.BeginLSN, m.WAL); err != nil {
 			return a.fail(err)

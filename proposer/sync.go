@@ -525,7 +525,7 @@ func probeTimeline(ctx context.Context, cfg *SyncConfig, addr string) timelinePr
 	parse := func(name string, bits int) uint64 {
 		v, err := strconv.ParseUint(col[name], 10, bits)
 		if err != nil && p.err == nil {
-			p.err = fmt.Errorf("%s: TIMELINE_STATUS %s %q: %v", addr, name, col[name], err)
+			p.err = fmt.Errorf("%s: TIMELINE_STATUS %s %q: %w", addr, name, col[name], err)
 		}
 		return v
 	}

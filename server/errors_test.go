@@ -3,14 +3,21 @@ package server
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/safekeeper/safekeeper/acceptor"
+	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/proto/replcmd"
+	"github.com/safekeeper/safekeeper/storage"
+	"github.com/safekeeper/safekeeper/test/harness"
 )
 
 func wireOf(t *testing.T, err error) *pgwire.Error {
@@ -102,5 +109,72 @@ func TestWireErrorOfAcceptor(t *testing.T) {
 		if pe := wireOf(t, err); pe.Code != c.code || pe.Message != err.Error() {
 			t.Errorf("%v: %s %q, want %s", c.err, pe.Code, pe.Message, c.code)
 		}
+	}
+}
+
+// TestCreateTimelineOnFullDiskIs53100: a greeting that creates a timeline
+// on a full disk is refused with 53100 (disk_full), as PostgreSQL reports
+// ENOSPC: the cause survives every wrapping between storage and the wire
+// (it was 58030 when the server wrapped it with %v).
+func TestCreateTimelineOnFullDiskIs53100(t *testing.T) {
+	s := startHookedServer(t, t.TempDir(), nil, hooks{create: func(acceptor.State) (*storage.Timeline, error) {
+		// What bbolt returns when the file cannot grow.
+		return nil, fmt.Errorf("storage: create timeline: %w", &os.PathError{Op: "write", Path: "safekeeper.db", Err: syscall.ENOSPC})
+	}})
+	q, err := proposer.Dial(testCtx(t), proposer.DialConfig{Addr: s.Addr().String(), TenantID: tTenant, TimelineID: tTimeline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Send(&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018, SystemID: tSysID, TenantID: tTenant,
+		TimelineID: tTimeline, PgTimeline: 1, WalSegSize: tSeg, ProposerUUID: proto.ID{0xdd}}); err != nil {
+		t.Fatal(err)
+	}
+	var pe *pgconn.PgError
+	if _, err := q.Recv(testCtx(t)); !errors.As(err, &pe) || pe.Code != pgwire.DiskFull {
+		t.Fatalf("creating a timeline on a full disk: %v, want SQLSTATE %s", err, pgwire.DiskFull)
+	}
+}
+
+// TestSlotSaveFailureIsLogged: a slot whose restart_lsn cannot be written
+// is logged (not dropped silently) and marked unsaved, so the next save
+// tries again.
+func TestSlotSaveFailureIsLogged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "safekeeper.db")
+	db, err := storage.Open(path, storage.Options{UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := acceptor.NewState(&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018, SystemID: tSysID,
+		TenantID: tTenant, TimelineID: tTimeline, PgTimeline: 1, WalSegSize: tSeg})
+	tl, err := db.CreateTimeline(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.CreateSlot(storage.Slot{Name: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	db, err = storage.Open(path, storage.Options{ReadOnly: true}) // every write fails
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tl, _, err = db.OpenTimeline(tTenant, tTimeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs harness.SyncBuffer
+	r, err := newReplState(tl, 1, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.slots["s1"].RestartLSN, r.slots["s1"].saved = tStart, tStart
+	r.saveSlot(storage.Slot{Name: "s1", RestartLSN: tStart, RestartTLI: 1})
+	if !strings.Contains(logs.String(), "could not save replication slot") || !strings.Contains(logs.String(), "s1") {
+		t.Fatalf("a failed slot save was not logged: %q", logs.String())
+	}
+	if r.slots["s1"].saved != 0 {
+		t.Fatalf("a failed slot save left the slot marked saved at %s", r.slots["s1"].saved)
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,7 @@ func (r *walReader) position() proto.LSN { return proto.LSN(r.pos.Load()) }
 type replState struct {
 	store *storage.Timeline
 	tli   uint32 // the timeline's PostgreSQL TLI: every slot's restart_tli
+	log   *slog.Logger
 
 	mu       sync.Mutex
 	readers  map[*walReader]struct{}
@@ -49,8 +51,8 @@ type replState struct {
 	kick chan struct{} // wakes the retention goroutine; capacity 1
 }
 
-func newReplState(store *storage.Timeline, tli uint32) (*replState, error) {
-	r := &replState{store: store, tli: tli, readers: map[*walReader]struct{}{}, slots: map[string]*slotState{}, kick: make(chan struct{}, 1)}
+func newReplState(store *storage.Timeline, tli uint32, log *slog.Logger) (*replState, error) {
+	r := &replState{store: store, tli: tli, log: log, readers: map[*walReader]struct{}{}, slots: map[string]*slotState{}, kick: make(chan struct{}, 1)}
 	slots, err := store.Slots()
 	if err != nil {
 		return nil, err
@@ -143,7 +145,7 @@ func (r *replState) onStatus(rd *walReader, m pgwire.StandbyStatusUpdate) {
 	}
 	r.mu.Unlock()
 	if save != nil {
-		r.store.SaveSlot(*save) //nolint:errcheck // dropped meanwhile: nothing to keep
+		r.saveSlot(*save)
 		r.kickRetention()
 	}
 }

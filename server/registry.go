@@ -96,7 +96,11 @@ func (s *Server) open(key proto.TimelineKey, create *proto.ServerInfo) (*timelin
 				acceptor.ErrIncompatible, major, supportedPgMajor)
 		}
 		st = acceptor.NewState(create)
-		store, err = s.db.CreateTimeline(st)
+		if s.hooks.create != nil {
+			store, err = s.hooks.create(st)
+		} else {
+			store, err = s.db.CreateTimeline(st)
+		}
 		if err == nil {
 			s.log.Info("created timeline", "timeline", key.String(), "system_id", create.SystemID,
 				"pg_version", create.PgVersion, "wal_seg_size", create.WalSegSize)
@@ -127,12 +131,13 @@ func (s *Server) startTimeline(key proto.TimelineKey, st acceptor.State, store *
 		s.log.Error("timeline opened read-only: storage cannot write; a proposer's next greeting retries",
 			"timeline", key.String(), "flush_lsn", st.FlushLSN, "commit_lsn", st.CommitLSN, "err", broken)
 	}
-	repl, err := newReplState(store, st.PgTimeline)
+	tlog := s.log.With("timeline", key.String())
+	repl, err := newReplState(store, st.PgTimeline, tlog)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", acceptor.ErrStorage, err)
 	}
 	t := &timeline{
-		key: key, log: s.log.With("timeline", key.String()), in: make(chan event, eventQueue),
+		key: key, log: tlog, in: make(chan event, eventQueue),
 		state: sess.State(), changed: make(chan struct{}), store: store, repl: repl, stopped: make(chan struct{}),
 		onPublish: s.hooks.onPublish,
 	}
@@ -158,7 +163,7 @@ func (s *Server) resolveTimeline(ids startupIDs) (*timeline, error) {
 	}
 	all, err := s.db.Timelines()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", acceptor.ErrStorage, err)
+		return nil, fmt.Errorf("%w: %w", acceptor.ErrStorage, err)
 	}
 	var match []proto.TimelineKey
 	for _, k := range all {

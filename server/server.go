@@ -142,6 +142,8 @@ type hooks struct {
 	storage func(*storage.Timeline) acceptor.Storage
 	// onPublish runs after each publication of a timeline's new state.
 	onPublish func()
+	// create replaces storage.DB.CreateTimeline (to fail like a full disk).
+	create func(acceptor.State) (*storage.Timeline, error)
 }
 
 func newServer(cfg Config, h hooks) (*Server, error) {

@@ -42,7 +42,7 @@ func (r *replState) createSlot(s storage.Slot, temporary bool, conn uint64) erro
 			if errors.Is(err, storage.ErrSlotExists) {
 				return pgwire.Errorf(pgwire.DuplicateObject, "replication slot %q already exists", s.Name)
 			}
-			return pgwire.Errorf(pgwire.IoError, "could not create replication slot %q: %v", s.Name, err)
+			return pgwire.Errorf(pgwire.IoError, "could not create replication slot %q: %w", s.Name, err)
 		}
 	}
 	r.slots[s.Name] = &slotState{Slot: s, temporary: temporary, owner: conn, saved: s.RestartLSN, savedAt: time.Now()}
@@ -61,7 +61,7 @@ func (r *replState) dropSlot(name string) error {
 	}
 	if !s.temporary {
 		if err := r.store.DropSlot(name); err != nil && !errors.Is(err, storage.ErrNoSlot) {
-			return pgwire.Errorf(pgwire.IoError, "could not drop replication slot %q: %v", name, err)
+			return pgwire.Errorf(pgwire.IoError, "could not drop replication slot %q: %w", name, err)
 		}
 	}
 	delete(r.slots, name)
@@ -112,7 +112,7 @@ func (r *replState) releaseSlot(name string, conn uint64) {
 	}
 	r.mu.Unlock()
 	if save != nil {
-		r.store.SaveSlot(*save) //nolint:errcheck // dropped meanwhile: nothing to keep
+		r.saveSlot(*save)
 	}
 }
 
@@ -141,8 +141,25 @@ func (r *replState) saveAll() {
 	}
 	r.mu.Unlock()
 	for _, s := range dirty {
-		r.store.SaveSlot(s) //nolint:errcheck // best effort: a lagging slot retains more
+		r.saveSlot(s)
 	}
+}
+
+// saveSlot writes a persistent slot's restart_lsn. A slot dropped meanwhile
+// has nothing to keep; any other failure is logged, and the slot is marked
+// unsaved so the next save (or shutdown) tries again: until then the
+// restart_lsn on disk lags, which only retains more WAL.
+func (r *replState) saveSlot(s storage.Slot) {
+	err := r.store.SaveSlot(s)
+	if err == nil || errors.Is(err, storage.ErrNoSlot) {
+		return
+	}
+	r.log.Warn("could not save replication slot; its restart_lsn on disk lags behind", "slot", s.Name, "restart_lsn", s.RestartLSN, "err", err)
+	r.mu.Lock()
+	if st := r.slots[s.Name]; st != nil && st.saved == s.RestartLSN {
+		st.saved, st.savedAt = 0, time.Time{}
+	}
+	r.mu.Unlock()
 }
 
 func (c *replConn) readSlot(cmd replcmd.ReadSlot) bool {

@@ -107,6 +107,12 @@ when the file grows, which would stall every timeline's commits. Readers
 limit what they serve to commit_lsn or flush_lsn themselves. A read below the
 oldest retained WAL fails with ErrWALRemoved.
 
+# Export
+
+Export writes a timeline's committed WAL from a database file opened
+read-only as PostgreSQL segment files (`safekeeper wal export`), each one
+durably (temporary file, fsync, rename, directory fsync).
+
 # Concurrency
 
 A DB is safe for concurrent use and hands out one *Timeline per timeline.

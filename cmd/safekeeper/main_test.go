@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/storage"
+	"github.com/urfave/cli/v2"
 )
 
 func TestUsageErrorsExit2(t *testing.T) {
@@ -25,6 +27,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"--log-format", "xml", "run", "--id", "1", "--data-dir", t.TempDir()},
 		{"run", "--id", "1", "--data-dir", t.TempDir(), "extra-arg"},
 		{"no-such-command"},
+		{"wal", "help", "bogus"},
+		{"wal", "export", "--data-dir", "/tmp/x"}, // missing --tenant-id, --timeline-id, --output
 		{"run", "--id", "0", "--data-dir", t.TempDir()},
 		{"run", "--id", "1", "--data-dir", t.TempDir(), "--listen-pg", "nope"},
 		{"run", "--id", "1", "--data-dir", t.TempDir(), "--wal-sender-timeout", "-1s"},
@@ -246,5 +250,24 @@ func TestSyncNamesSafekeepersItCannotReach(t *testing.T) {
 		"--timeline-id", strings.Repeat("b", 32), "--timeout", "200ms"}, &out, &errb)
 	if code != 1 || !strings.Contains(errb.String(), "connect to safekeeper "+addr) || strings.Contains(errb.String(), "primary") {
 		t.Fatalf("exit %d, stderr %q; want exit 1 naming safekeeper %s (and no primary)", code, errb.String(), addr)
+	}
+}
+
+// TestExitCodeByTypeNotText: the exit code follows the error's type — a
+// usage error is 2, a cli.ExitCoder its own code, anything else 1 — never
+// words in its message (a runtime failure that quotes "invalid value" or
+// "Required flag" is still 1).
+func TestExitCodeByTypeNotText(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code int
+	}{
+		{errors.New("storage: invalid value \"x\" for flag -id: Required flag flag provided but not defined No help topic"), 1},
+		{fmt.Errorf("wrapped: %w", usagef("--upto: bad")), exitUsage},
+		{cli.Exit("deposed", exitDeposed), exitDeposed},
+	} {
+		if code := report(tc.err, io.Discard); code != tc.code {
+			t.Errorf("report(%q) = %d, want %d", tc.err, code, tc.code)
+		}
 	}
 }

@@ -36,11 +36,14 @@ func proposeCommand() *cli.Command {
 			"Exit codes: 0 after SIGTERM/SIGINT, 2 usage error, 3 deposed (a higher term appeared on a\n" +
 			"safekeeper), 1 any other error.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
+		Before: func(c *cli.Context) error {
+			return requireFlags(c, "upstream", "safekeepers", "tenant-id", "timeline-id")
+		},
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "upstream", Required: true, Usage: "libpq connection string of the primary, e.g. 'host=127.0.0.1 port=5432 user=postgres'"},
-			&cli.StringFlag{Name: "safekeepers", Required: true, Usage: "comma-separated host:port list of every safekeeper of the timeline"},
-			&cli.StringFlag{Name: "tenant-id", Required: true, Usage: "tenant id, 32 hex digits"},
-			&cli.StringFlag{Name: "timeline-id", Required: true, Usage: "timeline id, 32 hex digits"},
+			&cli.StringFlag{Name: "upstream", Usage: "libpq connection string of the primary, e.g. 'host=127.0.0.1 port=5432 user=postgres' (required)"},
+			&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline (required)"},
+			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
+			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)"},
 			&cli.StringFlag{Name: "slot", Value: "proposer", Usage: "physical replication slot on the primary (created with RESERVE_WAL if missing): 1-63 lowercase letters, digits, underscores"},
 			&cli.StringFlag{Name: "application-name", Value: "proposer", Usage: "application_name on the primary (1-63 printable ASCII bytes); name it in synchronous_standby_names"},
 			&cli.StringFlag{Name: "buffer-size", Value: "64MiB", Usage: "in-memory WAL kept for lagging safekeepers (e.g. 64MiB); older WAL is re-read from the primary"},
@@ -53,16 +56,16 @@ func proposeCommand() *cli.Command {
 			sks, tenant, timeline := tl.safekeepers, tl.tenant, tl.timeline
 			bufSize, err := parseByteSize(c.String("buffer-size"))
 			if err != nil {
-				return usagef("--buffer-size: %v", err)
+				return usagef("--buffer-size: %w", err)
 			}
 			if _, err := pgconn.ParseConfig(c.String("upstream")); err != nil {
-				return usagef("--upstream: %v", err)
+				return usagef("--upstream: %w", err)
 			}
 			if err := checkApplicationName(c.String("application-name")); err != nil {
-				return usagef("--application-name %q: %v", c.String("application-name"), err)
+				return usagef("--application-name %q: %w", c.String("application-name"), err)
 			}
 			if err := checkSlotName(c.String("slot")); err != nil {
-				return usagef("--slot: %v", err)
+				return usagef("--slot: %w", err)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
@@ -182,10 +185,10 @@ func parseSafekeepers(s string) ([]string, error) {
 
 func parseIDs(c *cli.Context) (tenant, timeline proto.ID, err error) {
 	if tenant, err = proto.ParseID(c.String("tenant-id")); err != nil {
-		return tenant, timeline, usagef("--tenant-id: %v", err)
+		return tenant, timeline, usagef("--tenant-id: %w", err)
 	}
 	if timeline, err = proto.ParseID(c.String("timeline-id")); err != nil {
-		return tenant, timeline, usagef("--timeline-id: %v", err)
+		return tenant, timeline, usagef("--timeline-id: %w", err)
 	}
 	return tenant, timeline, nil
 }

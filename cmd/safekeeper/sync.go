@@ -31,10 +31,11 @@ func syncCommand() *cli.Command {
 			"initialises a brand-new timeline instead, as a compute does when it starts one; it prints 0/0.\n" +
 			"Exit codes: 0 success, 1 no quorum within --timeout, no such timeline or another error, 2 usage, 3 deposed.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
+		Before:       func(c *cli.Context) error { return requireFlags(c, "safekeepers", "tenant-id", "timeline-id") },
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "safekeepers", Required: true, Usage: "comma-separated host:port list of every safekeeper of the timeline"},
-			&cli.StringFlag{Name: "tenant-id", Required: true, Usage: "tenant id, 32 hex digits"},
-			&cli.StringFlag{Name: "timeline-id", Required: true, Usage: "timeline id, 32 hex digits"},
+			&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline (required)"},
+			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
+			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)"},
 			&cli.Uint64Flag{Name: "system-id", Usage: "the primary's database system identifier (default: read from the safekeepers, with the three flags below)"},
 			&cli.UintFlag{Name: "pg-version", Value: 150000, Usage: "with --system-id: PG_VERSION_NUM of the primary, 150000-159999 (only the major version must match)"},
 			&cli.UintFlag{Name: "wal-seg-size", Value: 16 << 20, Usage: "with --system-id: WAL segment size in bytes, a power of two from 1 MiB to 1 GiB (must match the timeline's)"},

@@ -1,0 +1,140 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/safekeeper/safekeeper/proto"
+)
+
+// ErrExportRange: Export was asked to stop at an LSN outside the WAL the
+// timeline can export (above commit_lsn, or not above its start).
+var ErrExportRange = errors.New("storage: export range outside the timeline's WAL")
+
+// Export writes a timeline's committed WAL, read from the database file at
+// path (opened read-only: it fails with ErrLocked while a safekeeper holds
+// it), as PostgreSQL segment files in outDir (created if missing), up to
+// *upto (nil: commit_lsn). Segments are named like pg_wal's
+// (TTTTTTTTXXXXXXXXYYYYYYYY); the unfinished last one is written as
+// NAME.partial, full size and zero-padded, as pg_receivewal does. Only
+// segments the timeline holds from their first byte are written: bytes
+// before timeline_start_lsn (or removed by retention) are unknown. Writing
+// NAME removes a NAME.partial left in outDir, and writing NAME.partial
+// removes NAME, so a restore_command never finds a stale form. Each file is
+// written durably (temporary file, fsync, rename, fsync of the directory).
+// Progress lines go to w.
+func Export(path string, key proto.TimelineKey, outDir string, uptoArg *proto.LSN, w io.Writer) error {
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("wal export: %w", err)
+	}
+	db, err := Open(path, Options{ReadOnly: true, Timeout: 200 * time.Millisecond})
+	if errors.Is(err, ErrLocked) {
+		return fmt.Errorf("wal export: %s is in use (a safekeeper is running on it?); stop it or export from a copy: %w", filepath.Dir(path), err)
+	}
+	if err != nil {
+		return fmt.Errorf("wal export: %w", err)
+	}
+	defer db.Close()
+	tl, st, err := db.OpenTimeline(key.TenantID, key.TimelineID)
+	if err != nil {
+		return fmt.Errorf("wal export: %w", err)
+	}
+	upto := st.CommitLSN
+	if uptoArg != nil {
+		upto = *uptoArg
+		if upto > st.CommitLSN {
+			return fmt.Errorf("%w: --upto %s is above the timeline's commit_lsn %s", ErrExportRange, upto, st.CommitLSN)
+		}
+		if st.TimelineStartLSN == 0 || upto <= st.TimelineStartLSN {
+			return fmt.Errorf("%w: --upto %s is not above the timeline's start %s: there is no WAL to export below it", ErrExportRange, upto, st.TimelineStartLSN)
+		}
+	}
+	segSize := uint64(st.WalSegSize)
+	if st.TimelineStartLSN == 0 || upto == 0 {
+		fmt.Fprintf(w, "timeline has no committed WAL; nothing written\n")
+		return nil
+	}
+	from := max(st.TimelineStartLSN, st.RemovedUpTo, tl.RemovedUpTo())
+	if off := from.SegmentOffset(segSize); off != 0 {
+		fmt.Fprintf(w, "skipping segment %s: the timeline holds it only from %s\n", proto.SegmentFileName(st.PgTimeline, from, segSize), from)
+		from = from.SegmentStart(segSize) + proto.LSN(segSize)
+	}
+	if uptoArg != nil && upto <= from {
+		return fmt.Errorf("wal export: --upto %s: this safekeeper holds whole segments only from %s (timeline start %s, removed up to %s); nothing to export below it",
+			upto, from, st.TimelineStartLSN, max(st.RemovedUpTo, tl.RemovedUpTo()))
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return fmt.Errorf("wal export: %w", err)
+	}
+	buf := make([]byte, segSize)
+	full, partial := 0, 0
+	for seg := from; seg < upto; seg += proto.LSN(segSize) {
+		want := min(uint64(upto-seg), segSize)
+		clear(buf)
+		for n := uint64(0); n < want; {
+			m, err := tl.ReadWAL(seg+proto.LSN(n), buf[n:want])
+			if err != nil {
+				return fmt.Errorf("wal export: %w", err)
+			}
+			if m == 0 {
+				return fmt.Errorf("wal export: WAL ends at %s, below commit_lsn %s", seg+proto.LSN(n), upto)
+			}
+			n += uint64(m)
+		}
+		name := proto.SegmentFileName(st.PgTimeline, seg, segSize)
+		other := name + ".partial" // the other form of the segment's file, stale now
+		if want < segSize {
+			name, other = other, name
+			partial++
+		} else {
+			full++
+		}
+		// Remove the stale form first: a crash then leaves neither, never
+		// both, so a restore_command cannot pick the stale one.
+		if err := os.Remove(filepath.Join(outDir, other)); err == nil {
+			fmt.Fprintf(w, "removed %s: replaced by %s\n", other, name)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("wal export: %w", err)
+		}
+		if err := writeFileDurably(filepath.Join(outDir, name), buf); err != nil {
+			return fmt.Errorf("wal export: %w", err)
+		}
+	}
+	fmt.Fprintf(w, "exported %s..%s: %d complete segment(s), %d partial\n", from, upto, full, partial)
+	return nil
+}
+
+// writeFileDurably writes data to a temporary file, fsyncs it, renames it
+// into place and fsyncs the directory.
+func writeFileDurably(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
