@@ -1,6 +1,3 @@
-// Package test holds the socket-level tests of the safekeeper binary: a test
-// proposer, written from wal-push-protocol.md, drives `safekeeper run` over
-// loopback. The harness lives in test/harness, PostgreSQL in test/pgtest.
 package test
 
 import (
