@@ -210,3 +210,48 @@ func TestDeposedErrorNamesTheSafekeeper(t *testing.T) {
 		t.Fatalf("got %q, want %q", err, want)
 	}
 }
+
+// TestRegrantedSafekeeperGetsBufferedWAL: WAL the primary sent while no
+// safekeeper was connected waits in the buffer (nothing pumps it: no one
+// streams). When the safekeepers reconnect and are granted the ballot
+// again, each is sent that WAL at once — not only at the next WAL from the
+// primary or response, which may never come while the full buffer has
+// paused the primary's stream (TestEndToEnd hung so after kill -9 of every
+// safekeeper and pg_switch_wal).
+func TestRegrantedSafekeeperGetsBufferedWAL(t *testing.T) {
+	s, outs := streamingSession(t)
+	ctx := context.Background()
+	for i := range outs {
+		s.disconnect(s.sks[i])
+	}
+	if err := s.onUpstream(ctx, upstreamMsg{start: tlStart, wal: make([]byte, 3000)}); err != nil {
+		t.Fatal(err)
+	}
+	b := s.sess.Core().Ballot()
+	h := proto.TermHistory{{Term: b.Term, StartLSN: tlStart}}
+	for i := range outs {
+		out := make(chan []byte, s.cfg.MaxInFlight+16)
+		outs[i] = out
+		greeting := info(b.Term, tlStart, 0, h)
+		greeting.VotedFor = b
+		if err := s.onSafekeeper(ctx, skEvent{sk: i, gen: 2, info: greeting, out: out}); err != nil {
+			t.Fatal(err)
+		}
+		v, f := grant(b, greeting)
+		for _, m := range []proto.Message{v, f} {
+			if err := s.onSafekeeper(ctx, skEvent{sk: i, gen: 2, msg: m}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ms := queued(t, out)
+		var wal proto.LSN
+		for _, m := range ms {
+			if r, ok := m.(*proto.SafeKeeperRequest); ok {
+				wal += r.EndLSN - r.BeginLSN
+			}
+		}
+		if wal != 3000 {
+			t.Fatalf("safekeeper %d re-granted: %d bytes of the buffered WAL sent (%v), want all 3000 at once", i, wal, ms)
+		}
+	}
+}
