@@ -9,11 +9,21 @@
 // and the truncation (4), contiguous appends, the commit_lsn rule and deposed
 // senders (5), record-aligned flush_lsn and one response per request (6).
 //
-// It does no IO of its own: no sockets, no files, no clock. It is driven by
-// one owner goroutine per timeline (the server's) and persists through the
-// Storage interface it declares, implemented by package storage on bbolt and
-// by MemStorage for tests and the simulation. That boundary is what lets the
-// same code run in a deterministic simulation and behind a real socket.
+// Two layers. Acceptor is the state machine of one timeline: one method per
+// message. Session wraps it for all of a timeline's connections at once —
+// the per-connection message order and granted ballot, the group commit
+// (Step stages requests, Flush commits them in one Storage.Commit and
+// answers each), the end-of-stream flush and the storage-failure path
+// (stop, refuse greetings, rebuild from Storage.Load). Session is the one
+// entry point: the server's owner goroutine and the simulation (test/sim)
+// both drive it and act on the Ready each call returns — publish its State,
+// then send its Out.
+//
+// It does no IO of its own: no sockets, no files, no clock. It persists
+// through the Storage interface it declares, implemented by package storage
+// on bbolt and by MemStorage for tests and the simulation. That boundary is
+// what lets the same code run in a deterministic simulation and behind a
+// real socket.
 //
 // Durability order: staged WAL is made durable (Storage.Commit) before any
 // reply that depends on it. RequestVote commits staged WAL and then the vote
@@ -24,6 +34,10 @@
 // (ErrStorage): what is durable is then only what the last successful
 // Commit stored, and a new acceptor must be built from it (New).
 //
-// Lifecycle: NewState for a new timeline; New rebuilds from durable state
-// after creation or reboot, discarding WAL past flush_lsn.
+// Lifecycle: NewState for a new timeline; New (or NewSession) rebuilds from
+// durable state after creation or reboot, discarding WAL past flush_lsn.
+//
+// Test hooks: hooks.go plants known safety bugs for the planted-bug test
+// (planted_test.go), which proves the simulation can fail; production code
+// never sets them.
 package acceptor
