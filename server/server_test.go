@@ -417,3 +417,41 @@ func (f *failingStorage) Commit(st acceptor.State) error {
 	}
 	return f.Storage.Commit(st)
 }
+
+// TestStorageFailureMidStreamIsLoggedAndRecovers: a commit that fails while
+// a proposer streams (the group commit, not a greeting) ends the stream
+// with the storage SQLSTATE and is logged as a storage failure once; after
+// the disk works again the next greeting rebuilds the timeline, which is
+// logged too, and WAL is accepted where the durable WAL ends.
+func TestStorageFailureMidStreamIsLoggedAndRecovers(t *testing.T) {
+	var failing atomic.Bool
+	var logs harness.SyncBuffer
+	s := startHookedServer(t, t.TempDir(), func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) },
+		hooks{storage: func(st *storage.Timeline) acceptor.Storage { return &failingStorage{Storage: st, fail: &failing} }})
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	p.push(3, 500, 0)
+	durable := p.pos
+
+	failing.Store(true)
+	p.gen.Record(500)
+	wal := p.gen.Take()
+	p.send(&proto.SafeKeeperRequest{Sender: p.ballot, BeginLSN: p.pos, EndLSN: p.pos + lsn(len(wal)), CommitLSN: p.pos, WAL: wal})
+	var pe *pgconn.PgError
+	if _, err := p.c.Recv(p.ctx); !errors.As(err, &pe) || pe.Code != codeStorageFailure {
+		t.Fatalf("a request whose commit fails: %v, want SQLSTATE %s", err, codeStorageFailure)
+	}
+	waitFor(t, "the storage failure in the log", func() bool { return strings.Contains(logs.String(), "storage failed") })
+
+	failing.Store(false)
+	p = newTestPush(t, addr, tTimeline, 1, hist1(tStart), durable)
+	if _, resp := p.push(2, 500, 0); resp.FlushLSN != p.pos {
+		t.Fatalf("after recovery: flush_lsn %s, want %s", resp.FlushLSN, p.pos)
+	}
+	if !strings.Contains(logs.String(), "timeline recovered from storage failure") {
+		t.Fatalf("recovery not logged:\n%s", logs.String())
+	}
+	if n := strings.Count(logs.String(), "storage failed"); n != 1 {
+		t.Fatalf("storage failure logged %d times, want once:\n%s", n, logs.String())
+	}
+}

@@ -74,7 +74,7 @@ func (t *timeline) publish(st acceptor.State) {
 // connection has left (the server closes them first).
 func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
 	defer close(t.stopped)
-	o := owner{t: t, sess: sess, conns: map[acceptor.ConnID]*pushConn{}}
+	o := owner{t: t, sess: sess, conns: map[acceptor.ConnID]*pushConn{}, broken: sess.Broken()}
 	for {
 		select {
 		case <-ctx.Done():
@@ -101,6 +101,8 @@ type owner struct {
 	t     *timeline
 	sess  *acceptor.Session
 	conns map[acceptor.ConnID]*pushConn // connections the session knows
+	// broken is the session's storage failure as last logged.
+	broken error
 }
 
 func (o *owner) handle(ev event) {
@@ -120,15 +122,8 @@ func (o *owner) handle(ev event) {
 	o.conns[c.id] = c
 	wasBroken := o.sess.Broken()
 	r := o.sess.Step(c.id, ev.msg)
-	switch broken := o.sess.Broken(); {
-	case broken != nil && wasBroken == nil:
-		o.t.log.Error("storage failed; timeline refuses WAL until a proposer reconnects and the disk works", "err", broken)
-	case broken == nil && wasBroken != nil:
-		o.t.log.Info("timeline recovered from storage failure", "flush_lsn", o.sess.State().FlushLSN)
-	case broken != nil:
-		if _, greeting := ev.msg.(*proto.ServerInfo); greeting {
-			o.t.log.Warn("timeline still cannot write", "err", broken)
-		}
+	if _, greeting := ev.msg.(*proto.ServerInfo); greeting && wasBroken != nil && o.sess.Broken() != nil {
+		o.t.log.Warn("timeline still cannot write", "err", o.sess.Broken())
 	}
 	if m, ok := ev.msg.(*proto.ProposerElected); ok && !ended(r, c.id) {
 		o.t.log.Info("proposer elected", "term", m.Term, "start_streaming_at", m.StartStreamingAt, "conn", c.remote)
@@ -152,6 +147,13 @@ func ended(r acceptor.Ready, c acceptor.ConnID) bool {
 // on its connection's writer. SafeKeeperResponses carry the readers'
 // feedback to the proposer.
 func (o *owner) act(r acceptor.Ready) {
+	switch broken := o.sess.Broken(); {
+	case broken != nil && o.broken == nil:
+		o.t.log.Error("storage failed; timeline refuses WAL until a proposer reconnects and the disk works", "err", broken)
+	case broken == nil && o.broken != nil:
+		o.t.log.Info("timeline recovered from storage failure", "flush_lsn", o.sess.State().FlushLSN)
+	}
+	o.broken = o.sess.Broken()
 	if r.State != nil {
 		o.t.publish(*r.State)
 		o.t.repl.kickRetention()
