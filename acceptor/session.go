@@ -31,6 +31,12 @@ type Ready struct {
 	State *State
 	// Out are the replies and errors, in the order they must be sent.
 	Out []Out
+	// Failed is the storage failure that stopped the session in this call
+	// (nil if none did): log it.
+	Failed error
+	// Recovered is set when this call rebuilt a stopped session from what
+	// is durable: log it.
+	Recovered bool
 }
 
 // Session is the WAL push protocol of one timeline on one safekeeper, over
@@ -152,7 +158,7 @@ func (s *Session) step(r *Ready, c ConnID, sc *sessionConn, m proto.Message) {
 	sc.order = next
 	if s.broken != nil {
 		if _, greeting := m.(*proto.ServerInfo); greeting {
-			s.rebuild()
+			s.rebuild(r)
 		}
 		if s.broken != nil {
 			s.fail(r, c, s.broken)
@@ -245,6 +251,9 @@ func (s *Session) refuse(r *Ready, c ConnID, err error) {
 // storageFailed stops the session: every waiting connection ends with err,
 // since nothing it sent after the last commit is durable.
 func (s *Session) storageFailed(r *Ready, err error) {
+	if s.broken == nil {
+		r.Failed = err
+	}
 	s.broken = err
 	for _, c := range s.waiting {
 		s.fail(r, c, err)
@@ -254,7 +263,7 @@ func (s *Session) storageFailed(r *Ready, err error) {
 
 // rebuild replaces a stopped acceptor with one built from the durable state
 // (New discards what was staged and never committed).
-func (s *Session) rebuild() {
+func (s *Session) rebuild(r *Ready) {
 	st, err := s.store.Load()
 	if err != nil {
 		s.broken = storageError(err)
@@ -266,6 +275,7 @@ func (s *Session) rebuild() {
 		return
 	}
 	s.acc, s.broken = acc, nil
+	r.Recovered = true
 }
 
 func storageError(err error) error {

@@ -236,17 +236,21 @@ func TestSessionStorageFailureAndRebuild(t *testing.T) {
 	f.request(1, b, 1)
 	r := f.s.Flush()
 	f.want("failed commit", r, 1, ErrStorage, 2, ErrStorage)
-	if f.s.Broken() == nil || r.State != nil {
-		t.Fatalf("after a failed commit: broken %v, state handed out %v", f.s.Broken(), r.State)
+	if f.s.Broken() == nil || r.State != nil || !errors.Is(r.Failed, errDiskFull) {
+		t.Fatalf("after a failed commit: broken %v, state handed out %v, failed %v", f.s.Broken(), r.State, r.Failed)
 	}
 	si := testInfo
-	f.want("greeting while full", f.s.Step(3, &si), 3, ErrStorage)
+	if r := f.s.Step(3, &si); r.Failed != nil || r.Recovered {
+		t.Fatalf("greeting while full: failure reported again (%v) or recovered (%v)", r.Failed, r.Recovered)
+	} else {
+		f.want("greeting while full", r, 3, ErrStorage)
+	}
 
 	f.disk.full = false
 	r = f.s.Step(4, &si)
 	f.want("greeting after the disk recovered", r, 4, "info")
-	if f.s.Broken() != nil || r.State == nil || r.State.FlushLSN != durable {
-		t.Fatalf("rebuilt: broken %v, state %+v, want flush_lsn %s", f.s.Broken(), r.State, durable)
+	if f.s.Broken() != nil || !r.Recovered || r.State == nil || r.State.FlushLSN != durable {
+		t.Fatalf("rebuilt: broken %v, recovered %v, state %+v, want flush_lsn %s", f.s.Broken(), r.Recovered, r.State, durable)
 	}
 	if info := r.Out[0].Msg.(*proto.SafeKeeperInfo); info.FlushLSN != durable {
 		t.Fatalf("rebuilt greeting reports flush_lsn %s, want %s", info.FlushLSN, durable)

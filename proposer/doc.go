@@ -11,16 +11,24 @@
 //     start, history), per-safekeeper start_streaming_at
 //     (proto.TermHistory.CommonPoint), commit_lsn, truncate_lsn and the deposed
 //     check. No sockets, no clock, no goroutines, like acceptor.Acceptor
-//     and etcd raft's RawNode, so a deterministic simulation can drive it
-//     against acceptors (TestCoreDrivesRealAcceptors does, in memory).
+//     and etcd raft's RawNode.
+//   - Session (session.go): the pure session of one term around the core —
+//     each safekeeper's connection state (greeted, voting, streaming,
+//     sitting out), when to campaign and elect, ProposerElected, pumping
+//     WAL from a WALSource with at most MaxInFlight requests unanswered,
+//     heartbeats and the commit broadcast, dropping a connection that
+//     breaks the protocol. Time comes in through Tick. Each call returns a
+//     Ready for the caller to carry out. Run, Sync and the deterministic
+//     simulation (test/sim) all drive it.
 //   - Run (driver.go, upstream.go, safekeepers.go, catchup.go, buffer.go):
-//     the IO around the core. One owner goroutine per session owns the core,
-//     the WAL buffer and every safekeeper's send state; one reader goroutine
-//     per connection (primary, each safekeeper, each catch-up stream) feeds
-//     it through bounded channels, and one writer goroutine per safekeeper
-//     connection sends what the owner queued. The owner never blocks on a
-//     socket.
-//   - Sync (sync.go): election without WAL, for `safekeeper sync`.
+//     the IO around the session. One owner goroutine per term owns the
+//     session, the WAL buffer (the session's WALSource) and the catch-up
+//     streams; one reader goroutine per connection (primary, each
+//     safekeeper, each catch-up stream) feeds it through bounded channels,
+//     and one writer goroutine per safekeeper connection sends what the
+//     owner queued. The owner never blocks on a socket.
+//   - Sync (sync.go): the same session without WAL of its own, for
+//     `safekeeper sync`: its WALSource is copy streams from the donor.
 //
 // Lifecycle of Run: a session connects to the primary (IDENTIFY_SYSTEM,
 // SHOW wal_segment_size / server_version_num, slot), greets every

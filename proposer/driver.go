@@ -276,15 +276,17 @@ func (s *driver) send(sk *skState, m proto.Message) {
 	}
 }
 
-// closeLink closes safekeeper sk's connection and its catch-up stream and
-// ignores the rest of that connection's events.
+// closeLink closes safekeeper sk's connection (its writer sends what is
+// queued, then closes the socket, and the link reconnects) and its
+// catch-up stream, and ignores the rest of that connection's events.
 func (s *driver) closeLink(sk *skState) {
 	if sk.out != nil {
 		close(sk.out)
 		sk.out = nil
 	}
 	s.dropCatchup(sk)
-	sk.gen = -sk.gen
+	sk.cuWant = false
+	sk.gen = 0 // connections count from 1: no event matches
 }
 
 func (s *driver) disconnect(sk *skState) {

@@ -132,10 +132,12 @@ func (l *skLinks) connection(ctx context.Context, i, gen int) (greeted bool, err
 }
 
 // writer sends queued payloads, one socket write per burst, until out is
-// closed or done is (the owner is gone: its last events may never have been
-// read, so nobody would close out). After a write error it closes the
-// connection (the reader then reports the failure) and drains out until it
-// is closed or done is.
+// closed — the owner is done with the connection (it dropped it, or it
+// ended): what was queued is sent, then the connection is closed, so its
+// reader ends and the link reconnects — or done is (the owner is gone: its
+// last events may never have been read, so nobody would close out). After
+// a write error it closes the connection (the reader then reports the
+// failure) and drains out until it is closed or done is.
 func writer(c *Conn, out chan []byte, done <-chan struct{}) {
 	for {
 		var p []byte
@@ -145,6 +147,7 @@ func writer(c *Conn, out chan []byte, done <-chan struct{}) {
 			return
 		case q, ok := <-out:
 			if !ok {
+				c.Close()
 				return
 			}
 			p = q
@@ -155,6 +158,7 @@ func writer(c *Conn, out chan []byte, done <-chan struct{}) {
 			case p, ok := <-out:
 				if !ok {
 					c.flush()
+					c.Close()
 					return
 				}
 				c.queueRaw(p)

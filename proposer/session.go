@@ -47,16 +47,20 @@ type SessionConfig struct {
 	// goes above it.
 	LastTerm uint64
 	// MaxInFlight bounds the SafeKeeperRequests awaiting a response per
-	// safekeeper. Must be at least 1.
+	// safekeeper. Default (below 1) 256, as Config.MaxInFlight.
 	MaxInFlight int
 	// HeartbeatInterval is how long an idle safekeeper waits for a
-	// heartbeat when neither commit_lsn nor truncate_lsn changed.
+	// heartbeat when neither commit_lsn nor truncate_lsn changed. Default
+	// (zero or less) 200 ms.
 	HeartbeatInterval time.Duration
 	// Logger receives the session's decisions; nil discards them.
 	Logger *slog.Logger
 }
 
-// WALSource is where a Session takes the WAL it streams.
+// WALSource is where a Session takes the WAL it streams. Its methods are
+// called from inside Session calls, on the caller's goroutine; they may
+// change the caller's own state (the driver notes there that a catch-up
+// stream is needed, and starts it when it carries out the Ready).
 type WALSource interface {
 	// WAL returns WAL for safekeeper i from lsn on, at most max bytes, or
 	// nil when none is available now (the caller calls Pump when more is).
@@ -115,7 +119,10 @@ type link struct {
 // election.
 func NewSession(cfg SessionConfig, src WALSource) *Session {
 	if cfg.MaxInFlight < 1 {
-		panic("proposer: SessionConfig.MaxInFlight below 1")
+		cfg.MaxInFlight = 256
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = 200 * time.Millisecond
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -195,7 +202,7 @@ func (s *Session) Receive(i int, m proto.Message) (Ready, error) {
 	switch m := m.(type) {
 	case *proto.VoteResponse:
 		if l.phase != linkVoting || l.pendingVote != nil {
-			s.drop(&r, i, "unexpected vote verdict")
+			s.drop(&r, i, m)
 			return r, nil
 		}
 		if m.VotedFor != s.core.Ballot() {
@@ -210,7 +217,7 @@ func (s *Session) Receive(i int, m proto.Message) (Ready, error) {
 		l.pendingVote = m
 	case *proto.SafeKeeperInfo:
 		if l.pendingVote == nil {
-			s.drop(&r, i, "unexpected SafeKeeperInfo")
+			s.drop(&r, i, m)
 			return r, nil
 		}
 		v := l.pendingVote
@@ -230,7 +237,7 @@ func (s *Session) Receive(i int, m proto.Message) (Ready, error) {
 		}
 	case *proto.SafeKeeperResponse:
 		if l.phase != linkStreaming || l.inflight == 0 {
-			s.drop(&r, i, "unexpected SafeKeeperResponse")
+			s.drop(&r, i, m)
 			return r, nil
 		}
 		l.inflight--
@@ -255,7 +262,7 @@ func (s *Session) Receive(i int, m proto.Message) (Ready, error) {
 			s.sendCommit(&r, i) // it may have had a heartbeat unanswered when commit_lsn advanced
 		}
 	default:
-		s.drop(&r, i, fmt.Sprintf("unexpected message %T", m))
+		s.drop(&r, i, m)
 	}
 	return r, nil
 }
@@ -381,10 +388,10 @@ func (s *Session) sendCommit(r *Ready, i int) {
 	l.hbPending = l.inflight // answered once every request queued so far is
 }
 
-// drop forgets safekeeper i's connection, which broke the protocol, and
-// asks the caller to close it.
-func (s *Session) drop(r *Ready, i int, why string) {
-	s.log.Error(why+"; dropping the connection", "safekeeper", s.cfg.Names[i])
+// drop forgets safekeeper i's connection, which sent m where the protocol
+// has no place for it, and asks the caller to close it.
+func (s *Session) drop(r *Ready, i int, m proto.Message) {
+	s.log.Error("unexpected message from safekeeper; dropping the connection", "safekeeper", s.cfg.Names[i], "message", fmt.Sprintf("%T", m))
 	s.Disconnected(i)
 	r.Drop = append(r.Drop, i)
 }

@@ -123,7 +123,10 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 		dial:   DialConfig{TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ApplicationName: "sync", ConnectTimeout: cfg.ConnectTimeout},
 	}
 	links.start(ctx)
-	y := &syncer{cfg: cfg, ctx: ctx, copies: make(chan copyChunk), sks: make([]syncSK, len(cfg.Safekeepers))}
+	y := &syncer{cfg: cfg, copies: make(chan copyChunk), sks: make([]syncSK, len(cfg.Safekeepers))}
+	for i := range y.sks {
+		y.sks[i].retry = backoff{min: 100 * time.Millisecond, max: time.Second}
+	}
 	y.sess = NewSession(SessionConfig{
 		Names: cfg.Safekeepers, UUID: cfg.ProposerUUID, MaxInFlight: copyWindow,
 		HeartbeatInterval: 200 * time.Millisecond, Logger: cfg.Logger,
@@ -170,15 +173,15 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 		if err != nil {
 			return 0, err
 		}
-		y.act(r)
+		y.act(ctx, r)
 		if r.Elect {
 			e, r, err := y.sess.Elect(^proto.LSN(0), 0)
 			if err != nil {
 				return 0, err
 			}
 			y.target = e.TermStartLSN
-			y.act(r)
-			y.act(y.sess.PumpAll())
+			y.act(ctx, r)
+			y.act(ctx, y.sess.PumpAll())
 		}
 		if y.done() {
 			return y.target, nil
@@ -196,7 +199,6 @@ const copyWindow = 8
 // WALSource: sync generates no WAL, so all it streams is the donor's.
 type syncer struct {
 	cfg    SyncConfig
-	ctx    context.Context // Sync's; copy streams run below it
 	sess   *Session
 	sks    []syncSK
 	target proto.LSN // the donor's end of WAL: 0 until the election
@@ -213,9 +215,15 @@ type syncSK struct {
 	copyID   int        // the current copy stream (0: none)
 	copyStop func()     // stops it
 	chunk    *copyChunk // a chunk from the donor not yet wholly sent
+	copyWant bool       // the session needs a copy stream from copyFrom
+	copyFrom proto.LSN
+	retryAt  time.Time // a failed copy stream is restarted no sooner
+	retry    backoff
 }
 
-func (y *syncer) act(r Ready) {
+// act carries out what the session decided, and starts the copy streams it
+// asked for.
+func (y *syncer) act(ctx context.Context, r Ready) {
 	for _, m := range r.Sends {
 		if out := y.sks[m.To].out; out != nil {
 			select {
@@ -227,6 +235,12 @@ func (y *syncer) act(r Ready) {
 	for _, i := range r.Drop {
 		y.closeLink(i)
 	}
+	for i := range y.sks {
+		if s := &y.sks[i]; s.copyWant {
+			s.copyWant = false
+			y.startCopy(ctx, i, s.copyFrom)
+		}
+	}
 }
 
 func (y *syncer) closeLink(i int) {
@@ -236,6 +250,7 @@ func (y *syncer) closeLink(i int) {
 		s.out = nil
 	}
 	y.stopCopy(i)
+	s.copyWant = false
 	s.gen = -1
 }
 
@@ -277,14 +292,16 @@ func (y *syncer) timeoutError() error {
 }
 
 // WAL is the session's WALSource: the donor's WAL below the target, from
-// safekeeper i's copy stream (started here when it has none).
+// safekeeper i's copy stream (act starts one when it has none).
 func (y *syncer) WAL(i int, lsn proto.LSN, max int) []byte {
 	s := &y.sks[i]
 	if lsn >= y.target {
 		return nil
 	}
 	if s.copyID == 0 {
-		y.startCopy(i, lsn)
+		if !time.Now().Before(s.retryAt) {
+			s.copyWant, s.copyFrom = true, lsn
+		}
 		return nil
 	}
 	c := s.chunk
@@ -316,10 +333,10 @@ func (y *syncer) WAL(i int, lsn proto.LSN, max int) []byte {
 // End is the donor's end of WAL (WALSource).
 func (y *syncer) End() proto.LSN { return y.target }
 
-func (y *syncer) startCopy(i int, from proto.LSN) {
+func (y *syncer) startCopy(ctx context.Context, i int, from proto.LSN) {
 	e := y.sess.Core().Election()
 	y.copyIDs++
-	cctx, stop := context.WithCancel(y.ctx)
+	cctx, stop := context.WithCancel(ctx)
 	y.sks[i].copyID, y.sks[i].copyStop = y.copyIDs, stop
 	y.cfg.Logger.Info("copying WAL from the donor", "safekeeper", y.cfg.Safekeepers[i],
 		"donor", y.cfg.Safekeepers[e.Donor], "from", from, "to", y.target)
@@ -342,7 +359,8 @@ func (y *syncer) stopCopy(i int) {
 }
 
 // onCopy takes a chunk (or the failure) of a copy stream; a failed stream
-// is restarted by the next pump, where the safekeeper's pipeline ends.
+// is restarted by a later pump, after a backoff, where the safekeeper's
+// pipeline ends.
 func (y *syncer) onCopy(c copyChunk) Ready {
 	s := &y.sks[c.sk]
 	if c.id != s.copyID {
@@ -352,11 +370,14 @@ func (y *syncer) onCopy(c copyChunk) Ready {
 		return Ready{}
 	}
 	if c.err != nil {
-		y.cfg.Logger.Warn("WAL copy from the donor failed; retrying", "safekeeper", y.cfg.Safekeepers[c.sk], "err", c.err)
+		d := s.retry.next()
+		y.cfg.Logger.Warn("WAL copy from the donor failed; retrying", "safekeeper", y.cfg.Safekeepers[c.sk], "err", c.err, "retry_in", d)
 		y.stopCopy(c.sk)
+		s.retryAt = time.Now().Add(d)
 		return Ready{}
 	}
 	s.chunk = &c
+	s.retry.reset()
 	return y.sess.Pump(c.sk)
 }
 

@@ -1,7 +1,10 @@
 package proposer
 
 import (
+	"errors"
+	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -30,5 +33,31 @@ func TestWriterStopsWhenTheOwnerIsGone(t *testing.T) {
 	}
 	if _, err := b.Read(make([]byte, 1)); err == nil {
 		t.Fatal("the connection is still open after the writer stopped")
+	}
+}
+
+// TestWriterClosesADroppedConnection: when the owner drops a connection (it
+// closes the queue: a safekeeper that broke the protocol), the writer sends
+// what was queued and then closes the socket, so the reader ends and the
+// link reconnects. Before, the socket stayed open and that safekeeper was
+// lost for the rest of the term.
+func TestWriterClosesADroppedConnection(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	c := &Conn{nc: a}
+	out := make(chan []byte, 4)
+	done := make(chan struct{})
+	defer close(done)
+	go writer(c, out, done)
+	out <- []byte("last")
+	close(out)
+	b.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, 64)
+	n, err := io.ReadFull(b, got[:5+4])
+	if err != nil || string(got[5:n]) != "last" {
+		t.Fatalf("read %q, %v: want the queued CopyData first", got[:n], err)
+	}
+	if _, err := b.Read(got); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("after the queue was closed: %v, want the connection closed", err)
 	}
 }

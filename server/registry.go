@@ -91,6 +91,9 @@ func (s *Server) open(key proto.TimelineKey, create *proto.ServerInfo) (*timelin
 		if create == nil {
 			return nil, pgwire.Errorf(pgwire.UndefinedObject, "timeline %s does not exist on this safekeeper", key)
 		}
+		if s.isStopping() {
+			return nil, errShutdown // no new timeline once shutdown began
+		}
 		if major := create.PgVersion / 10000; major != supportedPgMajor {
 			return nil, fmt.Errorf("%w: PostgreSQL major version %d: this safekeeper decodes PostgreSQL %d WAL only",
 				acceptor.ErrIncompatible, major, supportedPgMajor)

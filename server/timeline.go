@@ -74,7 +74,7 @@ func (t *timeline) publish(st acceptor.State) {
 // connection has left (the server closes them first).
 func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
 	defer close(t.stopped)
-	o := owner{t: t, sess: sess, conns: map[acceptor.ConnID]*pushConn{}, broken: sess.Broken()}
+	o := owner{t: t, sess: sess, conns: map[acceptor.ConnID]*pushConn{}}
 	for {
 		select {
 		case <-ctx.Done():
@@ -101,8 +101,6 @@ type owner struct {
 	t     *timeline
 	sess  *acceptor.Session
 	conns map[acceptor.ConnID]*pushConn // connections the session knows
-	// broken is the session's storage failure as last logged.
-	broken error
 }
 
 func (o *owner) handle(ev event) {
@@ -147,13 +145,12 @@ func ended(r acceptor.Ready, c acceptor.ConnID) bool {
 // on its connection's writer. SafeKeeperResponses carry the readers'
 // feedback to the proposer.
 func (o *owner) act(r acceptor.Ready) {
-	switch broken := o.sess.Broken(); {
-	case broken != nil && o.broken == nil:
-		o.t.log.Error("storage failed; timeline refuses WAL until a proposer reconnects and the disk works", "err", broken)
-	case broken == nil && o.broken != nil:
+	if r.Failed != nil {
+		o.t.log.Error("storage failed; timeline refuses WAL until a proposer reconnects and the disk works", "err", r.Failed)
+	}
+	if r.Recovered {
 		o.t.log.Info("timeline recovered from storage failure", "flush_lsn", o.sess.State().FlushLSN)
 	}
-	o.broken = o.sess.Broken()
 	if r.State != nil {
 		o.t.publish(*r.State)
 		o.t.repl.kickRetention()

@@ -23,8 +23,6 @@ type server struct {
 	sess *acceptor.Session // nil while down
 	// conns are the connections the session knows, by id.
 	conns map[acceptor.ConnID]*conn
-	// broken: the session was stopped by a storage failure when last seen.
-	broken bool
 }
 
 func (s *server) up() bool { return s.sess != nil }
@@ -79,15 +77,14 @@ func (s *server) flush() {
 // act carries out a Ready: every reply is checked against the disk at the
 // moment it is sent (invariant 7), then queued to the proposer.
 func (s *server) act(r acceptor.Ready) {
-	switch broken := s.sess.Broken(); {
-	case broken != nil && !s.broken:
+	if r.Failed != nil {
 		s.w.count("sk: storage failed")
-		s.w.tracef("sk%d: storage failed: %v", s.idx, broken)
-	case broken == nil && s.broken:
+		s.w.tracef("sk%d: storage failed: %v", s.idx, r.Failed)
+	}
+	if r.Recovered {
 		s.w.count("sk: rebuilt after a storage failure")
 		s.w.tracef("sk%d: rebuilt from its disk after a storage failure", s.idx)
 	}
-	s.broken = s.sess.Broken() != nil
 	responses := 0
 	for _, out := range r.Out {
 		c := s.conns[out.Conn]
@@ -197,7 +194,7 @@ func (s *server) restart() {
 	if sess.Broken() != nil {
 		s.w.count("sk: restarted on a full disk")
 	}
-	s.sess, s.broken = sess, sess.Broken() != nil
+	s.sess = sess
 	s.conns = map[acceptor.ConnID]*conn{}
 	s.disk.settle()
 }
