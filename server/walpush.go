@@ -161,10 +161,10 @@ func (c *pushConn) write(it outItem, buf *[]byte) error {
 // the connection returns to query mode and ok is true), an error ends it, or
 // the connection drops.
 func (s *Server) runPush(pc *pgwire.Conn, ids startupIDs, log *slog.Logger) (ok bool) {
+	id := acceptor.ConnID(s.connSeq.Add(1))
 	c := &pushConn{
-		srv: s, pc: pc, remote: pc.RemoteAddr().String(), log: log, opts: ids,
-		id:  acceptor.ConnID(s.connSeq.Add(1)),
-		out: make(chan outItem, outQueue), finished: make(chan struct{}),
+		srv: s, pc: pc, remote: pc.RemoteAddr().String(), log: log.With("conn", uint64(id)), opts: ids,
+		id: id, out: make(chan outItem, outQueue), finished: make(chan struct{}),
 	}
 	if err := pc.StartCopyBoth(); err != nil {
 		return false
