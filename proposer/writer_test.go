@@ -60,4 +60,15 @@ func TestWriterClosesADroppedConnection(t *testing.T) {
 	if _, err := b.Read(got); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("after the queue was closed: %v, want the connection closed", err)
 	}
+
+	// Nothing queued when the owner drops it: closed all the same.
+	a2, b2 := net.Pipe()
+	defer b2.Close()
+	out2 := make(chan []byte)
+	go writer(&Conn{nc: a2}, out2, done)
+	close(out2)
+	b2.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := b2.Read(got); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("an idle connection dropped: %v, want it closed", err)
+	}
 }

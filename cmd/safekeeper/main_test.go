@@ -271,3 +271,24 @@ func TestExitCodeByTypeNotText(t *testing.T) {
 		}
 	}
 }
+
+// TestRequiredFlagsNamed: a command run without its required flags is a
+// usage error (exit 2) that names every missing flag, checked before
+// anything else about the command line.
+func TestRequiredFlagsNamed(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		missing string
+	}{
+		{[]string{"run"}, `Required flags "id, data-dir" not set`},
+		{[]string{"run", "--id", "1"}, `Required flag "data-dir" not set`},
+		{[]string{"propose", "--safekeepers", "127.0.0.1:1"}, `Required flags "upstream, tenant-id, timeline-id" not set`},
+		{[]string{"sync"}, `Required flags "safekeepers, tenant-id, timeline-id" not set`},
+		{[]string{"wal", "export", "--data-dir", "/nonexistent"}, `Required flags "tenant-id, timeline-id, output" not set`},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"safekeeper"}, tc.args...), &out, &errb); code != exitUsage || !strings.Contains(errb.String(), tc.missing) {
+			t.Errorf("%q: exit %d, stderr %q; want exit %d and %s", tc.args, code, errb.String(), exitUsage, tc.missing)
+		}
+	}
+}
