@@ -6,7 +6,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"os"
 	"testing"
 	"time"
 
@@ -24,9 +23,7 @@ const (
 	sysID   = 7300000000000000001
 )
 
-func TestMain(m *testing.M) {
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { harness.Main(m) }
 
 // tp is a test proposer on one connection.
 type tp struct {

@@ -15,6 +15,7 @@ import (
 	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/storage"
+	"github.com/safekeeper/safekeeper/test/harness"
 	"github.com/urfave/cli/v2"
 )
 
@@ -292,3 +293,5 @@ func TestRequiredFlagsNamed(t *testing.T) {
 		}
 	}
 }
+
+func TestMain(m *testing.M) { harness.Main(m) }

@@ -423,3 +423,5 @@ func (s *standby) waitReplay(t *testing.T, lsn proto.LSN) {
 		return err == nil && strings.TrimSpace(string(out)) == "t"
 	})
 }
+
+func TestMain(m *testing.M) { harness.Main(m) }

@@ -405,3 +405,5 @@ func (c *cluster) checkExportRefusedWhileRunning() {
 		t.Fatalf("wal export while safekeeper %d runs: %v\n%s", sk.ID, err, out)
 	}
 }
+
+func TestMain(m *testing.M) { harness.Main(m) }

@@ -23,8 +23,19 @@ var (
 	buildErr  error
 )
 
+// Main runs a test binary's tests (call it from TestMain) and then removes
+// the safekeeper binary Binary built for them.
+func Main(m *testing.M) {
+	code := m.Run()
+	if buildPath != "" {
+		os.RemoveAll(filepath.Dir(buildPath))
+	}
+	os.Exit(code)
+}
+
 // Binary builds ./cmd/safekeeper once per test process and returns its path.
-// SAFEKEEPER_BIN overrides it with a prebuilt binary.
+// SAFEKEEPER_BIN overrides it with a prebuilt binary. A package that calls
+// it runs its tests through Main, which removes the build.
 func Binary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("SAFEKEEPER_BIN"); p != "" {
