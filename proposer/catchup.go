@@ -18,16 +18,57 @@ import (
 type catchup struct {
 	cancel  context.CancelFunc
 	id      int
-	pending *catchupEvent
+	pending *streamChunk
 }
 
-// catchupEvent is one chunk (or the stream's failure) for the owner.
-type catchupEvent struct {
-	sk, id int
+// streamChunk is one chunk of a second replication stream (a catch-up
+// stream from the primary, or sync's copy from the donor), or the stream's
+// failure, for the owner of the safekeeper it feeds.
+type streamChunk struct {
+	sk, id int // the safekeeper it feeds, and the stream's id
 	start  proto.LSN
 	wal    []byte
 	err    error
 	ack    chan struct{} // closed by the owner when it has taken the chunk
+}
+
+// piece is the part of c from lsn on, at most max bytes. skipped: c starts
+// above lsn (the stream lost WAL). consumed: the piece reaches c's end, so
+// the owner acknowledges c once it sent the piece.
+func (c *streamChunk) piece(lsn proto.LSN, max int) (d []byte, skipped, consumed bool) {
+	if c.start > lsn {
+		return nil, true, false
+	}
+	end := c.start + proto.LSN(len(c.wal))
+	if end > lsn {
+		d = c.wal[lsn-c.start:]
+		d = d[:min(len(d), max)]
+	}
+	return d, false, lsn+proto.LSN(len(d)) >= end
+}
+
+// streamChunks reads a second replication stream from `from` (up to `to`;
+// 0: without end) of the server at connStr — as a term reader of term when
+// term > 0 — and posts it chunk by chunk, each acknowledged before the next
+// (which paces the stream to its safekeeper), and its failure.
+func streamChunks(ctx context.Context, peer, connStr, appName string, timeout time.Duration, from, to proto.LSN, tli uint32, term uint64,
+	post func(streamChunk) bool) {
+	up, err := dialUpstream(ctx, peer, connStr, appName, timeout)
+	if err != nil {
+		post(streamChunk{err: err})
+		return
+	}
+	defer up.close()
+	if err := up.startReplicationTerm(ctx, "", from, tli, term); err != nil {
+		post(streamChunk{err: err})
+		return
+	}
+	err = up.forward(ctx, from, to, handOff(ctx, func(start proto.LSN, wal []byte, ack chan struct{}) bool {
+		return post(streamChunk{start: start, wal: wal, ack: ack})
+	}))
+	if err != nil {
+		post(streamChunk{err: err})
+	}
 }
 
 func (s *driver) startCatchup(ctx context.Context, sk *skState) {
@@ -55,34 +96,19 @@ func (s *driver) dropCatchup(sk *skState) {
 }
 
 func (s *driver) runCatchup(ctx context.Context, i, id int, from proto.LSN) {
-	post := func(ev catchupEvent) bool {
-		ev.sk, ev.id = i, id
-		select {
-		case s.cuEvents <- ev:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	up, err := dialUpstream(ctx, "primary", s.cfg.Upstream, s.cfg.ApplicationName+"_catchup", s.cfg.ConnectTimeout)
-	if err != nil {
-		post(catchupEvent{err: err})
-		return
-	}
-	defer up.close()
-	if err := up.startReplication(ctx, "", from, s.ui.Timeline); err != nil {
-		post(catchupEvent{err: err})
-		return
-	}
-	err = up.forward(ctx, from, 0, handOff(ctx, func(start proto.LSN, wal []byte, ack chan struct{}) bool {
-		return post(catchupEvent{start: start, wal: wal, ack: ack})
-	}))
-	if err != nil {
-		post(catchupEvent{err: err})
-	}
+	streamChunks(ctx, "primary", s.cfg.Upstream, s.cfg.ApplicationName+"_catchup", s.cfg.ConnectTimeout, from, 0, s.ui.Timeline, 0,
+		func(ev streamChunk) bool {
+			ev.sk, ev.id = i, id
+			select {
+			case s.cuEvents <- ev:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		})
 }
 
-func (s *driver) onCatchup(ctx context.Context, ev catchupEvent) {
+func (s *driver) onCatchup(ctx context.Context, ev streamChunk) {
 	sk := s.sks[ev.sk]
 	if sk.cu == nil || sk.cu.id != ev.id {
 		if ev.ack != nil {
@@ -110,19 +136,14 @@ func (s *driver) catchupWAL(sk *skState, lsn proto.LSN, max int) []byte {
 	if p == nil {
 		return nil
 	}
-	end := p.start + proto.LSN(len(p.wal))
-	if p.start > lsn {
+	d, skipped, consumed := p.piece(lsn, max)
+	if skipped {
 		s.log.Error("catch-up stream skipped WAL", "safekeeper", s.cfg.Safekeepers[sk.i], "err", fmt.Sprintf("chunk at %s, safekeeper at %s", p.start, lsn))
 		s.dropCatchup(sk)
 		sk.cuRetryAt = time.Now().Add(sk.cuBackoff.next())
 		return nil
 	}
-	var d []byte
-	if end > lsn {
-		d = p.wal[lsn-p.start:]
-		d = d[:min(len(d), max)]
-	}
-	if lsn+proto.LSN(len(d)) >= end {
+	if consumed {
 		sk.cu.pending = nil
 		sk.cuBackoff.reset()
 		close(p.ack)

@@ -105,7 +105,7 @@ type driver struct {
 	sks      []*skState
 	buf      *walBuffer
 	upEvents chan upstreamEvent
-	cuEvents chan catchupEvent
+	cuEvents chan streamChunk
 
 	lastStatus time.Time
 	lastCommit proto.LSN // commit reported in the last status update
@@ -179,7 +179,7 @@ func (s *driver) run(ctx context.Context) error {
 			ApplicationName: s.cfg.ApplicationName, ConnectTimeout: s.cfg.ConnectTimeout},
 	}
 	s.upEvents = make(chan upstreamEvent, 64)
-	s.cuEvents = make(chan catchupEvent, 16)
+	s.cuEvents = make(chan streamChunk, 16)
 	s.links.start(ctx)
 	defer func() {
 		cancel()

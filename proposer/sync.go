@@ -123,7 +123,7 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 		dial:   DialConfig{TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ApplicationName: "sync", ConnectTimeout: cfg.ConnectTimeout},
 	}
 	links.start(ctx)
-	y := &syncer{cfg: cfg, copies: make(chan copyChunk), sks: make([]syncSK, len(cfg.Safekeepers))}
+	y := &syncer{cfg: cfg, copies: make(chan streamChunk), sks: make([]syncSK, len(cfg.Safekeepers))}
 	for i := range y.sks {
 		y.sks[i].retry = backoff{min: 100 * time.Millisecond, max: time.Second}
 	}
@@ -203,7 +203,7 @@ type syncer struct {
 	sks    []syncSK
 	target proto.LSN // the donor's end of WAL: 0 until the election
 
-	copies  chan copyChunk
+	copies  chan streamChunk
 	copyIDs int
 	copyWG  sync.WaitGroup
 }
@@ -212,10 +212,10 @@ type syncSK struct {
 	gen int
 	out chan []byte // nil while disconnected
 
-	copyID   int        // the current copy stream (0: none)
-	copyStop func()     // stops it
-	chunk    *copyChunk // a chunk from the donor not yet wholly sent
-	copyWant bool       // the session needs a copy stream from copyFrom
+	copyID   int          // the current copy stream (0: none)
+	copyStop func()       // stops it
+	chunk    *streamChunk // a chunk from the donor not yet wholly sent
+	copyWant bool         // the session needs a copy stream from copyFrom
 	copyFrom proto.LSN
 	retryAt  time.Time // a failed copy stream is restarted no sooner
 	retry    backoff
@@ -308,18 +308,13 @@ func (y *syncer) WAL(i int, lsn proto.LSN, max int) []byte {
 	if c == nil {
 		return nil
 	}
-	end := c.start + proto.LSN(len(c.wal))
-	if c.start > lsn {
+	d, skipped, consumed := c.piece(lsn, min(max, int(y.target-lsn)))
+	if skipped {
 		y.cfg.Logger.Error("WAL copy from the donor skipped bytes", "safekeeper", y.cfg.Safekeepers[i], "chunk", c.start, "want", lsn)
 		y.stopCopy(i)
 		return nil
 	}
-	var d []byte
-	if end > lsn {
-		d = c.wal[lsn-c.start:]
-		d = d[:min(len(d), max, int(y.target-lsn))]
-	}
-	if sent := lsn + proto.LSN(len(d)); sent >= end || sent >= y.target {
+	if sent := lsn + proto.LSN(len(d)); consumed || sent >= y.target {
 		close(c.ack)
 		s.chunk = nil
 		if sent >= y.target {
@@ -361,7 +356,7 @@ func (y *syncer) stopCopy(i int) {
 // onCopy takes a chunk (or the failure) of a copy stream; a failed stream
 // is restarted by a later pump, after a backoff, where the safekeeper's
 // pipeline ends.
-func (y *syncer) onCopy(c copyChunk) Ready {
+func (y *syncer) onCopy(c streamChunk) Ready {
 	s := &y.sks[c.sk]
 	if c.id != s.copyID {
 		if c.ack != nil {
@@ -381,20 +376,10 @@ func (y *syncer) onCopy(c copyChunk) Ready {
 	return y.sess.Pump(c.sk)
 }
 
-// copyChunk is one piece of the donor's WAL (or the copy stream's failure)
-// for the sync loop; the loop closes ack once it has sent the chunk on.
-type copyChunk struct {
-	sk, id int
-	start  proto.LSN
-	wal    []byte
-	err    error
-	ack    chan struct{}
-}
-
 // copyFromDonor reads the donor's WAL from `from` up to `to` over a term
 // reader and hands it to the sync loop one chunk at a time.
-func copyFromDonor(ctx context.Context, cfg SyncConfig, donor string, term uint64, from, to proto.LSN, sk, id int, out chan<- copyChunk) {
-	post := func(c copyChunk) bool {
+func copyFromDonor(ctx context.Context, cfg SyncConfig, donor string, term uint64, from, to proto.LSN, sk, id int, out chan<- streamChunk) {
+	post := func(c streamChunk) bool {
 		c.sk, c.id = sk, id
 		select {
 		case out <- c:
@@ -405,27 +390,12 @@ func copyFromDonor(ctx context.Context, cfg SyncConfig, donor string, term uint6
 	}
 	host, port, err := splitHostPort(donor)
 	if err != nil {
-		post(copyChunk{err: err})
+		post(streamChunk{err: err})
 		return
 	}
 	connStr := fmt.Sprintf("host=%s port=%s user=sync sslmode=disable options='-c tenant_id=%s -c timeline_id=%s'",
 		host, port, cfg.TenantID, cfg.TimelineID)
-	up, err := dialUpstream(ctx, "donor safekeeper "+donor, connStr, "sync_copy", cfg.ConnectTimeout)
-	if err != nil {
-		post(copyChunk{err: err})
-		return
-	}
-	defer up.close()
-	if err := up.startReplicationTerm(ctx, "", from, cfg.PgTimeline, term); err != nil {
-		post(copyChunk{err: err})
-		return
-	}
-	err = up.forward(ctx, from, to, handOff(ctx, func(start proto.LSN, wal []byte, ack chan struct{}) bool {
-		return post(copyChunk{start: start, wal: wal, ack: ack})
-	}))
-	if err != nil {
-		post(copyChunk{err: err})
-	}
+	streamChunks(ctx, "donor safekeeper "+donor, connStr, "sync_copy", cfg.ConnectTimeout, from, to, cfg.PgTimeline, term, post)
 }
 
 // sqlstateUndefinedObject is what a safekeeper answers TIMELINE_STATUS
