@@ -39,6 +39,16 @@ type Ready struct {
 	Recovered bool
 }
 
+// Ends reports whether r ends connection c (an Out with an error for it).
+func (r Ready) Ends(c ConnID) bool {
+	for _, out := range r.Out {
+		if out.Conn == c && out.Err != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Session is the WAL push protocol of one timeline on one safekeeper, over
 // all its connections: the one entry point that the server's timeline owner
 // and the deterministic simulation both drive. Around the Acceptor it holds

@@ -123,20 +123,10 @@ func (o *owner) handle(ev event) {
 	if _, greeting := ev.msg.(*proto.ServerInfo); greeting && wasBroken != nil && o.sess.Broken() != nil {
 		o.t.log.Warn("timeline still cannot write", "err", o.sess.Broken())
 	}
-	if m, ok := ev.msg.(*proto.ProposerElected); ok && !ended(r, c.id) {
+	if m, ok := ev.msg.(*proto.ProposerElected); ok && !r.Ends(c.id) {
 		o.t.log.Info("proposer elected", "term", m.Term, "start_streaming_at", m.StartStreamingAt, "conn", c.remote)
 	}
 	o.act(r)
-}
-
-// ended reports whether r ends connection c.
-func ended(r acceptor.Ready, c acceptor.ConnID) bool {
-	for _, out := range r.Out {
-		if out.Conn == c && out.Err != nil {
-			return true
-		}
-	}
-	return false
 }
 
 // act carries out a Ready: publish the new state (readers —

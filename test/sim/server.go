@@ -48,10 +48,6 @@ func (s *server) receive(c *conn, f frame) {
 		return
 	}
 	r := s.sess.Step(id, m)
-	ended := false
-	for _, out := range r.Out {
-		ended = ended || out.Conn == id && out.Err != nil
-	}
 	switch m := m.(type) {
 	case *proto.RequestVote:
 		for _, out := range r.Out {
@@ -61,7 +57,7 @@ func (s *server) receive(c *conn, f frame) {
 			}
 		}
 	case *proto.ProposerElected:
-		if !ended {
+		if !r.Ends(id) {
 			s.w.count("sk: ProposerElected accepted")
 			s.w.tracef("sk%d conn%d: ProposerElected term %d start_streaming_at %s accepted", s.idx, c.id, m.Term, m.StartStreamingAt)
 		}
