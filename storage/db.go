@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -58,7 +57,7 @@ var (
 )
 
 // formatVersion is stored under meta/format. Open refuses other versions.
-const formatVersion = 1
+const formatVersion = 2
 
 // MaxChunkSize is the largest WAL value stored under one key (1 MiB).
 const MaxChunkSize = 1 << 20
@@ -191,6 +190,11 @@ func open(path string, opts Options, hooks testHooks) (*DB, error) {
 		// Map 1 GiB up front (address space, not memory): growing the map
 		// means remapping, which waits for every reader and stalls commits.
 		InitialMmapSize: 1 << 30,
+		// The freelist is rebuilt at Open instead of written by every
+		// commit (doc.go, "Durability order"); the map form allocates in
+		// O(1) however many pages are free.
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("%w: %s (waited %v)", ErrLocked, path, opts.Timeout)
@@ -468,18 +472,6 @@ func (r walRange) removed(cut proto.LSN) walRange {
 	return walRange{first: cut, end: r.end}
 }
 
-// walRangeOf returns the range of the WAL in bucket wal, or (removedUpTo,
-// removedUpTo) if it holds no chunk.
-func walRangeOf(wal *bolt.Bucket, removedUpTo proto.LSN) walRange {
-	c := wal.Cursor()
-	lk, lv := c.Last()
-	if lk == nil {
-		return walRange{first: removedUpTo, end: removedUpTo}
-	}
-	fk, _ := c.First()
-	return walRange{first: keyLSN(fk), end: keyLSN(lk) + proto.LSN(len(lv))}
-}
-
 // step checks op against r, the WAL before it, and returns the WAL after it.
 // A write must start at the end of WAL, or anywhere at or above the retention
 // horizon if the WAL is empty. A truncation is always allowed: at or below the
@@ -501,14 +493,6 @@ func (r walRange) step(op walOp, removedUpTo proto.LSN) (walRange, error) {
 	}
 	return walRange{first: r.first, end: op.end()}, nil
 }
-
-// lsnKey is the WAL key of a chunk starting at lsn: 8 bytes big-endian, so
-// cursor order is LSN order.
-func lsnKey(lsn proto.LSN) []byte {
-	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(lsn))
-}
-
-func keyLSN(k []byte) proto.LSN { return proto.LSN(binary.BigEndian.Uint64(k)) }
 
 // commitReq is one Timeline.Commit waiting for the group committer.
 type commitReq struct {
@@ -681,16 +665,8 @@ func (r *commitReq) apply(timelines *bolt.Bucket, maxChunk int) error {
 		}
 	}
 	for _, w := range writes {
-		for lsn, data := w.lsn, w.data; len(data) > 0; {
-			n := min(len(data), maxChunk)
-			if rest := t.segSize - lsn.SegmentOffset(t.segSize); uint64(n) > rest {
-				n = int(rest)
-			}
-			if err := wal.Put(lsnKey(lsn), data[:n]); err != nil {
-				return err
-			}
-			lsn += proto.LSN(n)
-			data = data[n:]
+		if err := putExtents(wal, w.lsn, w.data, t.segSize, maxChunk); err != nil {
+			return err
 		}
 		r.wrote += len(w.data)
 	}
@@ -698,47 +674,5 @@ func (r *commitReq) apply(timelines *bolt.Bucket, maxChunk int) error {
 		return err
 	}
 	r.end = pos
-	return nil
-}
-
-// truncateWAL deletes every chunk at or above lsn and trims the chunk that
-// straddles it. All cursor moves happen before the first change.
-func truncateWAL(wal *bolt.Bucket, lsn proto.LSN) error {
-	c := wal.Cursor()
-	var doomed [][]byte
-	for k, _ := c.Seek(lsnKey(lsn)); k != nil; k, _ = c.Next() {
-		doomed = append(doomed, bytes.Clone(k))
-	}
-	var pk, pv []byte
-	if k, _ := c.Seek(lsnKey(lsn)); k == nil {
-		pk, pv = c.Last()
-	} else {
-		pk, pv = c.Prev()
-	}
-	var trimKey, trimmed []byte
-	if pk != nil {
-		if start := keyLSN(pk); start+proto.LSN(len(pv)) > lsn {
-			// Copies: bbolt slices are not valid across changes to the tree.
-			trimKey, trimmed = bytes.Clone(pk), bytes.Clone(pv[:lsn-start])
-		}
-	}
-	if err := deleteKeys(wal, doomed); err != nil {
-		return err
-	}
-	if trimKey != nil {
-		return wal.Put(trimKey, trimmed)
-	}
-	return nil
-}
-
-// deleteKeys deletes keys from b. Callers collect (copies of) the keys
-// first: deleting through a cursor while iterating can skip or revisit
-// elements in bbolt.
-func deleteKeys(b *bolt.Bucket, keys [][]byte) error {
-	for _, k := range keys {
-		if err := b.Delete(k); err != nil {
-			return err
-		}
-	}
 	return nil
 }

@@ -92,14 +92,28 @@ func assertEnd(t testing.TB, tl *Timeline, end proto.LSN) {
 	}
 }
 
-// chunks returns every WAL key and value length of tl straight from bbolt.
+// chunks returns the start and length of every WAL chunk of tl straight
+// from bbolt, in key order, checking the extent layout on the way: each
+// extent's key is its first chunk's, and no extent crosses a segment
+// boundary.
 func chunks(t testing.TB, db *DB, tl *Timeline) (starts []proto.LSN, lens []int) {
 	t.Helper()
 	err := db.bolt.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketTimelines).Bucket(tl.key[:]).Bucket(bucketWAL).ForEach(func(k, v []byte) error {
-			starts = append(starts, keyLSN(k))
-			lens = append(lens, len(v))
-			return nil
+		wal := tx.Bucket(bucketTimelines).Bucket(tl.key[:]).Bucket(bucketWAL)
+		return wal.ForEachBucket(func(ek []byte) error {
+			first := true
+			return wal.Bucket(ek).ForEach(func(k, v []byte) error {
+				if first && !bytes.Equal(k, ek) {
+					return fmt.Errorf("extent %s starts with chunk %s", keyLSN(ek), keyLSN(k))
+				}
+				first = false
+				if seg := keyLSN(ek).SegmentStart(tl.segSize); keyLSN(k)+proto.LSN(len(v)) > seg+proto.LSN(tl.segSize) {
+					return fmt.Errorf("extent %s: chunk %s..%s crosses the segment end", keyLSN(ek), keyLSN(k), keyLSN(k)+proto.LSN(len(v)))
+				}
+				starts = append(starts, keyLSN(k))
+				lens = append(lens, len(v))
+				return nil
+			})
 		})
 	})
 	if err != nil {

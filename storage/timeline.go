@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -30,8 +29,12 @@ type Timeline struct {
 	commitMu sync.Mutex
 
 	mu sync.Mutex
-	// staged are the writes and truncations since the last Commit, in order.
+	// staged are the writes and truncations since the last Commit, in
+	// order; the written bytes are in buf.
 	staged []walOp
+	// buf holds the bytes of the staged writes, back to back; it comes from
+	// walBufs and goes back there once its Commit is done.
+	buf *[]byte
 	// writePos is the WAL including staged changes; the next WriteWAL
 	// starts at its end.
 	writePos walRange
@@ -47,7 +50,31 @@ type Timeline struct {
 type walOp struct {
 	truncate bool
 	lsn      proto.LSN
-	data     []byte // owned by the op (a copy of the caller's bytes)
+	data     []byte // a copy of the caller's bytes: (*Timeline.buf)[off:]
+	off      int
+}
+
+// walBufs recycles the staging buffers of all timelines: the append path
+// copies each request's WAL once, into memory that is already mapped, rather
+// than growing a fresh buffer per Commit (growth and page faults were most
+// of the CPU of ingest). Only active timelines hold one.
+var walBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, initialWALBuf)
+	return &b
+}}
+
+const (
+	initialWALBuf = 256 << 10
+	// maxPooledWALBuf: a buffer grown beyond this by a huge Commit is left
+	// to the garbage collector rather than kept.
+	maxPooledWALBuf = 16 << 20
+)
+
+func putWALBuf(b *[]byte) {
+	if b != nil && cap(*b) <= maxPooledWALBuf {
+		*b = (*b)[:0]
+		walBufs.Put(b)
+	}
 }
 
 func (op walOp) end() proto.LSN { return op.lsn + proto.LSN(len(op.data)) }
@@ -80,11 +107,25 @@ func (t *Timeline) WriteWAL(lsn proto.LSN, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("storage: timeline %s: %w", t.Key(), err)
 	}
+	if t.buf == nil {
+		t.buf = walBufs.Get().(*[]byte)
+	}
+	buf := *t.buf
+	off, grown := len(buf), cap(buf)-len(buf) < len(data)
+	buf = append(buf, data...)
+	*t.buf = buf
+	if grown {
+		for i := range t.staged {
+			op := &t.staged[i]
+			op.data = buf[op.off : op.off+len(op.data)]
+		}
+	}
 	// Contiguous writes are packed into one op; Commit cuts it into chunks.
 	if n := len(t.staged); n > 0 && !t.staged[n-1].truncate {
-		t.staged[n-1].data = append(t.staged[n-1].data, data...)
+		last := &t.staged[n-1]
+		last.data = buf[last.off:]
 	} else {
-		op.data = append([]byte(nil), data...)
+		op.data, op.off = buf[off:], off
 		t.staged = append(t.staged, op)
 	}
 	t.writePos = pos
@@ -121,9 +162,10 @@ func (t *Timeline) Commit(s acceptor.State) error {
 	defer t.commitMu.Unlock()
 
 	t.mu.Lock()
-	ops := t.staged
-	t.staged = nil
+	ops, buf := t.staged, t.buf
+	t.staged, t.buf = nil, nil
 	t.mu.Unlock()
+	defer putWALBuf(buf) // the committer is done with it when Commit returns
 
 	err := t.checkState(&s)
 	if err == nil {
@@ -217,30 +259,22 @@ func (t *Timeline) ReadWAL(from proto.LSN, buf []byte) (int, error) {
 		if wal == nil {
 			return fmt.Errorf("%w: timeline %s has no %q bucket", ErrCorrupt, t.Key(), bucketWAL)
 		}
-		c := wal.Cursor()
-		k, v := c.Seek(lsnKey(from))
-		if k == nil || keyLSN(k) != from {
-			// from is inside the chunk before, past the end, or before the first.
-			if k == nil {
-				k, v = c.Last()
-			} else {
-				k, v = c.Prev()
-			}
-			if k == nil {
-				return t.notRetained(tb, c, from)
-			}
-			if keyLSN(k)+proto.LSN(len(v)) <= from {
-				return nil // at or past the end of WAL
-			}
+		c := newWALCursor(wal)
+		start, v, ok := c.seek(from)
+		if !ok {
+			return t.notRetained(tb, wal, from)
 		}
-		off := from - keyLSN(k)
+		if start+proto.LSN(len(v)) <= from {
+			return nil // at or past the end of WAL
+		}
+		off := from - start
 		for {
 			n += copy(buf[n:], v[off:])
 			if n == len(buf) {
 				return nil
 			}
-			next := keyLSN(k) + proto.LSN(len(v))
-			if k, v = c.Next(); k == nil || keyLSN(k) != next {
+			next := start + proto.LSN(len(v))
+			if start, v, ok = c.next(); !ok || start != next {
 				return nil
 			}
 			off = 0
@@ -258,9 +292,9 @@ func (t *Timeline) ReadWAL(from proto.LSN, buf []byte) (int, error) {
 // notRetained returns the error for a read at from that lies before every
 // chunk: ErrWALRemoved if some WAL is retained or was removed above from,
 // nil (nothing to read) for a timeline without WAL.
-func (t *Timeline) notRetained(tb *bolt.Bucket, c *bolt.Cursor, from proto.LSN) error {
-	if k, _ := c.First(); k != nil {
-		return fmt.Errorf("%w: timeline %s: WAL at %s, oldest retained is %s", ErrWALRemoved, t.Key(), from, keyLSN(k))
+func (t *Timeline) notRetained(tb, wal *bolt.Bucket, from proto.LSN) error {
+	if first, ok := firstLSN(wal); ok {
+		return fmt.Errorf("%w: timeline %s: WAL at %s, oldest retained is %s", ErrWALRemoved, t.Key(), from, first)
 	}
 	st, err := readControl(tb)
 	if err != nil {
@@ -304,12 +338,7 @@ func (t *Timeline) RemoveWAL(upTo proto.LSN) error {
 		if cut <= st.RemovedUpTo {
 			return nil
 		}
-		var doomed [][]byte
-		c := wal.Cursor()
-		for k, _ := c.First(); k != nil && keyLSN(k) < cut; k, _ = c.Next() {
-			doomed = append(doomed, bytes.Clone(k))
-		}
-		if err := deleteKeys(wal, doomed); err != nil {
+		if err := removeBelow(wal, cut); err != nil {
 			return err
 		}
 		st.RemovedUpTo = cut
