@@ -23,10 +23,28 @@ type Config struct {
 // state report, a truncation) first commits all staged WAL and the new state
 // through Storage.Commit and only then returns the reply. Append only stages
 // WAL; its SafeKeeperResponse comes from Flush, after the commit.
+//
+// commit_lsn and truncate_lsn that arrive without WAL (a heartbeat, or the
+// proposer's broadcast of a new commit_lsn) are not committed one by one:
+// the acceptor keeps them in memory (Neon's "inmem" state, see InMem) until
+// Persist, the next commit of WAL, a vote or an election stores them. They
+// are facts about the quorum, not decisions of this node, so losing them in a
+// crash loses nothing: commit_lsn comes back as the durable value, still at
+// or below flush_lsn, and the proposer sends it again. What this node reports
+// to a proposer (SafeKeeperInfo, SafeKeeperResponse) is always the durable
+// value, so a reported commit_lsn never decreases, also across restarts.
 type Acceptor struct {
 	cfg   Config
 	store Storage
 	st    State // durable state: what the last Commit stored
+	// inmem is st with the commit_lsn and truncate_lsn known in memory:
+	// at or above st's, never above st.FlushLSN.
+	inmem State
+	// walStaged: WAL was staged (written or truncated) since the last Commit.
+	walStaged bool
+	// version counts changes of inmem (commits included), so a caller can
+	// tell whether there is a new state to publish.
+	version uint64
 
 	dec      *xlog.Decoder // record boundaries of staged WAL; nil until the timeline has WAL
 	writeLSN proto.LSN     // end of staged WAL in the current term
@@ -61,7 +79,7 @@ func New(cfg Config, st State, store Storage) (*Acceptor, error) {
 }
 
 func newAcceptor(cfg Config, st State, store Storage, h hooks) (*Acceptor, error) {
-	a := &Acceptor{cfg: cfg, store: store, st: st.Clone(), hooks: h}
+	a := &Acceptor{cfg: cfg, store: store, st: st.Clone(), inmem: st.Clone(), hooks: h}
 	if st.CommitLSN > st.FlushLSN {
 		return nil, fmt.Errorf("%w: persisted commit_lsn %s above flush_lsn %s", ErrStorage, st.CommitLSN, st.FlushLSN)
 	}
@@ -88,6 +106,30 @@ func (a *Acceptor) resetWAL(at proto.LSN) {
 
 // State returns a copy of the durable state.
 func (a *Acceptor) State() State { return a.st.Clone() }
+
+// InMem returns a copy of the state to serve readers from: the durable state
+// with the commit_lsn and truncate_lsn known in memory, which may be ahead of
+// the disk until Persist. WAL up to its CommitLSN is durable here (it is at
+// or below the durable flush_lsn) and committed on a quorum.
+func (a *Acceptor) InMem() State { return a.inmem.Clone() }
+
+// Unpersisted reports whether InMem holds a commit_lsn or truncate_lsn that
+// is not durable yet: the caller should Persist within 100 ms.
+func (a *Acceptor) Unpersisted() bool {
+	return a.inmem.CommitLSN != a.st.CommitLSN || a.inmem.TruncateLSN != a.st.TruncateLSN
+}
+
+// Persist commits whatever is staged, and the commit_lsn and truncate_lsn
+// kept in memory. It is a no-op when nothing is unpersisted.
+func (a *Acceptor) Persist() error {
+	if err := a.flushStaged(); err != nil {
+		return err
+	}
+	if !a.Unpersisted() {
+		return nil
+	}
+	return a.commit(a.inmem.Clone())
+}
 
 // WriteLSN returns the end of the WAL staged in the current term (the
 // position the next SafeKeeperRequest must begin at).
@@ -163,7 +205,7 @@ func (a *Acceptor) RequestVote(m *proto.RequestVote) (*proto.VoteResponse, *prot
 			fmt.Errorf("%w: candidate %s, already voted for %s", ErrVoteRefused, c, a.st.VotedFor)
 	}
 	if c != a.st.VotedFor {
-		next := a.st.Clone()
+		next := a.inmem.Clone() // the vote also persists commit_lsn and truncate_lsn
 		next.VotedFor = c
 		if err := a.commit(next); err != nil {
 			return nil, nil, err
@@ -204,10 +246,10 @@ func (a *Acceptor) ProposerElected(from proto.Ballot, m *proto.ProposerElected) 
 		return fmt.Errorf("%w: start_streaming_at %s, but this safekeeper's WAL agrees with the proposer's history up to %s",
 			ErrCommonPointMismatch, m.StartStreamingAt, cp)
 	}
-	if m.StartStreamingAt < a.st.CommitLSN {
-		return fmt.Errorf("%w: start_streaming_at %s is below commit_lsn %s", ErrTruncateCommitted, m.StartStreamingAt, a.st.CommitLSN)
+	if m.StartStreamingAt < a.inmem.CommitLSN {
+		return fmt.Errorf("%w: start_streaming_at %s is below commit_lsn %s", ErrTruncateCommitted, m.StartStreamingAt, a.inmem.CommitLSN)
 	}
-	next := a.st.Clone()
+	next := a.inmem.Clone()
 	next.History = m.History.Clone()
 	next.TimelineStartLSN = m.TimelineStartLSN
 	next.FlushLSN = m.StartStreamingAt
@@ -269,6 +311,7 @@ func (a *Acceptor) Append(m *proto.SafeKeeperRequest) error {
 			return a.fail(err)
 		}
 		a.writeLSN = m.EndLSN
+		a.walStaged = true
 	}
 	a.proposerCommit = max(a.proposerCommit, m.CommitLSN)
 	a.truncateLSN = max(a.truncateLSN, m.TruncateLSN)
@@ -280,7 +323,10 @@ func (a *Acceptor) Append(m *proto.SafeKeeperRequest) error {
 // Flush commits all staged WAL together with the new flush_lsn, commit_lsn
 // and truncate_lsn in one durable step (rule 6) and returns the
 // SafeKeeperResponse that answers each of the n requests staged since the
-// last Flush, in order. n is 0 when nothing was staged.
+// last Flush, in order. n is 0 when nothing was staged. Requests that
+// carried no WAL only move commit_lsn and truncate_lsn in memory (see
+// Acceptor): then nothing is committed, and the response reports the
+// durable values.
 func (a *Acceptor) Flush() (resp *proto.SafeKeeperResponse, n int, err error) {
 	if err := a.flushStaged(); err != nil {
 		return nil, 0, err
@@ -293,7 +339,8 @@ func (a *Acceptor) Flush() (resp *proto.SafeKeeperResponse, n int, err error) {
 	}, n, nil
 }
 
-// flushStaged commits what Append staged, if anything.
+// flushStaged commits what Append staged, if anything: staged WAL with the
+// new positions, or, when no WAL was staged, the positions in memory only.
 func (a *Acceptor) flushStaged() error {
 	if a.failed != nil {
 		return a.failed
@@ -301,12 +348,21 @@ func (a *Acceptor) flushStaged() error {
 	if !a.dirty {
 		return nil
 	}
-	next := a.st.Clone()
+	next := a.inmem.Clone()
 	if a.dec != nil {
 		next.FlushLSN = max(next.FlushLSN, a.dec.RecordEnd())
 	}
 	next.CommitLSN = max(next.CommitLSN, min(a.proposerCommit, next.FlushLSN))
 	next.TruncateLSN = max(next.TruncateLSN, min(a.truncateLSN, next.CommitLSN))
+	if !a.walStaged {
+		// FlushLSN is unchanged: with no WAL staged no record can end.
+		if next.CommitLSN != a.inmem.CommitLSN || next.TruncateLSN != a.inmem.TruncateLSN {
+			a.inmem = next
+			a.version++
+		}
+		a.dirty = false
+		return nil
+	}
 	return a.commit(next)
 }
 
@@ -314,9 +370,10 @@ func (a *Acceptor) commit(next State) error {
 	if err := a.store.Commit(next.Clone()); err != nil {
 		return a.fail(err)
 	}
-	a.st = next
-	a.dirty = false
+	a.st, a.inmem = next.Clone(), next
+	a.dirty, a.walStaged = false, false
 	a.commits++
+	a.version++
 	return nil
 }
 

@@ -303,8 +303,96 @@ func TestRule5_ContiguousAppendsOnly(t *testing.T) {
 	if err := f.a.Append(&proto.SafeKeeperRequest{Sender: b, BeginLSN: 5, EndLSN: 5, CommitLSN: end}); err != nil {
 		t.Errorf("heartbeat: %v", err)
 	}
-	if resp, n, _ := f.a.Flush(); n != 1 || resp.CommitLSN != end {
-		t.Errorf("heartbeat response %+v n=%d", resp, n)
+	if _, n, _ := f.a.Flush(); n != 1 || f.a.InMem().CommitLSN != end {
+		t.Errorf("heartbeat answered %d times, commit_lsn in memory %s; want 1, %s", n, f.a.InMem().CommitLSN, end)
+	}
+}
+
+// Rule 5 with lazy persistence: a commit_lsn or truncate_lsn that comes
+// without WAL is kept in memory, not committed; what is reported to a
+// proposer stays the durable value (so it never decreases, also across
+// restarts); Persist, the next WAL commit, a vote and an election store it;
+// a crash before that brings back the durable value, at or below flush_lsn.
+func TestRule5_CommitWithoutWALPersistedLazily(t *testing.T) {
+	f := newFixture(t)
+	b := ballot(1, 1)
+	f.elect(b, hist(1, tlStart))
+	f.gen.Record(100)
+	f.gen.Record(100)
+	wal := f.gen.Take()
+	end := tlStart + proto.LSN(len(wal))
+	f.appendWAL(b, wal, 0)
+	heartbeat := func(commit, trunc proto.LSN) *proto.SafeKeeperResponse {
+		t.Helper()
+		if err := f.a.Append(&proto.SafeKeeperRequest{Sender: b, BeginLSN: end, EndLSN: end, CommitLSN: commit, TruncateLSN: trunc}); err != nil {
+			t.Fatal(err)
+		}
+		resp, n, err := f.a.Flush()
+		if err != nil || n != 1 {
+			t.Fatalf("Flush: n=%d %v", n, err)
+		}
+		return resp
+	}
+
+	commits := f.store.Commits()
+	resp := heartbeat(end, end-10)
+	if got := f.store.Commits(); got != commits {
+		t.Fatalf("a heartbeat carrying only commit_lsn made %d commits, want none", got-commits)
+	}
+	if resp.CommitLSN != 0 || f.a.Info().CommitLSN != 0 {
+		t.Fatalf("reported commit_lsn %s / %s before it is durable, want the durable 0/0", resp.CommitLSN, f.a.Info().CommitLSN)
+	}
+	if in := f.a.InMem(); in.CommitLSN != end || in.TruncateLSN != end-10 || !f.a.Unpersisted() {
+		t.Fatalf("in memory: commit %s truncate %s unpersisted %v; want %s, %s, true", in.CommitLSN, in.TruncateLSN, f.a.Unpersisted(), end, end-10)
+	}
+	// A proposer's commit_lsn above flush_lsn is capped there, in memory too.
+	heartbeat(end+1000, 0)
+	if in := f.a.InMem(); in.CommitLSN != end {
+		t.Fatalf("commit_lsn in memory %s above flush_lsn %s", in.CommitLSN, end)
+	}
+
+	// A crash loses it: the durable commit_lsn comes back.
+	f.reboot()
+	if st := f.a.InMem(); st.CommitLSN != 0 || f.a.Unpersisted() {
+		t.Fatalf("after a crash: commit_lsn %s, unpersisted %v; want the durable 0/0", st.CommitLSN, f.a.Unpersisted())
+	}
+
+	// Persist stores it; then it is reported.
+	f.elect(ballot(2, 1), hist(1, tlStart, 2, end))
+	b = ballot(2, 1)
+	heartbeat(end, 0)
+	if err := f.a.Persist(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := f.store.Durable(); st.CommitLSN != end || f.a.Unpersisted() {
+		t.Fatalf("after Persist the disk has commit_lsn %s, want %s", st.CommitLSN, end)
+	}
+	if resp := heartbeat(end, 0); resp.CommitLSN != end {
+		t.Fatalf("response after Persist reports commit_lsn %s, want %s", resp.CommitLSN, end)
+	}
+
+	// A vote and an election carry it with them.
+	f.gen.Record(100)
+	wal = f.gen.Take()
+	f.appendWAL(b, wal, 0)
+	end2 := end + proto.LSN(len(wal))
+	heartbeat(end2, 0)
+	f.vote(ballot(3, 1))
+	if st, _, _ := f.store.Durable(); st.CommitLSN != end2 {
+		t.Fatalf("a vote did not persist commit_lsn %s (disk: %s)", end2, st.CommitLSN)
+	}
+	// And the next WAL commit carries a commit_lsn learned before it.
+	f.elect(ballot(4, 1), hist(1, tlStart, 2, end, 4, end2))
+	b = ballot(4, 1)
+	f.gen.Record(100)
+	wal = f.gen.Take()
+	end3 := end2 + proto.LSN(len(wal))
+	f.appendWAL(b, wal, 0)
+	heartbeat(end3, 0)
+	f.gen.Record(100)
+	f.appendWAL(b, f.gen.Take(), 0)
+	if st, _, _ := f.store.Durable(); st.CommitLSN != end3 {
+		t.Fatalf("the WAL commit did not persist commit_lsn %s (disk: %s)", end3, st.CommitLSN)
 	}
 }
 

@@ -26,8 +26,10 @@ type Out struct {
 // before it answers (rules 2 and 6). Publishing first means that a reader
 // never sees less than a proposer has been told.
 type Ready struct {
-	// State is the new durable state, set when a commit or a rebuild
-	// changed it since the last Ready that carried one.
+	// State is the new state to serve readers from (Acceptor.InMem), set
+	// when it changed since the last Ready that carried one: durable, except
+	// that its CommitLSN and TruncateLSN may be ahead of the disk until
+	// Persist (WAL up to that CommitLSN is durable all the same).
 	State *State
 	// Out are the replies and errors, in the order they must be sent.
 	Out []Out
@@ -84,10 +86,10 @@ type Session struct {
 	// waiting lists, in order, the connection of every staged request.
 	waiting []ConnID
 
-	// pubAcc and pubCommits identify the last state handed out in a Ready
+	// pubAcc and pubVersion identify the last state handed out in a Ready
 	// (or by NewSession): a new one is handed out when either changes.
 	pubAcc     *Acceptor
-	pubCommits uint64
+	pubVersion uint64
 }
 
 // sessionConn is what a Session keeps of one connection.
@@ -113,7 +115,7 @@ func newSession(cfg Config, st State, store Storage, h hooks) (*Session, error) 
 	switch {
 	case err == nil:
 		s.acc = acc
-		s.pubAcc, s.pubCommits = acc, acc.commits
+		s.pubAcc, s.pubVersion = acc, acc.version
 	case errors.Is(err, ErrStorage):
 		s.broken = err
 	default:
@@ -128,6 +130,33 @@ func (s *Session) State() State {
 		return s.st.Clone()
 	}
 	return s.acc.State()
+}
+
+// InMem returns the state to serve readers from (Acceptor.InMem).
+func (s *Session) InMem() State {
+	if s.acc == nil {
+		return s.st.Clone()
+	}
+	return s.acc.InMem()
+}
+
+// Unpersisted reports whether a commit_lsn or truncate_lsn is held in
+// memory only: the owner calls Persist within 100 ms (Acceptor.Unpersisted).
+func (s *Session) Unpersisted() bool { return s.acc != nil && s.broken == nil && s.acc.Unpersisted() }
+
+// Persist makes durable what is staged (answering it, as Flush does) and
+// the commit_lsn and truncate_lsn held in memory. The owner calls it at most
+// 100 ms after Unpersisted became true, and before it stops.
+func (s *Session) Persist() Ready {
+	var r Ready
+	s.flush(&r)
+	if s.broken == nil && s.acc.Unpersisted() {
+		if err := s.acc.Persist(); err != nil {
+			s.storageFailed(&r, err)
+		}
+	}
+	s.noteState(&r)
+	return r
 }
 
 // Broken returns the storage failure that stopped the session, nil while it
@@ -311,12 +340,12 @@ func (s *Session) fail(r *Ready, c ConnID, err error) {
 // noteState hands out the durable state in r if it changed since the last
 // one handed out.
 func (s *Session) noteState(r *Ready) {
-	if s.acc == nil || (s.acc == s.pubAcc && s.acc.commits == s.pubCommits) {
+	if s.acc == nil || (s.acc == s.pubAcc && s.acc.version == s.pubVersion) {
 		return
 	}
-	st := s.acc.State()
+	st := s.acc.InMem()
 	r.State = &st
-	s.pubAcc, s.pubCommits = s.acc, s.acc.commits
+	s.pubAcc, s.pubVersion = s.acc, s.acc.version
 }
 
 // Greeting returns m as the ServerInfo that must open a WAL push stream, or

@@ -141,8 +141,11 @@ func (s *Server) startTimeline(key proto.TimelineKey, st acceptor.State, store *
 	}
 	t := &timeline{
 		key: key, log: tlog, in: make(chan event, eventQueue),
-		state: sess.State(), changed: make(chan struct{}), store: store, repl: repl, stopped: make(chan struct{}),
-		onPublish: s.hooks.onPublish,
+		state: sess.InMem(), changed: make(chan struct{}), store: store, repl: repl, stopped: make(chan struct{}),
+		onPublish: s.hooks.onPublish, persistEvery: persistInterval,
+	}
+	if s.hooks.persistInterval != 0 {
+		t.persistEvery = s.hooks.persistInterval
 	}
 	s.ownerWG.Add(2)
 	go func() {

@@ -144,6 +144,8 @@ type hooks struct {
 	onPublish func()
 	// create replaces storage.DB.CreateTimeline (to fail like a full disk).
 	create func(acceptor.State) (*storage.Timeline, error)
+	// persistInterval replaces persistInterval (0: the default).
+	persistInterval time.Duration
 }
 
 func newServer(cfg Config, h hooks) (*Server, error) {

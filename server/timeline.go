@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
@@ -38,7 +39,7 @@ type timeline struct {
 	in  chan event
 
 	mu      sync.Mutex
-	state   acceptor.State // durable state after the owner's last step
+	state   acceptor.State // the session's InMem state after the owner's last step
 	changed chan struct{}  // closed and replaced whenever state changes
 	store   *storage.Timeline
 
@@ -48,9 +49,14 @@ type timeline struct {
 	stopped chan struct{}
 	// onPublish is a test hook (hooks.onPublish), nil in production.
 	onPublish func()
+	// persistEvery is persistInterval (tests may change it).
+	persistEvery time.Duration
 }
 
-// Status returns the durable state and a channel closed at its next change.
+// Status returns the state readers are served from (durable, but for a
+// commit_lsn and truncate_lsn that may be ahead of the disk by at most
+// persistInterval: WAL below that commit_lsn is durable here and committed
+// on a quorum) and a channel closed at its next change.
 func (t *timeline) Status() (acceptor.State, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -68,18 +74,33 @@ func (t *timeline) publish(st acceptor.State) {
 	}
 }
 
+// persistInterval bounds how long a commit_lsn or truncate_lsn that came
+// without WAL stays in memory only (acceptor.Session.Unpersisted): the owner
+// persists it this long after it arrived, unless a WAL commit, a vote or an
+// election stored it first. Most such updates ride along with the next WAL
+// commit and cost no fsync of their own.
+const persistInterval = 100 * time.Millisecond
+
 // run is the owner loop: it hands every queued event to the session, then
 // commits the batch (Flush), and acts on each Ready as it says: publish the
-// new state, then send the replies. It returns when ctx is done and every
-// connection has left (the server closes them first).
+// new state, then send the replies. A commit_lsn held in memory only is
+// persisted within persistInterval and at the end. It returns when ctx is
+// done and every connection has left (the server closes them first).
 func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
 	defer close(t.stopped)
 	o := owner{t: t, sess: sess, conns: map[acceptor.ConnID]*pushConn{}}
+	timer := time.NewTimer(t.persistEvery)
+	timer.Stop()
+	defer timer.Stop()
+	var persist <-chan time.Time // the timer's channel while it is armed
 	for {
 		select {
 		case <-ctx.Done():
-			o.act(sess.Flush())
+			o.act(sess.Persist())
 			return
+		case <-persist:
+			persist = nil
+			o.act(sess.Persist())
 		case ev := <-t.in:
 			o.handle(ev)
 		drain:
@@ -92,6 +113,10 @@ func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
 				}
 			}
 			o.act(sess.Flush())
+		}
+		if persist == nil && sess.Unpersisted() {
+			timer.Reset(t.persistEvery)
+			persist = timer.C
 		}
 	}
 }

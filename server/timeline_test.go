@@ -1,15 +1,22 @@
 package server
 
 import (
+	"context"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/safekeeper/safekeeper/acceptor"
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/storage"
 )
 
-// TestOwnerPublishesOnlyDurableChanges: the owner hands readers a new state
+// TestOwnerPublishesOnlyStateChanges: the owner hands readers a new state
 // (and wakes every walsender) only when a commit changed it, not for every
 // staged request: a stream of requests committed in batches costs at most
 // one publication per commit.
-func TestOwnerPublishesOnlyDurableChanges(t *testing.T) {
+func TestOwnerPublishesOnlyStateChanges(t *testing.T) {
 	var pubs atomic.Uint64
 	s := startHookedServer(t, t.TempDir(), nil, hooks{onPublish: func() { pubs.Add(1) }})
 	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
@@ -22,4 +29,68 @@ func TestOwnerPublishesOnlyDurableChanges(t *testing.T) {
 		t.Fatalf("%d publications for %d commits: want at least one, at most one per commit", n, commits)
 	}
 	t.Logf("%d publications, %d commits, %d requests", n, commits, 2*(400*8000/131072+1))
+}
+
+// A commit_lsn that comes without WAL is served to readers at once, is not
+// committed per request, reaches the disk within persistInterval, and is
+// never reported to the proposer before it is durable.
+func TestCommitLSNWithoutWALPersistedLazily(t *testing.T) {
+	s := startHookedServer(t, t.TempDir(), nil, hooks{})
+	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
+	p.push(200, 8000, tStart) // WAL, committed only up to its start
+	end := p.pos
+	tl := s.timelines[proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline}]
+	durable := func() acceptor.State {
+		st, err := tl.store.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+
+	const beats = 40
+	before := s.db.Stats().Commits
+	for i := range beats {
+		commit := tStart + (end-tStart)*lsn(i+1)/beats
+		p.send(&proto.SafeKeeperRequest{Sender: p.ballot, BeginLSN: end, EndLSN: end, CommitLSN: commit})
+		resp := p.recv().(*proto.SafeKeeperResponse)
+		if st, _ := tl.Status(); st.CommitLSN != commit {
+			t.Fatalf("heartbeat %d: readers see commit_lsn %s right after the response, want %s", i, st.CommitLSN, commit)
+		}
+		if d := durable().CommitLSN; resp.CommitLSN > d {
+			t.Fatalf("heartbeat %d: response reports commit_lsn %s, the disk has %s", i, resp.CommitLSN, d)
+		}
+	}
+	if n := s.db.Stats().Commits - before; n >= beats/2 {
+		t.Fatalf("%d heartbeats carrying only commit_lsn made %d commits, want far fewer (one per %v)", beats, n, persistInterval)
+	}
+	waitFor(t, "commit_lsn on disk", func() bool { return durable().CommitLSN == end })
+}
+
+// Shutdown persists a commit_lsn held in memory.
+func TestShutdownPersistsCommitLSN(t *testing.T) {
+	dir := t.TempDir()
+	s := startHookedServer(t, dir, nil, hooks{persistInterval: time.Hour})
+	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
+	p.push(50, 8000, tStart)
+	p.heartbeat() // commit_lsn = the end, in memory only
+	tl := s.timelines[proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline}]
+	if st, _ := tl.store.Load(); st.CommitLSN != tStart {
+		t.Fatalf("commit_lsn %s on disk before the shutdown, want %s (in memory only)", st.CommitLSN, tStart)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s.Shutdown(ctx)
+	db, err := storage.Open(filepath.Join(dir, "safekeeper.db"), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, st, err := db.OpenTimeline(tTenant, tTimeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.CommitLSN != p.pos {
+		t.Fatalf("after shutdown commit_lsn on disk is %s, want %s", st.CommitLSN, p.pos)
+	}
 }

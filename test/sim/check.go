@@ -116,6 +116,20 @@ func (c *checker) check() {
 					i, a.VotedFor, a.FlushLSN, a.CommitLSN, st.VotedFor, st.FlushLSN, st.CommitLSN)
 				return
 			}
+			// What readers are served from may hold commit_lsn and
+			// truncate_lsn ahead of the disk (persisted lazily), never
+			// behind it and never above the durable flush_lsn: WAL
+			// served is durable here.
+			if m := s.sess.InMem(); m.CommitLSN < st.CommitLSN || m.CommitLSN > st.FlushLSN ||
+				m.TruncateLSN < st.TruncateLSN || m.TruncateLSN > m.CommitLSN {
+				w.violate(InvCommitBounds, "invariant 3 (in memory): sk%d serves commit_lsn %s truncate_lsn %s; durable commit_lsn %s truncate_lsn %s flush_lsn %s",
+					i, m.CommitLSN, m.TruncateLSN, st.CommitLSN, st.TruncateLSN, st.FlushLSN)
+				return
+			}
+			if m := s.sess.InMem(); m.CommitLSN > c.commit {
+				w.violate(InvAgreement, "invariant 4: sk%d serves commit_lsn %s above everything committed %s", i, m.CommitLSN, c.commit)
+				return
+			}
 		}
 		c.checkSK(i, s, &st)
 		if w.err != nil {

@@ -70,6 +70,13 @@ func (s *server) flush() {
 	s.act(s.sess.Flush())
 }
 
+// persist is the owner's timer making the commit_lsn and truncate_lsn held
+// in memory durable.
+func (s *server) persist() {
+	s.w.count("sk: commit_lsn persisted lazily")
+	s.act(s.sess.Persist())
+}
+
 // act carries out a Ready: every reply is checked against the disk at the
 // moment it is sent (invariant 7), then queued to the proposer.
 func (s *server) act(r acceptor.Ready) {
@@ -148,6 +155,9 @@ func errorClass(err error) string {
 // sends the socket buffer, then FIN) or not (RST): the seed decides, per
 // connection.
 func (s *server) crash() {
+	if s.up() && s.sess.Unpersisted() {
+		s.w.count("sk: crash lost a commit_lsn held in memory")
+	}
 	s.disk.crash()
 	s.sess = nil
 	s.conns = nil

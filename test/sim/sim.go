@@ -290,6 +290,11 @@ func (w *World) doStep() {
 		if s.up() && s.sess.Pending() > 0 {
 			add(60, func() { w.tracef("sk%d: group flush", s.idx); s.flush() })
 		}
+		if s.up() && s.sess.Unpersisted() {
+			// The owner's 100 ms timer: rarer than a flush, so that
+			// crashes find commit_lsn held in memory only.
+			add(10, func() { w.tracef("sk%d: persist commit_lsn", s.idx); s.persist() })
+		}
 	}
 	for _, p := range w.props {
 		switch {

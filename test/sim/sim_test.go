@@ -79,7 +79,8 @@ func TestSim(t *testing.T) {
 	for _, want := range []string{"p: elected", "p: deposed", "p: vote refused", "fault: crash", "fault: crash right after a message",
 		"fault: cut", "fault: proposer closes connection", "fault: duplicate frame", "sk error: acceptor: common point mismatch",
 		"sk error: acceptor: stale term", "liveness: committed new WAL",
-		"fault: disk full", "sk: storage failed", "sk: restarted on a full disk", "sk: rebuilt after a storage failure"} {
+		"fault: disk full", "sk: storage failed", "sk: restarted on a full disk", "sk: rebuilt after a storage failure",
+		"sk: commit_lsn persisted lazily", "sk: crash lost a commit_lsn held in memory"} {
 		n := 0
 		for _, c := range totals {
 			if c.Name == want {
