@@ -13,8 +13,8 @@ bbolt; this package imports acceptor, never the reverse.
   - The on-disk layout and the control record encoding (below).
   - The node id the file belongs to (ClaimNodeID: recorded once, never
     changed; refusing another id is the server's decision).
-  - The group committer: one goroutine that turns concurrent Commit calls of
-    many timelines into one bbolt write transaction and one fsync.
+  - The group commit: concurrent Commit calls of many timelines become one
+    bbolt write transaction and one fsync, written by the first of them.
   - The retention horizon (State.RemovedUpTo), which only RemoveWAL moves.
 
 It does not decide what to store: which WAL to truncate, what commit_lsn is,
@@ -79,10 +79,11 @@ each record's file keeps only its body layout.
 
 WriteWAL and TruncateWAL only stage changes in memory (WriteWAL copies the
 caller's bytes). Commit(state) hands the staged truncations and writes, in
-the order they were staged, and the encoded state to the group committer,
-which applies them with those of every other waiting Commit in one db.Update:
-truncations delete the chunks at and above their LSN and trim the chunk that
-straddles it, writes put new chunks, the control record is replaced. bbolt
+the order they were staged, and the encoded state to the group commit, which
+applies them with those of every other waiting Commit in one db.Update:
+truncations delete the extents and chunks at and above their LSN and trim the
+chunk that straddles it, writes put new extents, the control record is
+replaced. bbolt
 writes the dirty pages, fsyncs (fdatasync), then writes and fsyncs the meta
 page that makes the transaction visible. Only after that returns are the
 callers woken; if the transaction failed, all of them get the error and none
@@ -110,12 +111,17 @@ the committed tree, which is fsynced as before); it saves the freelist pages
 of every commit (one to four, more after retention freed many pages) at the
 cost of a walk over the tree's pages at Open.
 
-Group commit is a dedicated goroutine, not db.Batch: Batch may rerun its
+Group commit is a leader hand-off, not db.Batch: Batch may rerun its
 functions and would run the callers' side effects twice, and it delays
-commits by a timer. The committer instead takes every pending request when it
-wakes, so while one fsync is in progress the next batch accumulates; the
-commits per fsync grow with load and no request waits for a timer.
-RemoveWAL and CreateTimeline are rare and use their own transactions.
+commits by a timer. The first Commit that finds no transaction in progress
+leads: it takes every pending request (its own among them), writes them in
+one transaction, wakes their callers and hands the lead to the first request
+that arrived meanwhile. So while one fsync is in progress the next batch
+accumulates; the commits per fsync grow with load, no request waits for a
+timer, and a lone committer (one busy timeline) writes its own transaction
+without waking another goroutine and being woken back (an earlier dedicated
+committer goroutine cost two wake-ups per commit). RemoveWAL and
+CreateTimeline are rare and use their own transactions.
 
 # Reading
 

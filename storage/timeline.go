@@ -149,7 +149,7 @@ func (t *Timeline) TruncateWAL(lsn proto.LSN) error {
 
 // Commit makes the staged truncations and writes, in the order they were
 // staged, and the control state s durable in one transaction, through the
-// DB's group committer: it returns after the fsync that covers them.
+// DB's group commit: it returns after the fsync that covers them.
 //
 // s.TenantID, s.TimelineID and s.WalSegSize must be the timeline's.
 // s.RemovedUpTo is ignored: the stored value is the one RemoveWAL set.
@@ -165,13 +165,12 @@ func (t *Timeline) Commit(s acceptor.State) error {
 	ops, buf := t.staged, t.buf
 	t.staged, t.buf = nil, nil
 	t.mu.Unlock()
-	defer putWALBuf(buf) // the committer is done with it when Commit returns
+	defer putWALBuf(buf) // the group commit is done with it when Commit returns
 
 	err := t.checkState(&s)
 	if err == nil {
-		r := &commitReq{t: t, ops: ops, state: s.Clone(), done: make(chan struct{})}
-		if err = t.db.enqueue(r); err == nil {
-			<-r.done
+		r := &commitReq{t: t, ops: ops, state: s.Clone()}
+		if err = t.db.commit(r); err == nil {
 			err = r.err
 			if err == nil {
 				t.mu.Lock()
