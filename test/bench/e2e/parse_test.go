@@ -169,6 +169,11 @@ func TestRatioPairsCycles(t *testing.T) {
 	if got := ratio(rs, "A3", figureByName("TPS")); !math.IsNaN(got) {
 		t.Errorf("B/A3 without A3 rounds = %v, want NaN", got)
 	}
+	rs[1].gap, rs[1].late = 150*time.Millisecond, 2
+	rs[3].gap = 30 * time.Millisecond
+	if got, want := gapSummary(rs), "of the 3 B rounds: 150.0 ms; waits over the protocol's 100 ms in them: 2."; !strings.Contains(got, want) {
+		t.Errorf("gapSummary = %q, want it to hold %q", got, want)
+	}
 	sum := summaryTable(rs)
 	for _, want := range []string{"| A1 | 3 | 4.0 | ", "| 100 | 10 | - | - | 110 | 5 | - | - |", "| B | 3 | 2.0 |"} {
 		if !strings.Contains(sum, want) {

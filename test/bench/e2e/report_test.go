@@ -125,6 +125,27 @@ func summaryTable(results []result) string {
 	return sb.String()
 }
 
+// gapSummary names the longest wait for a SafeKeeperResponse of all B
+// rounds and how many waits broke the protocol's 100 ms (the median hides
+// a single bad round).
+func gapSummary(results []result) string {
+	var longest time.Duration
+	var late int64
+	n := 0
+	for _, r := range results {
+		if r.hasGap {
+			n++
+			longest = max(longest, r.gap)
+			late += r.late
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Longest max_response_gap of the %d B rounds: %.1f ms; waits over the protocol's 100 ms in them: %d.\n",
+		n, float64(longest)/float64(time.Millisecond), late)
+}
+
 // ratio is the median over cycles of B's figure divided by base's in the
 // same cycle (pairs are adjacent in time, so drift cancels).
 func ratio(results []result, base string, f figure) float64 {
@@ -284,6 +305,7 @@ func (b *bench) report() {
 	took := time.Since(b.started).Round(time.Second)
 	fmt.Printf("\n================ bench-e2e: medians over %d rounds per configuration ================\n", b.p.rounds)
 	fmt.Print(summaryTable(b.results))
+	fmt.Print(gapSummary(b.results))
 	fmt.Println()
 	fmt.Print(ratioTable(b.results))
 	fmt.Printf("(run took %v; load average at start %s, at end %s)\n", took, b.machine.loadStart, loadAvg())
@@ -353,7 +375,7 @@ func (b *bench) docSection(took time.Duration) string {
 		"so absolute figures are noisy; the ratios are the result.\n\n")
 	fmt.Fprintf(&sb, "Medians over %d rounds per configuration:\n\n", p.rounds)
 	sb.WriteString(summaryTable(b.results))
-	sb.WriteString("\n")
+	sb.WriteString("\n" + gapSummary(b.results) + "\n")
 	sb.WriteString(ratioTable(b.results))
 	sb.WriteString("\nEvery round:\n\n")
 	sb.WriteString(roundsTable(b.results))
