@@ -15,7 +15,10 @@ const responseDeadline = 100 * time.Millisecond
 // SafeKeeperRequest was outstanding — since the previous SafeKeeperResponse,
 // or since the request sent when none was — to the next SafeKeeperResponse.
 // Idle time with nothing outstanding does not count. The driver feeds it
-// (it owns the clock); the times come in as arguments.
+// (it owns the clock; the times come in as arguments) when its owner
+// goroutine queues a request and handles a response, so a delay on the
+// proposer's side (an owner starved of CPU) counts too: the figure is an
+// upper bound on the safekeeper's silence.
 type responseGap struct {
 	waiting   time.Time     // start of the current wait; zero: nothing outstanding
 	max       time.Duration // longest wait that ended in a response

@@ -370,6 +370,7 @@ func (b *bench) docSection(took time.Duration) string {
 		"tree, the proposer, the safekeepers; pgbench from its rusage. Server total = all but pgbench.\n")
 	sb.WriteString("- max_response_gap (B): the longest time any proposer↔safekeeper connection waited for a SafeKeeperResponse with a request outstanding, " +
 		"from the proposer's `safekeeper link stats` log lines at SIGTERM (the protocol's bound is 100 ms; \"late\" counts waits above it). " +
+		"It is timed where the proposer's owner goroutine queues requests and handles responses, so proposer-side delays count too: an upper bound on the safekeepers' silence. " +
 		"catch-up max_response_gap: the same figure of the proposer run the harness restarts before a B round: its start, and the catch-up of the WAL written since the last B round.\n")
 	sb.WriteString("- Ratios: for each cycle B's figure over A1's (A3's) from the same cycle, then the median over cycles. The machine is shared, " +
 		"so absolute figures are noisy; the ratios are the result.\n\n")
