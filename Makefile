@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/safekeeper
 PKGS    := ./...
 
-.PHONY: build test test-unit demo sim chaos vet fmt bench clean
+.PHONY: build test test-unit demo sim chaos vet fmt bench bench-e2e clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/safekeeper
@@ -33,6 +33,15 @@ CHAOS_DURATION ?= 10m
 CHAOS_SEED     ?= 0
 chaos: build
 	$(GO) test -count=1 -timeout 0 -v ./test/chaos -run '^TestChaos$$' -chaos.duration=$(CHAOS_DURATION) -chaos.seed=$(CHAOS_SEED)
+
+# The end-to-end benchmark (test/bench/e2e, issue 9): one primary under pgbench,
+# rounds alternating between one stock sync standby (A1), three with ANY 2
+# (A3) and the proposer with 3 safekeepers (B); medians, B/A ratios, and the
+# bench-e2e section of docs/performance.md rewritten (BENCH_WRITE_DOC=0: not).
+# Knobs: BENCH_ROUNDS (3), BENCH_SECONDS (15), BENCH_CLIENTS (8), BENCH_JOBS (2),
+# BENCH_SCALE (10), BENCH_WARMUP (3 s per configuration, 0: none).
+bench-e2e: build
+	SAFEKEEPER_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/bench/e2e -run '^TestBenchE2E$$' -count=1 -timeout 0 -v -args -bench.e2e
 
 test-unit:
 	$(GO) test -short -count=1 $(PKGS)

@@ -39,5 +39,8 @@
 // Run starts a new one, with a higher term, after a backoff; a higher term
 // after the election ends Run with a *DeposedError, and a refusal by the
 // primary that no retry can heal (authorization, slot name) with a
-// *RejectedError. docs/proposer.md has the reasoning.
+// *RejectedError. docs/proposer.md has the reasoning. When Run returns it
+// logs one "safekeeper link stats" line per safekeeper (linkstats.go): its
+// SafeKeeperResponses and the longest wait for one with a request
+// outstanding, max_response_gap, against the protocol's 100 ms.
 package proposer

@@ -35,10 +35,15 @@ func Run(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
 	bo := backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax}
 	var lastTerm uint64
+	gaps := make([]responseGap, len(cfg.Safekeepers))
+	defer func() { logLinkStats(log, cfg.Safekeepers, gaps) }()
 	for {
 		s := newDriver(cfg, lastTerm)
 		err := s.run(ctx)
 		lastTerm = max(lastTerm, s.sess.Core().MaxTermSeen())
+		for i, sk := range s.sks {
+			gaps[i].add(sk.gap)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -112,6 +117,7 @@ type driver struct {
 	streamed   bool      // WAL reached a quorum in this session
 	catchups   int       // catch-up streams started (their ids)
 	started    time.Time
+	now        func() time.Time // the clock of the link stats (responseGap); time.Now
 }
 
 // skState is the IO side of one safekeeper: its connection's writer queue
@@ -124,6 +130,7 @@ type skState struct {
 	cuFrom    proto.LSN // where
 	cuRetryAt time.Time
 	cuBackoff backoff
+	gap       responseGap // waits for a SafeKeeperResponse (Run logs them at exit)
 }
 
 type upstreamEvent struct {
@@ -132,7 +139,7 @@ type upstreamEvent struct {
 }
 
 func newDriver(cfg Config, lastTerm uint64) *driver {
-	s := &driver{cfg: cfg, log: cfg.Logger}
+	s := &driver{cfg: cfg, log: cfg.Logger, now: time.Now}
 	s.sess = NewSession(SessionConfig{
 		Names: cfg.Safekeepers, UUID: cfg.ProposerUUID, LastTerm: lastTerm,
 		MaxInFlight: cfg.MaxInFlight, HeartbeatInterval: cfg.HeartbeatInterval, Logger: cfg.Logger,
@@ -269,6 +276,9 @@ func (s *driver) send(sk *skState, m proto.Message) {
 	}
 	select {
 	case sk.out <- m.Encode(nil):
+		if _, ok := m.(*proto.SafeKeeperRequest); ok {
+			sk.gap.sent(s.now())
+		}
 	default:
 		// Cannot happen: MaxInFlight bounds the queue. Treat as a broken link.
 		s.log.Error("safekeeper send queue full; dropping the connection", "safekeeper", s.cfg.Safekeepers[sk.i])
@@ -287,6 +297,7 @@ func (s *driver) closeLink(sk *skState) {
 	s.dropCatchup(sk)
 	sk.cuWant = false
 	sk.gen = 0 // connections count from 1: no event matches
+	sk.gap.disconnected()
 }
 
 func (s *driver) disconnect(sk *skState) {
@@ -319,6 +330,9 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 	r, err := s.sess.Receive(ev.sk, ev.msg)
 	if err != nil {
 		return err
+	}
+	if _, ok := ev.msg.(*proto.SafeKeeperResponse); ok && s.sess.Streaming(ev.sk) {
+		sk.gap.answered(s.now(), s.sess.InFlight(ev.sk) > 0)
 	}
 	s.act(ctx, r)
 	if r.Elect {

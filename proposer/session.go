@@ -147,6 +147,10 @@ func (s *Session) Streaming(i int) bool { return s.links[i].phase == linkStreami
 // Sent is the end of the WAL sent to safekeeper i in this term.
 func (s *Session) Sent(i int) proto.LSN { return s.links[i].sent }
 
+// InFlight is the number of SafeKeeperRequests sent to safekeeper i on its
+// current connection that it has not answered yet.
+func (s *Session) InFlight(i int) int { return s.links[i].inflight }
+
 // Acked is the commit_lsn of safekeeper i's last SafeKeeperResponse.
 func (s *Session) Acked(i int) proto.LSN { return s.links[i].acked }
 

@@ -214,6 +214,16 @@ func (sk *Safekeeper) Restart() {
 	sk.Start()
 }
 
+// Pid is the running process's id, 0 when it is stopped.
+func (sk *Safekeeper) Pid() int {
+	sk.mu.Lock()
+	defer sk.mu.Unlock()
+	if sk.cmd == nil {
+		return 0
+	}
+	return sk.cmd.Process.Pid
+}
+
 // Log returns the process's log so far.
 func (sk *Safekeeper) Log() string {
 	b, _ := os.ReadFile(sk.LogPath)

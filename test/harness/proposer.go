@@ -125,6 +125,16 @@ func (p *Process) signal(sig syscall.Signal, timeout time.Duration) error {
 	return p.err
 }
 
+// Pid is the running process's id, 0 when it is stopped.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Log returns the process's log so far.
 func (p *Process) Log() string {
 	b, _ := os.ReadFile(p.LogPath)

@@ -1,0 +1,439 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/test/harness"
+	"github.com/safekeeper/safekeeper/test/pgtest"
+)
+
+// config is one configuration of synchronous replication.
+type config struct {
+	name      string
+	syncNames string   // synchronous_standby_names
+	standbys  []string // the stock standbys it runs
+	proposer  bool     // runs the proposer and the three safekeepers
+	syncState string   // pg_stat_replication.sync_state of its members
+}
+
+var configs = []config{
+	{name: "A1", syncNames: "s1", standbys: []string{"s1"}, syncState: "sync"},
+	{name: "A3", syncNames: "ANY 2 (s1,s2,s3)", standbys: []string{"s1", "s2", "s3"}, syncState: "quorum"},
+	{name: "B", syncNames: "proposer", proposer: true, syncState: "sync"},
+}
+
+// members are the application_names the configuration waits for.
+func (c config) members() []string {
+	if c.proposer {
+		return []string{"proposer"}
+	}
+	return c.standbys
+}
+
+func (c config) has(standby string) bool {
+	for _, s := range c.standbys {
+		if s == standby {
+			return true
+		}
+	}
+	return false
+}
+
+// Settings of the primary (the standbys copy them). No checkpoint may
+// start inside a round by itself: the harness runs one before each round.
+var primaryConf = []string{
+	"synchronous_standby_names = ''",
+	"max_wal_size = '8GB'",
+	"checkpoint_timeout = '30min'",
+	"wal_sender_timeout = '60s'",
+}
+
+var (
+	tenantID   = proto.ID{0xbe, 0x9c, 1}
+	timelineID = proto.ID{0xbe, 0x9c, 2}
+)
+
+// standby is a stock streaming standby of the primary, fed through its own
+// physical slot (named like it), with application_name = name.
+type standby struct {
+	b       *bench
+	name    string
+	dir     string
+	dataDir string
+	logFile string
+	port    int
+	running bool
+}
+
+// newStandby takes a base backup (creating the slot) and configures it; it
+// is not started.
+func (b *bench) newStandby(name string) *standby {
+	t := b.t
+	s := &standby{b: b, name: name, dir: pgtest.Dir(t, "bench-e2e-"+name+"-")}
+	s.dataDir = filepath.Join(s.dir, "data")
+	s.logFile = filepath.Join(s.dir, "server.log")
+	s.port = harness.FreePort(t)
+	t.Cleanup(func() {
+		if s.running {
+			s.pgctl(90*time.Second, "-m", "immediate", "-w", "stop")
+		}
+		if t.Failed() {
+			if tail, err := os.ReadFile(s.logFile); err == nil {
+				t.Logf("standby %s log tail:\n%s", name, lastLines(string(tail), 30))
+			}
+		}
+	})
+	out, err := b.runPG(10*time.Minute, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(b.pg.Port), "-U", "postgres",
+		"-D", s.dataDir, "-X", "stream", "-c", "fast", "-C", "-S", name)
+	if err != nil {
+		t.Fatalf("pg_basebackup for standby %s: %v\n%s", name, err, out)
+	}
+	// The backup holds the primary's pgtest.conf (included from
+	// postgresql.conf); replace it with the standby's own.
+	conf := []string{
+		"listen_addresses = '127.0.0.1'",
+		"port = " + strconv.Itoa(s.port),
+		"unix_socket_directories = '" + s.dir + "'",
+		"wal_level = replica",
+		"max_wal_senders = 10",
+		"max_replication_slots = 10",
+		"fsync = on",
+		"logging_collector = off",
+		"log_min_messages = warning",
+		"hot_standby = on",
+		fmt.Sprintf("primary_conninfo = 'host=127.0.0.1 port=%d user=postgres application_name=%s'", b.pg.Port, name),
+		"primary_slot_name = '" + name + "'",
+	}
+	conf = append(conf, primaryConf...)
+	for name, body := range map[string]string{"pgtest.conf": strings.Join(conf, "\n") + "\n", "standby.signal": ""} {
+		p := filepath.Join(s.dataDir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := pgtest.ChownToPostgres(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func (s *standby) pgctl(timeout time.Duration, args ...string) error {
+	args = append([]string{"-D", s.dataDir, "-l", s.logFile, "-t", strconv.Itoa(int(timeout / time.Second))}, args...)
+	out, err := s.b.runPG(timeout+10*time.Second, "pg_ctl", args...)
+	if err != nil {
+		return fmt.Errorf("standby %s: pg_ctl %s: %v\n%s", s.name, strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+func (s *standby) start() {
+	if err := s.pgctl(120*time.Second, "-w", "start"); err != nil {
+		s.b.t.Fatal(err)
+	}
+	s.running = true
+}
+
+// stop is a fast shutdown (the standby's shutdown restartpoint is done when
+// it returns, before the next round).
+func (s *standby) stop() {
+	if err := s.pgctl(120*time.Second, "-m", "fast", "-w", "stop"); err != nil {
+		s.b.t.Fatal(err)
+	}
+	s.running = false
+	s.b.waitNoWalsender(s.name)
+}
+
+func (s *standby) pid() int {
+	pid, err := postmasterPid(s.dataDir)
+	if err != nil {
+		s.b.t.Fatalf("standby %s: %v", s.name, err)
+	}
+	return pid
+}
+
+// replayLSN asks the standby how far it replayed.
+func (s *standby) replayLSN(ctx context.Context) (proto.LSN, error) {
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable connect_timeout=5", s.port))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	var lsn string
+	if err := conn.QueryRow(ctx, "SELECT COALESCE(pg_last_wal_replay_lsn(), '0/0')::text").Scan(&lsn); err != nil {
+		return 0, err
+	}
+	return proto.ParseLSN(lsn)
+}
+
+func postmasterPid(dataDir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	first, _, _ := bytes.Cut(b, []byte("\n"))
+	pid, err := strconv.Atoi(strings.TrimSpace(string(first)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("postmaster.pid: bad pid %q", first)
+	}
+	return pid, nil
+}
+
+// runPG runs a PostgreSQL program as the postgres user (pgtest.Cmd) with a
+// time limit and returns its combined output.
+func (b *bench) runPG(timeout time.Duration, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := b.pg.Cmd(ctx, name, args...).CombinedOutput()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("timed out after %v: %w", timeout, err)
+	}
+	return string(out), err
+}
+
+// startSafekeepers starts the three safekeepers (the first time: creates
+// them, each with a fresh data directory it keeps from then on).
+func (b *bench) startSafekeepers() {
+	if b.sks == nil {
+		for id := uint64(1); id <= 3; id++ {
+			b.sks = append(b.sks, harness.StartSafekeeper(b.t, id))
+		}
+		return
+	}
+	for _, sk := range b.sks {
+		if sk.Pid() == 0 {
+			sk.Start()
+		}
+	}
+}
+
+func (b *bench) stopSafekeepers() {
+	for _, sk := range b.sks {
+		if sk.Pid() != 0 {
+			if err := sk.Stop(60 * time.Second); err != nil {
+				b.t.Fatalf("safekeeper %d: exit after SIGTERM: %v\n%s", sk.ID, err, lastLines(sk.Log(), 20))
+			}
+		}
+	}
+}
+
+// startProposer starts `safekeeper propose` (the first time: creates it and
+// its slot on the primary) and notes where its log begins.
+func (b *bench) startProposer() {
+	if b.prop == nil {
+		var addrs []string
+		for _, sk := range b.sks {
+			addrs = append(addrs, sk.Addr)
+		}
+		b.propLogFrom = 0
+		b.prop = harness.StartProcess(b.t, "proposer", "propose",
+			"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", b.pg.Port),
+			"--safekeepers", strings.Join(addrs, ","),
+			"--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
+			"--slot", "proposer", "--application-name", "proposer")
+		return
+	}
+	b.propLogFrom = len(b.prop.Log())
+	b.prop.Start()
+}
+
+// stopProposer stops the proposer with SIGTERM and returns the link stats
+// it logged on the way out.
+func (b *bench) stopProposer() []linkStat {
+	if b.prop == nil || b.prop.Pid() == 0 {
+		return nil
+	}
+	if exited, code := b.prop.Exited(); exited {
+		b.t.Fatalf("the proposer exited by itself (code %d):\n%s", code, lastLines(b.prop.Log(), 40))
+	}
+	if err := b.prop.Stop(60 * time.Second); err != nil {
+		b.t.Fatalf("proposer: exit after SIGTERM: %v\n%s", err, lastLines(b.prop.Log(), 40))
+	}
+	b.waitNoWalsender("proposer")
+	log := b.prop.Log()
+	if b.propLogFrom <= len(log) {
+		log = log[b.propLogFrom:]
+	}
+	st, err := parseLinkStats(log)
+	if err != nil {
+		b.t.Fatalf("proposer link stats: %v", err)
+	}
+	if len(st) != len(b.sks) {
+		b.t.Fatalf("the proposer logged %d \"safekeeper link stats\" lines at SIGTERM, want %d:\n%s", len(st), len(b.sks), lastLines(log, 20))
+	}
+	return st
+}
+
+// switchTo makes c the configuration: synchronous_standby_names, then
+// everything c does not use stopped, everything it uses started, then
+// waits until its members are synchronous and caught up.
+func (b *bench) switchTo(c config) {
+	b.exec(fmt.Sprintf("ALTER SYSTEM SET synchronous_standby_names = '%s'", c.syncNames))
+	b.exec("SELECT pg_reload_conf()")
+	for _, s := range b.standbys {
+		if s.running && !c.has(s.name) {
+			s.stop()
+		}
+	}
+	if !c.proposer {
+		b.stopProposer()
+		b.stopSafekeepers()
+	}
+	for _, s := range b.standbys {
+		if !s.running && c.has(s.name) {
+			s.start()
+		}
+	}
+	if c.proposer {
+		b.startSafekeepers()
+		if b.prop == nil || b.prop.Pid() == 0 {
+			b.startProposer()
+		}
+	}
+	b.waitReady(c)
+}
+
+// waitReady waits until every member of c streams as a synchronous standby
+// (sync_state c.syncState, not lagging) with everything the primary has
+// written flushed, and each stock standby has replayed it, so that no
+// catch-up runs into the round.
+func (b *bench) waitReady(c config) {
+	b.t.Helper()
+	target := b.lsn("SELECT pg_current_wal_lsn()::text")
+	b.poll(3*time.Minute, fmt.Sprintf("%s: %s synchronous and caught up with %s", c.name, strings.Join(c.members(), ","), target), func() (bool, string) {
+		if c.proposer {
+			if exited, code := b.prop.Exited(); exited {
+				b.t.Fatalf("the proposer exited with code %d:\n%s", code, lastLines(b.prop.Log(), 40))
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		rows, err := b.mon.Query(ctx, "SELECT application_name, state, sync_state, COALESCE(flush_lsn, '0/0')::text FROM pg_stat_replication ORDER BY application_name")
+		if err != nil {
+			return false, err.Error()
+		}
+		type row struct{ name, state, sync, flush string }
+		var seen []row
+		for rows.Next() {
+			var r row
+			if err := rows.Scan(&r.name, &r.state, &r.sync, &r.flush); err != nil {
+				rows.Close()
+				return false, err.Error()
+			}
+			seen = append(seen, r)
+		}
+		rows.Close()
+		status := fmt.Sprintf("pg_stat_replication %v", seen)
+		for _, m := range c.members() {
+			ok := false
+			for _, r := range seen {
+				flush, err := proto.ParseLSN(r.flush)
+				if r.name == m && r.state == "streaming" && r.sync == c.syncState && err == nil && flush >= target {
+					ok = true
+				}
+			}
+			if !ok {
+				return false, status
+			}
+		}
+		for _, s := range b.standbys {
+			if !c.has(s.name) {
+				continue
+			}
+			replay, err := s.replayLSN(ctx)
+			if err != nil || replay < target {
+				return false, fmt.Sprintf("%s; standby %s replayed to %s (%v)", status, s.name, replay, err)
+			}
+		}
+		return true, status
+	})
+}
+
+// waitNoWalsender waits until the primary has no walsender left for
+// application_name name: a stopped member's walsender must neither pass for
+// its successor in waitReady nor run into the next round.
+func (b *bench) waitNoWalsender(name string) {
+	b.t.Helper()
+	b.poll(time.Minute, "the primary's walsender for "+name+" to exit", func() (bool, string) {
+		n := b.query(fmt.Sprintf("SELECT count(*) FROM pg_stat_replication WHERE application_name = '%s'", name))
+		return n == "0", n + " left"
+	})
+}
+
+// checkStillSync fails the test if a member of c is no longer a
+// synchronous standby after a round.
+func (b *bench) checkStillSync(c config) {
+	for _, m := range c.members() {
+		n := b.query(fmt.Sprintf("SELECT count(*) FROM pg_stat_replication WHERE application_name = '%s' AND state = 'streaming' AND sync_state = '%s'", m, c.syncState))
+		if n == "0" {
+			b.t.Fatalf("%s: %s is no longer a %s standby after the round (pg_stat_replication rows: %s)", c.name, m, c.syncState, n)
+		}
+	}
+}
+
+// poll calls cond with a growing delay (5 ms up to 200 ms) until it is
+// true, failing the test after timeout with the last status it returned.
+func (b *bench) poll(timeout time.Duration, what string, cond func() (bool, string)) {
+	b.t.Helper()
+	deadline := time.Now().Add(timeout)
+	delay := 5 * time.Millisecond
+	for {
+		ok, status := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("timed out after %v waiting for %s; last seen: %s", timeout, what, status)
+		}
+		time.Sleep(delay)
+		delay = min(delay*2, 200*time.Millisecond)
+	}
+}
+
+// exec runs sql on the primary through the monitor connection.
+func (b *bench) exec(sql string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := b.mon.Exec(ctx, sql); err != nil {
+		b.t.Fatalf("primary: %s: %v", sql, err)
+	}
+}
+
+// query returns the one value sql selects, as text.
+func (b *bench) query(sql string) string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var v string
+	if err := b.mon.QueryRow(ctx, sql).Scan(&v); err != nil {
+		b.t.Fatalf("primary: %s: %v", sql, err)
+	}
+	return v
+}
+
+func (b *bench) lsn(sql string) proto.LSN {
+	b.t.Helper()
+	l, err := proto.ParseLSN(b.query(sql))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return l
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

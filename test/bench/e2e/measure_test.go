@@ -1,0 +1,269 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// proc is one process as /proc/PID/stat shows it.
+type proc struct {
+	ppid  int
+	state byte
+	// ticks is utime+stime+cutime+cstime in clock ticks: its own CPU time
+	// and that of the children it reaped, so a backend that exited still
+	// counts, through the postmaster.
+	ticks uint64
+}
+
+// parseStat parses the contents of /proc/PID/stat.
+func parseStat(b []byte) (proc, error) {
+	// "pid (comm) S ppid ...": comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return proc{}, errors.New("no ')' after comm")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[k] is field k+3 of proc(5): state, ppid, ..., utime (14), stime,
+	// cutime, cstime (17).
+	if len(f) < 15 || len(f[0]) != 1 {
+		return proc{}, fmt.Errorf("%d fields after comm, want at least 15", len(f))
+	}
+	p := proc{state: f[0][0]}
+	var err error
+	if p.ppid, err = strconv.Atoi(f[1]); err != nil {
+		return proc{}, fmt.Errorf("ppid %q: %v", f[1], err)
+	}
+	for _, s := range f[11:15] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return proc{}, fmt.Errorf("CPU time %q is not a tick count", s)
+		}
+		p.ticks += uint64(n)
+	}
+	return p, nil
+}
+
+// procTable is one pass over /proc.
+type procTable map[int]proc
+
+func readProcs() (procTable, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	pt := procTable{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		p, err := parseStat(b)
+		if err != nil {
+			return nil, fmt.Errorf("/proc/%d/stat: %v", pid, err)
+		}
+		pt[pid] = p
+	}
+	return pt, nil
+}
+
+// tree returns root and all its descendants.
+func (pt procTable) tree(root int) []int {
+	kids := map[int][]int{}
+	for pid, p := range pt {
+		kids[p.ppid] = append(kids[p.ppid], pid)
+	}
+	var out []int
+	var walk func(int)
+	walk = func(pid int) {
+		out = append(out, pid)
+		for _, k := range kids[pid] {
+			walk(k)
+		}
+	}
+	if _, ok := pt[root]; ok {
+		walk(root)
+	}
+	return out
+}
+
+// treeTicks is the CPU time of root's process tree. Counted so, the delta
+// between two snapshots is what the tree used in between, as long as every
+// process that exited in between was reaped by a parent inside the tree
+// (backends by the postmaster) before the second one.
+func (pt procTable) treeTicks(root int) (uint64, error) {
+	if _, ok := pt[root]; !ok {
+		return 0, fmt.Errorf("process %d is gone", root)
+	}
+	var sum uint64
+	for _, pid := range pt.tree(root) {
+		sum += pt[pid].ticks
+	}
+	return sum, nil
+}
+
+// clockTicks is sysconf(_SC_CLK_TCK), the unit of /proc/PID/stat's times.
+func clockTicks() (float64, error) {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if err != nil {
+		return 0, fmt.Errorf("getconf CLK_TCK: %v", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("getconf CLK_TCK: %q is not a positive integer", out)
+	}
+	return float64(n), nil
+}
+
+// pgbenchSummary is what pgbench prints at the end of a run.
+type pgbenchSummary struct {
+	txns   int64   // number of transactions actually processed
+	failed int64   // number of failed transactions
+	tps    float64 // without initial connection time
+}
+
+var (
+	processedRe = regexp.MustCompile(`(?m)^number of transactions actually processed: (\d+)`)
+	failedRe    = regexp.MustCompile(`(?m)^number of failed transactions: (\d+)`)
+	tpsRe       = regexp.MustCompile(`(?m)^tps = ([0-9]+(?:\.[0-9]+)?) \(without initial connection time\)`)
+)
+
+// parsePgbench reads pgbench's summary. A missing figure is an error.
+func parsePgbench(out string) (pgbenchSummary, error) {
+	var s pgbenchSummary
+	m := processedRe.FindStringSubmatch(out)
+	if m == nil {
+		return s, errors.New("no 'number of transactions actually processed' line")
+	}
+	s.txns, _ = strconv.ParseInt(m[1], 10, 64)
+	if m := failedRe.FindStringSubmatch(out); m != nil {
+		s.failed, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	m = tpsRe.FindStringSubmatch(out)
+	if m == nil {
+		return s, errors.New("no 'tps = N (without initial connection time)' line")
+	}
+	var err error
+	if s.tps, err = strconv.ParseFloat(m[1], 64); err != nil {
+		return s, fmt.Errorf("tps %q: %v", m[1], err)
+	}
+	if s.txns <= 0 || s.tps <= 0 {
+		return s, fmt.Errorf("%d transactions at %g tps: pgbench did no work", s.txns, s.tps)
+	}
+	return s, nil
+}
+
+// readLatencies reads the latencies (µs, the third column) of pgbench's
+// per-transaction logs (-l: "client_id transaction_no time script_no
+// time_epoch time_us"). Lines whose time is not a number ("failed",
+// "skipped") are counted in other, malformed lines are an error.
+func readLatencies(files []string) (lat []float64, other int, err error) {
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, 0, err
+		}
+		sc := bufio.NewScanner(f)
+		for n := 1; sc.Scan(); n++ {
+			fields := strings.Fields(sc.Text())
+			if len(fields) == 0 {
+				continue
+			}
+			if len(fields) < 6 {
+				f.Close()
+				return nil, 0, fmt.Errorf("%s:%d: %d columns, want at least 6: %q", filepath.Base(name), n, len(fields), sc.Text())
+			}
+			us, err := strconv.ParseFloat(fields[2], 64)
+			if err != nil {
+				other++
+				continue
+			}
+			lat = append(lat, us)
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s: %v", name, err)
+		}
+	}
+	return lat, other, nil
+}
+
+// percentile is the nearest-rank p-quantile (0 < p ≤ 1) of sorted xs; NaN
+// if xs is empty.
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	k := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(k, 0), len(sorted)-1)]
+}
+
+// median of the numbers in xs that are not NaN; NaN if there are none.
+func median(xs []float64) float64 {
+	var v []float64
+	for _, x := range xs {
+		if !math.IsNaN(x) {
+			v = append(v, x)
+		}
+	}
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(v)
+	if n := len(v); n%2 == 1 {
+		return v[n/2]
+	} else {
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+}
+
+// linkStat is one "safekeeper link stats" line of the proposer's log.
+type linkStat struct {
+	safekeeper string
+	responses  int64
+	maxGap     time.Duration
+	late       int64
+}
+
+var linkStatRe = regexp.MustCompile(`msg="safekeeper link stats" safekeeper=(\S+) responses=(\d+) max_response_gap=(\S+) late_responses=(\d+)`)
+
+// parseLinkStats finds the proposer's link stats lines in log.
+func parseLinkStats(log string) ([]linkStat, error) {
+	var out []linkStat
+	for _, m := range linkStatRe.FindAllStringSubmatch(log, -1) {
+		d, err := time.ParseDuration(m[3])
+		if err != nil {
+			return nil, fmt.Errorf("max_response_gap=%s: %v", m[3], err)
+		}
+		n, _ := strconv.ParseInt(m[2], 10, 64)
+		late, _ := strconv.ParseInt(m[4], 10, 64)
+		out = append(out, linkStat{safekeeper: m[1], responses: n, maxGap: d, late: late})
+	}
+	return out, nil
+}
+
+// replaceSection replaces what lies between the begin and end markers in
+// doc with body.
+func replaceSection(doc, begin, end, body string) (string, error) {
+	i := strings.Index(doc, begin)
+	j := strings.Index(doc, end)
+	if i < 0 || j < 0 || j < i {
+		return "", fmt.Errorf("markers %s … %s not found in order", begin, end)
+	}
+	return doc[:i+len(begin)] + "\n" + strings.TrimSpace(body) + "\n" + doc[j:], nil
+}

@@ -1,0 +1,183 @@
+package e2e
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// These run in make test: the benchmark's parsers, without PostgreSQL.
+
+func TestParseStat(t *testing.T) {
+	// comm with a space and a parenthesis; utime 110, stime 20, cutime
+	// 300, cstime 4.
+	line := "4242 (postgres: a) b) S 4000 4242 4242 0 -1 4194560 2090 0 0 0 110 20 300 4 20 0 1 0 4600 224239616 3577 18446744073709551615"
+	p, err := parseStat([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ppid != 4000 || p.state != 'S' || p.ticks != 434 {
+		t.Fatalf("got %+v, want ppid 4000, state S, ticks 434", p)
+	}
+	for _, bad := range []string{"", "1 (x) S 0 1 2", "1 (x) S 0 1 1 0 -1 0 0 0 0 0 ten 20 0 0"} {
+		if _, err := parseStat([]byte(bad)); err == nil {
+			t.Errorf("parseStat(%q) did not fail", bad)
+		}
+	}
+}
+
+// TestTreeTicks: a tree's CPU time is its processes' own and reaped
+// children's, over all descendants; other trees do not count.
+func TestTreeTicks(t *testing.T) {
+	pt := procTable{
+		100: {ppid: 1, ticks: 10}, // postmaster, cutime of exited backends included
+		101: {ppid: 100, ticks: 5},
+		102: {ppid: 100, ticks: 7},
+		103: {ppid: 101, ticks: 1},
+		200: {ppid: 1, ticks: 1000},
+	}
+	got, err := pt.treeTicks(100)
+	if err != nil || got != 23 {
+		t.Fatalf("treeTicks(100) = %d, %v; want 23", got, err)
+	}
+	if _, err := pt.treeTicks(300); err == nil {
+		t.Error("treeTicks of a missing process did not fail")
+	}
+	// The live /proc has at least this process.
+	live, err := readProcs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := live.treeTicks(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const pgbenchOut = `pgbench (15.18 (Debian 15.18-0+deb12u1))
+transaction type: <builtin: TPC-B (sort of)>
+scaling factor: 10
+query mode: simple
+number of clients: 8
+number of threads: 2
+maximum number of tries: 1
+duration: 15 s
+number of transactions actually processed: 12345
+number of failed transactions: 0 (0.000%)
+latency average = 9.713 ms
+initial connection time = 21.409 ms
+tps = 823.612345 (without initial connection time)
+`
+
+func TestParsePgbench(t *testing.T) {
+	s, err := parsePgbench(pgbenchOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.txns != 12345 || s.failed != 0 || s.tps != 823.612345 {
+		t.Fatalf("got %+v", s)
+	}
+	for _, bad := range []string{"", "tps = 5 (without initial connection time)\n",
+		"number of transactions actually processed: 0\ntps = 0.0 (without initial connection time)\n"} {
+		if _, err := parsePgbench(bad); err == nil {
+			t.Errorf("parsePgbench(%q) did not fail", bad)
+		}
+	}
+}
+
+func TestReadLatencies(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "r.1")
+	b := filepath.Join(dir, "r.1.1")
+	os.WriteFile(a, []byte("0 0 1500 0 1700000000 123\n1 0 2500 0 1700000000 456\n"), 0o644)
+	os.WriteFile(b, []byte("2 0 failed 0 1700000000 789\n\n3 0 500 0 1700000001 1\n"), 0o644)
+	lat, other, err := readLatencies([]string{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lat) != 3 || other != 1 || lat[0] != 1500 || lat[2] != 500 {
+		t.Fatalf("got %v, %d other", lat, other)
+	}
+	os.WriteFile(b, []byte("2 0 12\n"), 0o644)
+	if _, _, err := readLatencies([]string{b}); err == nil {
+		t.Error("a short line did not fail")
+	}
+}
+
+func TestPercentileMedian(t *testing.T) {
+	xs := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	if p := percentile(xs, 0.5); p != 5 {
+		t.Errorf("p50 = %v, want 5", p)
+	}
+	if p := percentile(xs, 0.99); p != 10 {
+		t.Errorf("p99 = %v, want 10", p)
+	}
+	if !math.IsNaN(percentile(nil, 0.5)) {
+		t.Error("percentile of nothing is not NaN")
+	}
+	if m := median([]float64{3, math.NaN(), 1, 2}); m != 2 {
+		t.Errorf("median = %v, want 2 (NaN ignored)", m)
+	}
+	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("median = %v, want 2.5", m)
+	}
+}
+
+func TestParseLinkStats(t *testing.T) {
+	log := `time=2026-01-01T00:00:00Z level=INFO msg=stopped
+time=2026-01-01T00:00:00Z level=INFO msg="safekeeper link stats" safekeeper=127.0.0.1:5001 responses=9000 max_response_gap=31.5ms late_responses=0
+time=2026-01-01T00:00:00Z level=INFO msg="safekeeper link stats" safekeeper=127.0.0.1:5002 responses=8000 max_response_gap=850µs late_responses=2
+`
+	st, err := parseLinkStats(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 2 || st[0].maxGap != 31500*time.Microsecond || st[1].maxGap != 850*time.Microsecond || st[1].late != 2 || st[0].responses != 9000 {
+		t.Fatalf("got %+v", st)
+	}
+}
+
+func TestReplaceSection(t *testing.T) {
+	doc := "# P\n<!-- b -->\nold\n<!-- e -->\ntail\n"
+	got, err := replaceSection(doc, "<!-- b -->", "<!-- e -->", "new\n")
+	if err != nil || got != "# P\n<!-- b -->\nnew\n<!-- e -->\ntail\n" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	if _, err := replaceSection("x", "<!-- b -->", "<!-- e -->", ""); err == nil {
+		t.Error("missing markers did not fail")
+	}
+}
+
+// TestRatioPairsCycles: a ratio is B over the base of the same cycle, the
+// median over cycles; a group that did not run is "-" in the summary.
+func TestRatioPairsCycles(t *testing.T) {
+	nan := math.NaN()
+	var rs []result
+	for i, v := range []struct{ a1, b float64 }{{2, 1}, {4, 2}, {12, 3}} {
+		rs = append(rs,
+			result{cfg: "A1", cycle: i + 1, tps: v.a1, cpu: [nGroups]float64{100, 10, nan, nan, 5}},
+			result{cfg: "B", cycle: i + 1, tps: v.b, cpu: [nGroups]float64{150, nan, 20, 90, 5}, hasGap: true})
+	}
+	if got := ratio(rs, "A1", figureByName("TPS")); got != 0.5 {
+		t.Errorf("B/A1 TPS = %v, want 0.5 (median of 0.5, 0.5, 0.25)", got)
+	}
+	if got := ratio(rs, "A1", figureByName("server total")); got != 260.0/110 {
+		t.Errorf("B/A1 server CPU = %v, want %v", got, 260.0/110)
+	}
+	if got := ratio(rs, "A3", figureByName("TPS")); !math.IsNaN(got) {
+		t.Errorf("B/A3 without A3 rounds = %v, want NaN", got)
+	}
+	rs[1].gap, rs[1].late = 150*time.Millisecond, 2
+	rs[3].gap = 30 * time.Millisecond
+	if got, want := gapSummary(rs), "of the 3 B rounds: 150.0 ms; waits over the protocol's 100 ms in them: 2."; !strings.Contains(got, want) {
+		t.Errorf("gapSummary = %q, want it to hold %q", got, want)
+	}
+	sum := summaryTable(rs)
+	for _, want := range []string{"| A1 | 3 | 4.0 | ", "| 100 | 10 | - | - | 110 | 5 | - | - |", "| B | 3 | 2.0 |"} {
+		if !strings.Contains(sum, want) {
+			t.Errorf("summary lacks %q:\n%s", want, sum)
+		}
+	}
+}

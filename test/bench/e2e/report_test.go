@@ -1,0 +1,384 @@
+package e2e
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// fnum formats x with prec decimals, "-" for NaN.
+func fnum(x float64, prec int) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "-"
+	}
+	return strconv.FormatFloat(x, 'f', prec, 64)
+}
+
+func gapString(r result) string {
+	if !r.hasGap {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fms (%d late)", float64(r.gap)/float64(time.Millisecond), r.late)
+}
+
+// roundLine is the one line printed per round.
+func roundLine(r result, rounds int) string {
+	label := fmt.Sprintf("round %d/%d", r.cycle, rounds)
+	if r.cycle == 0 {
+		label = "warm-up"
+	}
+	line := fmt.Sprintf("%-3s %-9s %3ds: tps %7.1f  latency p50 %6.2f ms p99 %6.2f ms  flush_lag p50 %s ms (%d samples)  "+
+		"CPU µs/txn: primary %s standbys %s proposer %s safekeepers %s pgbench %s (server total %s)  max_response_gap %s",
+		r.cfg, label, r.seconds, r.tps, r.latP50, r.latP99, fnum(r.lagP50, 2), r.lagSamples,
+		fnum(r.cpu[gPrimary], 0), fnum(r.cpu[gStandbys], 0), fnum(r.cpu[gProposer], 0), fnum(r.cpu[gSafekeepers], 0),
+		fnum(r.cpu[gPgbench], 0), fnum(r.server(), 0), gapString(r))
+	if r.hasGap {
+		line += fmt.Sprintf(" (before the round, catching up: %.1fms)", float64(r.catchupGap)/float64(time.Millisecond))
+	}
+	return line
+}
+
+// figure is one column of the summary.
+type figure struct {
+	name string
+	prec int
+	get  func(result) float64
+}
+
+var figures = []figure{
+	{"TPS", 1, func(r result) float64 { return r.tps }},
+	{"latency p50 ms", 2, func(r result) float64 { return r.latP50 }},
+	{"latency p99 ms", 2, func(r result) float64 { return r.latP99 }},
+	{"flush_lag p50 ms", 2, func(r result) float64 { return r.lagP50 }},
+	{"CPU µs/txn primary", 0, func(r result) float64 { return r.cpu[gPrimary] }},
+	{"standbys", 0, func(r result) float64 { return r.cpu[gStandbys] }},
+	{"proposer", 0, func(r result) float64 { return r.cpu[gProposer] }},
+	{"safekeepers", 0, func(r result) float64 { return r.cpu[gSafekeepers] }},
+	{"server total", 0, func(r result) float64 { return r.server() }},
+	{"pgbench", 0, func(r result) float64 { return r.cpu[gPgbench] }},
+	{"max_response_gap ms", 1, func(r result) float64 {
+		if !r.hasGap {
+			return math.NaN()
+		}
+		return float64(r.gap) / float64(time.Millisecond)
+	}},
+	{"catch-up max_response_gap ms", 1, func(r result) float64 {
+		if !r.hasGap {
+			return math.NaN()
+		}
+		return float64(r.catchupGap) / float64(time.Millisecond)
+	}},
+}
+
+// ratioFigures are the figures whose B/A ratios are reported, with their
+// labels there.
+var ratioFigures = []struct{ figure, label string }{
+	{"TPS", "TPS"}, {"latency p50 ms", "latency p50"}, {"latency p99 ms", "latency p99"}, {"flush_lag p50 ms", "flush_lag p50"},
+	{"CPU µs/txn primary", "CPU/txn primary"}, {"server total", "CPU/txn server total"},
+}
+
+func figureByName(name string) figure {
+	for _, f := range figures {
+		if f.name == name {
+			return f
+		}
+	}
+	panic("no figure " + name)
+}
+
+func mdRow(cells ...string) string { return "| " + strings.Join(cells, " | ") + " |\n" }
+
+func mdSep(n int) string { return "|" + strings.Repeat("---|", n) + "\n" }
+
+// summaryTable is the median of each figure per configuration.
+func summaryTable(results []result) string {
+	var sb strings.Builder
+	head := []string{"config", "rounds"}
+	for _, f := range figures {
+		head = append(head, f.name)
+	}
+	sb.WriteString(mdRow(head...))
+	sb.WriteString(mdSep(len(head)))
+	for _, c := range configs {
+		var rs []result
+		for _, r := range results {
+			if r.cfg == c.name {
+				rs = append(rs, r)
+			}
+		}
+		row := []string{c.name, strconv.Itoa(len(rs))}
+		for _, f := range figures {
+			var xs []float64
+			for _, r := range rs {
+				xs = append(xs, f.get(r))
+			}
+			row = append(row, fnum(median(xs), f.prec))
+		}
+		sb.WriteString(mdRow(row...))
+	}
+	return sb.String()
+}
+
+// gapSummary names the longest wait for a SafeKeeperResponse of all B
+// rounds and how many waits broke the protocol's 100 ms (the median hides
+// a single bad round).
+func gapSummary(results []result) string {
+	var longest time.Duration
+	var late int64
+	n := 0
+	for _, r := range results {
+		if r.hasGap {
+			n++
+			longest = max(longest, r.gap)
+			late += r.late
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Longest max_response_gap of the %d B rounds: %.1f ms; waits over the protocol's 100 ms in them: %d.\n",
+		n, float64(longest)/float64(time.Millisecond), late)
+}
+
+// ratio is the median over cycles of B's figure divided by base's in the
+// same cycle (pairs are adjacent in time, so drift cancels).
+func ratio(results []result, base string, f figure) float64 {
+	byCycle := map[int]map[string]result{}
+	for _, r := range results {
+		if byCycle[r.cycle] == nil {
+			byCycle[r.cycle] = map[string]result{}
+		}
+		byCycle[r.cycle][r.cfg] = r
+	}
+	var xs []float64
+	for _, m := range byCycle {
+		bv, ok1 := m["B"]
+		av, ok2 := m[base]
+		if ok1 && ok2 {
+			xs = append(xs, f.get(bv)/f.get(av))
+		}
+	}
+	return median(xs)
+}
+
+func ratioTable(results []result) string {
+	var sb strings.Builder
+	head := []string{"median of per-cycle ratios"}
+	for _, f := range ratioFigures {
+		head = append(head, f.label)
+	}
+	sb.WriteString(mdRow(head...))
+	sb.WriteString(mdSep(len(head)))
+	for _, base := range []string{"A1", "A3"} {
+		row := []string{"B/" + base}
+		for _, f := range ratioFigures {
+			row = append(row, fnum(ratio(results, base, figureByName(f.figure)), 2))
+		}
+		sb.WriteString(mdRow(row...))
+	}
+	return sb.String()
+}
+
+func roundsTable(results []result) string {
+	var sb strings.Builder
+	head := []string{"round", "config"}
+	for _, f := range figures {
+		head = append(head, f.name)
+	}
+	sb.WriteString(mdRow(head...))
+	sb.WriteString(mdSep(len(head)))
+	for _, r := range results {
+		row := []string{strconv.Itoa(r.cycle), r.cfg}
+		for _, f := range figures {
+			row = append(row, fnum(f.get(r), f.prec))
+		}
+		sb.WriteString(mdRow(row...))
+	}
+	return sb.String()
+}
+
+// machine describes where a run ran.
+type machine struct {
+	nproc     int
+	cpu       string
+	memGiB    float64
+	kernel    string
+	tmpDir    string
+	tmpFS     string
+	pgVersion string
+	goVersion string
+	describe  string
+	loadStart string
+}
+
+func describeMachine(b *bench) machine {
+	m := machine{nproc: runtime.NumCPU(), goVersion: runtime.Version(), tmpDir: os.TempDir()}
+	m.cpu = "unknown"
+	if info, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(info), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if info, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(info), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+				kb, _ := strconv.ParseFloat(f[1], 64)
+				m.memGiB = kb / (1 << 20)
+			}
+		}
+	}
+	ostype, _ := os.ReadFile("/proc/sys/kernel/ostype")
+	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	m.kernel = strings.TrimSpace(string(ostype)) + " " + strings.TrimSpace(string(rel)) + " " + runtime.GOARCH
+	m.tmpFS = filesystemOf(m.tmpDir)
+	m.pgVersion = b.query("SHOW server_version")
+	m.describe = "unknown"
+	if root, err := moduleRoot(); err == nil {
+		if out, err := exec.Command("git", "-C", root, "describe", "--always", "--dirty", "--tags").Output(); err == nil {
+			m.describe = strings.TrimSpace(string(out))
+		}
+	}
+	m.loadStart = loadAvg()
+	return m
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// filesystemOf names the file system type and source of the mount that
+// holds dir (the longest mount point that is a prefix of it).
+func filesystemOf(dir string) string {
+	if d, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = d
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "unknown"
+	}
+	best, fs := -1, "unknown"
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 2 {
+			continue
+		}
+		mp := strings.ReplaceAll(f[4], `\040`, " ")
+		if (dir == mp || strings.HasPrefix(dir, strings.TrimSuffix(mp, "/")+"/")) && len(mp) > best {
+			best, fs = len(mp), fmt.Sprintf("%s (%s, mounted at %s)", g[0], g[1], mp)
+		}
+	}
+	return fs
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %v", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("not inside the module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// report prints the medians and ratios and rewrites the doc section.
+func (b *bench) report() {
+	took := time.Since(b.started).Round(time.Second)
+	fmt.Printf("\n================ bench-e2e: medians over %d rounds per configuration ================\n", b.p.rounds)
+	fmt.Print(summaryTable(b.results))
+	fmt.Print(gapSummary(b.results))
+	fmt.Println()
+	fmt.Print(ratioTable(b.results))
+	fmt.Printf("(run took %v; load average at start %s, at end %s)\n", took, b.machine.loadStart, loadAvg())
+	if !b.p.writeDoc {
+		b.say("BENCH_WRITE_DOC=0: docs/performance.md left alone")
+		return
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	path := filepath.Join(root, "docs", "performance.md")
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	out, err := replaceSection(string(doc), "<!-- bench-e2e:begin -->", "<!-- bench-e2e:end -->", b.docSection(took))
+	if err != nil {
+		b.t.Fatalf("%s: %v", path, err)
+	}
+	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.say("wrote the bench-e2e section of %s", path)
+}
+
+func (b *bench) docSection(took time.Duration) string {
+	p, m := b.p, b.machine
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "Generated by `make bench-e2e` (test/bench/e2e) on %s, build `%s`; the run took %v. Do not edit by hand: rerun it.\n\n",
+		b.started.UTC().Format("2006-01-02 15:04 UTC"), m.describe, took)
+	sb.WriteString("Command:\n\n")
+	fmt.Fprintf(&sb, "    %s\n\n", p.command())
+	fmt.Fprintf(&sb, "which runs `go test ./test/bench/e2e -run '^TestBenchE2E$' -count=1 -timeout 0 -v -args -bench.e2e` "+
+		"(flags -bench.rounds, -bench.seconds, -bench.clients, -bench.jobs, -bench.scale, -bench.warmup override the variables; "+
+		"BENCH_WRITE_DOC=0 leaves this file alone).\n\n")
+	sb.WriteString("Machine:\n\n")
+	fmt.Fprintf(&sb, "- %d CPUs (nproc), %s, %.1f GiB memory\n", m.nproc, m.cpu, m.memGiB)
+	fmt.Fprintf(&sb, "- kernel %s; temporary directories in %s on %s\n", m.kernel, m.tmpDir, m.tmpFS)
+	fmt.Fprintf(&sb, "- PostgreSQL %s, %s\n", m.pgVersion, m.goVersion)
+	fmt.Fprintf(&sb, "- shared with other work: load average %s at the start, %s at the end\n\n", m.loadStart, loadAvg())
+	sb.WriteString("Method:\n\n")
+	fmt.Fprintf(&sb, "- One PostgreSQL 15 primary (fsync on, synchronous_commit on, max_wal_size 8GB, checkpoint_timeout 30min so that no checkpoint starts inside a round), "+
+		"`pgbench -i -s %d` once, before the base backups. Each round is `pgbench -n -c %d -j %d -T %d -l` over the unix socket "+
+		"(TPC-B-like; -n because the harness does pgbench's cleanup itself, outside the measured window).\n", p.scale, p.clients, p.jobs, p.seconds)
+	sb.WriteString("- Configurations: **A1** one stock streaming standby s1 (pg_basebackup, standby.signal, physical slot), " +
+		"`synchronous_standby_names = 's1'`; **A3** three stock standbys, `'ANY 2 (s1,s2,s3)'`; **B** `safekeeper propose` and three " +
+		"`safekeeper run` (fsync on), `'proposer'`. Every standby and the proposer reach the primary over TCP on loopback.\n")
+	fmt.Fprintf(&sb, "- Rounds alternate A1, A3, B, A1, … (%d each). Before each: synchronous_standby_names set (ALTER SYSTEM, reload); "+
+		"every standby, proposer and safekeeper the configuration does not use stopped (nothing idle streams or replays); its members started "+
+		"and waited for until synchronous with everything flushed (standbys: replayed); TRUNCATE pgbench_history, VACUUM pgbench_branches and "+
+		"pgbench_tellers, CHECKPOINT, wait again; for B the proposer is restarted, so its link stats cover the round, not its catch-up after the A rounds.", p.rounds)
+	if p.warmup > 0 {
+		fmt.Fprintf(&sb, " First one %d s warm-up round per configuration, not counted.\n", p.warmup)
+	} else {
+		sb.WriteString(" No warm-up.\n")
+	}
+	sb.WriteString("- TPS: pgbench's (without initial connection time). Latency: p50/p99 of the per-transaction log's latency column. " +
+		"flush_lag: pg_stat_replication.flush_lag of the synchronous standbys (sync or quorum) sampled every 100 ms, median over samples and standbys.\n")
+	sb.WriteString("- CPU µs per transaction: the delta over the round of utime+stime+cutime+cstime (/proc, clock ticks) of each process tree, " +
+		"after the exited backends are reaped: the primary's postmaster with all its children (backends, walsenders), each running standby's postmaster " +
+		"tree, the proposer, the safekeepers; pgbench from its rusage. Server total = all but pgbench.\n")
+	sb.WriteString("- max_response_gap (B): the longest time any proposer↔safekeeper connection waited for a SafeKeeperResponse with a request outstanding, " +
+		"from the proposer's `safekeeper link stats` log lines at SIGTERM (the protocol's bound is 100 ms; \"late\" counts waits above it). " +
+		"It is timed where the proposer's owner goroutine queues requests and handles responses, so proposer-side delays count too: an upper bound on the safekeepers' silence. " +
+		"catch-up max_response_gap: the same figure of the proposer run the harness restarts before a B round: its start, and the catch-up of the WAL written since the last B round.\n")
+	sb.WriteString("- Ratios: for each cycle B's figure over A1's (A3's) from the same cycle, then the median over cycles. The machine is shared, " +
+		"so absolute figures are noisy; the ratios are the result.\n\n")
+	fmt.Fprintf(&sb, "Medians over %d rounds per configuration:\n\n", p.rounds)
+	sb.WriteString(summaryTable(b.results))
+	sb.WriteString("\n" + gapSummary(b.results) + "\n")
+	sb.WriteString(ratioTable(b.results))
+	sb.WriteString("\nEvery round:\n\n")
+	sb.WriteString(roundsTable(b.results))
+	return sb.String()
+}
