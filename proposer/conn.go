@@ -227,6 +227,10 @@ func (c *Conn) Close() error {
 	return c.nc.Close()
 }
 
+// NetConn returns the underlying network connection, as pgconn's Conn
+// does (for socket-level inspection; writing to it breaks the stream).
+func (c *Conn) NetConn() net.Conn { return c.nc }
+
 func splitHostPort(addr string) (string, string, error) {
 	for i := len(addr) - 1; i >= 0; i-- {
 		if addr[i] == ':' {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"golang.org/x/sys/unix"
 
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/xlog/xlogtest"
@@ -29,6 +30,26 @@ func replConn(t *testing.T, sk *harness.Safekeeper, tl byte) *pgconn.PgConn {
 	}
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
+}
+
+// waitSent waits until nc's kernel send queue is empty (SIOCOUTQ: bytes
+// not yet acknowledged by the peer's kernel), so everything written has
+// reached the peer's receive buffer.
+func waitSent(t *testing.T, nc net.Conn) {
+	t.Helper()
+	raw, err := nc.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 10*time.Second, "the requests to leave the proposer's socket", func() bool {
+		queued := -1
+		if err := raw.Control(func(fd uintptr) {
+			queued, err = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return err == nil && queued == 0
+	})
 }
 
 // status returns TIMELINE_STATUS as a column → value map.
@@ -67,6 +88,10 @@ func TestDisconnectFlushesSoEveryReportAgrees(t *testing.T) {
 		p.send(p.appendReq(begin, wal, end))
 		begin += proto.LSN(len(wal))
 	}
+	// Every request must have left the proposer's socket before the close:
+	// a reset discards the unsent part of its send queue, and those bytes
+	// were never the safekeeper's to lose (the test flaked 1 in 24 runs).
+	waitSent(t, p.c.NetConn())
 	p.c.Close() // without reading a single response
 	rc := replConn(t, sk, 1)
 	harness.WaitFor(t, 10*time.Second, "the disconnected proposer's WAL to be durable", func() bool {

@@ -638,12 +638,17 @@ func (c *Conn) receive() (pgproto3.FrontendMessage, error) {
 	if errors.As(err, &ne) && ne.Timeout() {
 		return nil, err // resumable: partial data is kept
 	}
-	var e *Error
+	var (
+		e  *Error
+		oe *net.OpError
+	)
 	switch {
 	case errors.Is(err, errCleanEOF):
 		err = io.EOF
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		err = fmt.Errorf("pgwire: connection closed inside a message: %w", io.ErrUnexpectedEOF)
+	case errors.As(err, &oe): // the socket failed (a reset): not the client's framing
+		err = fmt.Errorf("pgwire: read: %w", err)
 	case errors.As(err, &e):
 	case msg != nil: // a known message type with a bad body
 		err = &Error{Severity: SeverityFatal, Code: ProtocolViolation, Message: fmt.Sprintf("invalid %s message: %v", messageName(msg), err), cause: err}

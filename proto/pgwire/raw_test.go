@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -405,6 +406,18 @@ func TestReadQueryEndOfStream(t *testing.T) {
 		client.Close()
 		if _, err := c.ReadQuery(); err == io.EOF || !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Fatalf("err = %v, want io.ErrUnexpectedEOF", err)
+		}
+	})
+	// A reset is the socket's failure, not bad framing: it was reported as
+	// FATAL 08P01 "invalid message length".
+	t.Run("reset", func(t *testing.T) {
+		client, _, c := ready(t, AcceptOptions{})
+		client.(*net.TCPConn).SetLinger(0) // close sends RST
+		client.Close()
+		_, err := c.ReadQuery()
+		var e *Error
+		if errors.As(err, &e) || !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("err = %v, want the connection reset, not a protocol error", err)
 		}
 	})
 }
