@@ -18,6 +18,13 @@ import (
 // buffer trimming.
 const tick = 50 * time.Millisecond
 
+// commitHeartbeatDelay is how soon after commit_lsn advanced the driver
+// ticks the session, so that a safekeeper with no WAL to send gets the new
+// commit_lsn in a heartbeat (its readers are served up to it). Under load
+// the primary's next WAL comes sooner and carries it in its AppendRequest,
+// so the heartbeat is rarely needed.
+const commitHeartbeatDelay = 2 * time.Millisecond
+
 // Run is the walproposer: it streams the primary's WAL to the safekeepers
 // until ctx is done (then it returns nil) or it is deposed (a *DeposedError,
 // errors.Is ErrDeposed). An error from the primary that retrying cannot fix
@@ -110,7 +117,11 @@ type driver struct {
 	sks      []*skState
 	buf      *walBuffer
 	upEvents chan upstreamEvent
-	cuEvents chan streamChunk
+	// commitTimer fires commitHeartbeatDelay after commit_lsn advanced;
+	// commitTick is its channel while armed, nil otherwise.
+	commitTimer *time.Timer
+	commitTick  <-chan time.Time
+	cuEvents    chan streamChunk
 
 	lastStatus time.Time
 	lastCommit proto.LSN // commit reported in the last status update
@@ -207,6 +218,11 @@ func (s *driver) run(ctx context.Context) error {
 func (s *driver) loop(ctx context.Context) error {
 	t := time.NewTicker(tick)
 	defer t.Stop()
+	defer func() {
+		if s.commitTimer != nil {
+			s.commitTimer.Stop()
+		}
+	}()
 	electionDeadline := time.Now().Add(s.cfg.ElectionTimeout)
 	for {
 		upEvents := s.upEvents
@@ -229,6 +245,9 @@ func (s *driver) loop(ctx context.Context) error {
 			}
 		case ev := <-s.cuEvents:
 			s.onCatchup(ctx, ev)
+		case now := <-s.commitTick:
+			s.commitTick = nil
+			s.act(ctx, s.sess.Tick(now))
 		case now := <-t.C:
 			core := s.sess.Core()
 			if core.Election() == nil && now.After(electionDeadline) {
@@ -261,6 +280,14 @@ func (s *driver) act(ctx context.Context, r Ready) {
 			s.log.Info("quorum reached the term start; streaming", "commit_lsn", s.sess.Core().CommitLSN(), "since_connect", time.Since(s.started).Round(time.Millisecond))
 		}
 		s.sendStatus(false)
+		if s.commitTick == nil {
+			if s.commitTimer == nil {
+				s.commitTimer = time.NewTimer(commitHeartbeatDelay)
+			} else {
+				s.commitTimer.Reset(commitHeartbeatDelay)
+			}
+			s.commitTick = s.commitTimer.C
+		}
 	}
 	for _, sk := range s.sks {
 		if sk.cuWant {

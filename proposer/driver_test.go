@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -127,14 +128,27 @@ func wantHeartbeat(t *testing.T, who string, ms []proto.Message, at, commit prot
 	}
 }
 
-// TestAdvancedCommitIsBroadcastAtOnce: the response that moves commit_lsn
-// forward makes the driver queue a heartbeat carrying it to every
-// safekeeper in the same pass, before any tick (readers of a safekeeper
-// get WAL only up to its commit_lsn); a safekeeper whose commit heartbeat
-// is still unanswered gets the next commit_lsn only after that answer.
-func TestAdvancedCommitIsBroadcastAtOnce(t *testing.T) {
+// TestAdvancedCommitRidesOnWALOrComesSoon: the response that moves
+// commit_lsn forward queues nothing by itself. The next WAL carries the new
+// commit_lsn to every safekeeper in its AppendRequest, and then the driver's
+// commit tick adds nothing; with no WAL, that tick (commitHeartbeatDelay
+// later) sends each idle safekeeper a heartbeat with it (readers of a
+// safekeeper get WAL only up to its commit_lsn).
+func TestAdvancedCommitRidesOnWALOrComesSoon(t *testing.T) {
 	s, outs := streamingSession(t)
 	ctx := context.Background()
+	// The session's clock: every tick below is commitHeartbeatDelay after
+	// the last request, far inside the heartbeat interval.
+	t0 := time.Unix(3000, 0)
+	s.act(ctx, s.sess.Tick(t0))
+	for i := range outs {
+		queued(t, outs[i])
+	}
+	commitTick := func() {
+		<-s.commitTick
+		s.commitTick = nil
+		s.act(ctx, s.sess.Tick(t0.Add(commitHeartbeatDelay)))
+	}
 	end1 := tlStart + 1000
 	if err := s.onUpstream(ctx, upstreamMsg{start: tlStart, wal: make([]byte, 1000)}); err != nil {
 		t.Fatal(err)
@@ -144,50 +158,52 @@ func TestAdvancedCommitIsBroadcastAtOnce(t *testing.T) {
 			t.Fatalf("safekeeper %d: %d messages, want the WAL request", i, len(ms))
 		}
 	}
-
 	respond(t, s, 0, end1) // one of three: no quorum, commit_lsn stays
-	for i := range outs {
-		if ms := queued(t, outs[i]); len(ms) != 0 {
-			t.Fatalf("safekeeper %d: %v queued before commit_lsn moved", i, ms)
-		}
+	if s.commitTick != nil {
+		t.Fatal("commit tick armed before commit_lsn moved")
 	}
 	respond(t, s, 1, end1) // a quorum: commit_lsn = end1
 	if s.sess.Core().CommitLSN() != end1 {
 		t.Fatalf("commit_lsn %s, want %s", s.sess.Core().CommitLSN(), end1)
 	}
 	for i := range outs {
-		// Safekeeper 3 has not answered its WAL yet; it gets the commit too.
-		wantHeartbeat(t, s.cfg.Safekeepers[i], queued(t, outs[i]), end1, end1)
+		if ms := queued(t, outs[i]); len(ms) != 0 {
+			t.Fatalf("safekeeper %d: %v queued at once, want nothing until WAL or the commit tick", i, ms)
+		}
+	}
+	if s.commitTick == nil {
+		t.Fatal("commit_lsn advanced, but no commit tick is armed")
 	}
 
-	// More WAL; safekeeper 3 stays silent, so its commit heartbeat stays
-	// unanswered while commit_lsn advances again.
+	// WAL comes first: it carries commit_lsn, and the tick sends nothing.
 	end2 := end1 + 500
 	if err := s.onUpstream(ctx, upstreamMsg{start: end1, wal: make([]byte, 500)}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range outs {
-		queued(t, outs[i])
+		ms := queued(t, outs[i])
+		if r, ok := ms[0].(*proto.SafeKeeperRequest); len(ms) != 1 || !ok || r.CommitLSN != end1 || r.EndLSN != end2 {
+			t.Fatalf("safekeeper %d: %v, want the WAL request carrying commit_lsn %s", i, ms, end1)
+		}
 	}
+	commitTick()
+	for i := range outs {
+		if ms := queued(t, outs[i]); len(ms) != 0 {
+			t.Fatalf("safekeeper %d: the commit tick sent %v though the WAL request carried commit_lsn", i, ms)
+		}
+	}
+
+	// No WAL follows: the commit tick brings it to every safekeeper.
 	for i := range 2 {
-		respond(t, s, i, end1) // the heartbeat
-		respond(t, s, i, end2) // the WAL
+		respond(t, s, i, end2)
 	}
-	if s.sess.Core().CommitLSN() != end2 {
-		t.Fatalf("commit_lsn %s, want %s", s.sess.Core().CommitLSN(), end2)
+	if s.sess.Core().CommitLSN() != end2 || s.commitTick == nil {
+		t.Fatalf("commit_lsn %s (want %s), commit tick armed: %v", s.sess.Core().CommitLSN(), end2, s.commitTick != nil)
 	}
-	for i := range 2 {
+	commitTick()
+	for i := range outs {
 		wantHeartbeat(t, s.cfg.Safekeepers[i], queued(t, outs[i]), end2, end2)
 	}
-	if ms := queued(t, outs[2]); len(ms) != 0 {
-		t.Fatalf("safekeeper 3 got %v with its commit heartbeat unanswered, want nothing (no flooding)", ms)
-	}
-	respond(t, s, 2, end1) // its first WAL request: the heartbeat is still out
-	if ms := queued(t, outs[2]); len(ms) != 0 {
-		t.Fatalf("safekeeper 3 got %v with its commit heartbeat unanswered, want nothing", ms)
-	}
-	respond(t, s, 2, end1) // the heartbeat: now it gets the newer commit_lsn
-	wantHeartbeat(t, s.cfg.Safekeepers[2], queued(t, outs[2]), end2, end2)
 }
 
 // TestDeposedErrorNamesTheSafekeeper: the error Run and Sync return names

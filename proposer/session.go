@@ -108,7 +108,6 @@ type link struct {
 	pendingVote *proto.VoteResponse // a grant whose fresh SafeKeeperInfo is due
 	sent        proto.LSN           // end of WAL sent in this term
 	inflight    int                 // requests without a response yet
-	hbPending   int                 // responses due until the last commit heartbeat is answered (0: none unanswered)
 	lastSend    time.Time
 	sentCommit  proto.LSN
 	sentTrunc   proto.LSN
@@ -245,9 +244,6 @@ func (s *Session) Receive(i int, m proto.Message) (Ready, error) {
 			return r, nil
 		}
 		l.inflight--
-		if l.hbPending > 0 {
-			l.hbPending--
-		}
 		l.acked = m.CommitLSN
 		advanced, err := s.core.Response(i, m)
 		if err != nil {
@@ -255,16 +251,14 @@ func (s *Session) Receive(i int, m proto.Message) (Ready, error) {
 		}
 		r.Advanced = advanced
 		s.pump(&r, i)
-		// Readers of a safekeeper get WAL only up to its commit_lsn: tell
-		// every safekeeper the new one now, not at the next tick (Neon's
-		// walproposer broadcasts it the same way).
-		if advanced {
-			for j := range s.links {
-				s.sendCommit(&r, j)
-			}
-		} else {
-			s.sendCommit(&r, i) // it may have had a heartbeat unanswered when commit_lsn advanced
-		}
+		// A new commit_lsn reaches the safekeepers with the next
+		// AppendRequest, or with a heartbeat from the next Tick (readers
+		// of a safekeeper get WAL only up to its commit_lsn). It is not
+		// broadcast at once, as Neon's walproposer does: under load the
+		// primary's next WAL follows within a millisecond and carries it,
+		// and the broadcast doubled the messages (and the safekeepers'
+		// wake-ups) per commit. The driver ticks commitHeartbeatDelay
+		// after an advance, so an idle safekeeper learns it that soon.
 	default:
 		s.drop(&r, i, m)
 	}
@@ -348,7 +342,7 @@ func (s *Session) startSafekeeper(r *Ready, i int) {
 	}
 	r.Sends = append(r.Sends, Send{To: i, Msg: pe})
 	l.phase, l.sent = linkStreaming, pe.StartStreamingAt
-	l.sentCommit, l.sentTrunc, l.hbPending = 0, 0, 0
+	l.sentCommit, l.sentTrunc = 0, 0
 	s.log.Info("safekeeper streaming", "safekeeper", s.cfg.Names[i], "start_streaming_at", pe.StartStreamingAt)
 }
 
@@ -375,21 +369,6 @@ func (s *Session) sendRequest(r *Ready, i int, wal []byte) {
 	l.inflight++
 	l.lastSend = s.now
 	l.sentCommit, l.sentTrunc = req.CommitLSN, req.TruncateLSN
-}
-
-// sendCommit sends a heartbeat carrying the current commit_lsn to a
-// streaming safekeeper that has no WAL left to send (one with WAL gets
-// commit_lsn with it) and was not sent this commit_lsn yet. At most one such
-// heartbeat is unanswered per safekeeper: a newer commit_lsn waits for its
-// response, so a busy quorum cannot flood an idle safekeeper.
-func (s *Session) sendCommit(r *Ready, i int) {
-	l := &s.links[i]
-	if l.phase != linkStreaming || l.sent < s.src.End() || l.inflight >= s.cfg.MaxInFlight ||
-		l.hbPending > 0 || l.sentCommit == s.core.CommitLSN() {
-		return
-	}
-	s.sendRequest(r, i, nil)
-	l.hbPending = l.inflight // answered once every request queued so far is
 }
 
 // drop forgets safekeeper i's connection, which sent m where the protocol
