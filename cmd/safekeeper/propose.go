@@ -53,6 +53,7 @@ func proposeCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			setProcs()
 			sks, tenant, timeline := tl.safekeepers, tl.tenant, tl.timeline
 			bufSize, err := parseByteSize(c.String("buffer-size"))
 			if err != nil {
