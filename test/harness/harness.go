@@ -214,6 +214,17 @@ func (sk *Safekeeper) Restart() {
 	sk.Start()
 }
 
+// PID returns the process id of the running process, 0 when it is stopped.
+// Benchmarks read its /proc entries (I/O counters, RSS) and attach tracers.
+func (sk *Safekeeper) PID() int {
+	sk.mu.Lock()
+	defer sk.mu.Unlock()
+	if sk.cmd == nil || sk.cmd.Process == nil {
+		return 0
+	}
+	return sk.cmd.Process.Pid
+}
+
 // Log returns the process's log so far.
 func (sk *Safekeeper) Log() string {
 	b, _ := os.ReadFile(sk.LogPath)
