@@ -1,0 +1,89 @@
+package ingest
+
+import (
+	"strings"
+	"testing"
+)
+
+// The helpers below run in make test (they are pure); the benchmarks
+// themselves skip without their flags.
+
+func TestReplaceSection(t *testing.T) {
+	doc := "# P\n\n<!-- a:begin -->\nold\n<!-- a:end -->\n\n<!-- b:begin -->\nkeep\n<!-- b:end -->\n"
+	out, err := ReplaceSection([]byte(doc), "a", "new\ntable\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# P\n\n<!-- a:begin -->\nnew\ntable\n<!-- a:end -->\n\n<!-- b:begin -->\nkeep\n<!-- b:end -->\n"
+	if string(out) != want {
+		t.Fatalf("got\n%s\nwant\n%s", out, want)
+	}
+	// Rewriting again changes nothing else: the markers stay.
+	again, err := ReplaceSection(out, "a", "new\ntable")
+	if err != nil || string(again) != want {
+		t.Fatalf("second rewrite: %v\n%s", err, again)
+	}
+	for _, bad := range []string{"no markers", "<!-- a:end --><!-- a:begin -->", "<!-- a:begin --><!-- a:begin --><!-- a:end -->"} {
+		if _, err := ReplaceSection([]byte(bad), "a", "x"); err == nil {
+			t.Errorf("ReplaceSection(%q) did not fail", bad)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"1GiB": 1 << 30, "512M": 512 << 20, "64MiB": 64 << 20, "8k": 8 << 10, "65536": 65536, " 2 G ": 2 << 30, "100B": 100} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "-1M", "1.5G", "1GB", "x"} {
+		if _, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) did not fail", in)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := Median(c.xs); got != c.want {
+			t.Errorf("Median(%v) = %v, want %v", c.xs, got, c.want)
+		}
+	}
+}
+
+func TestParseTracerOutput(t *testing.T) {
+	perf := "# started on Tue Dec  1 10:51:14 2026\n\n85,,syscalls:sys_enter_write,131053115,100.00,,\n<not counted>,,syscalls:sys_enter_fsync,0,100.00,,\n12,,syscalls:sys_enter_fdatasync,131053115,100.00,,Events disabled\n"
+	m, err := parsePerfStat([]byte(perf))
+	if err != nil || m["write"] != 85 || m["fdatasync"] != 12 || m["fsync"] != 0 {
+		t.Fatalf("perf: %v %v", m, err)
+	}
+	strace := strings.Join([]string{
+		"% time     seconds  usecs/call     calls    errors syscall",
+		"------ ----------- ----------- --------- --------- ----------------",
+		" 90.00    0.009000          34       260           fdatasync",
+		" 10.00    0.001000           1      1037           pwrite64",
+		"  0.00    0.000000           0         4         1 fsync",
+		"------ ----------- ----------- --------- --------- ----------------",
+		"100.00    0.010000                  1301         1 total",
+	}, "\n")
+	m, err = parseStraceSummary([]byte(strace))
+	if err != nil || m["fdatasync"] != 260 || m["pwrite64"] != 1037 || m["fsync"] != 4 || len(m) != 3 {
+		t.Fatalf("strace: %v %v", m, err)
+	}
+}
+
+func TestWALCut(t *testing.T) {
+	w := GenerateWAL(1 << 20)
+	if int64(len(w.Data)) < 1<<20 {
+		t.Fatalf("generated %d bytes", len(w.Data))
+	}
+	for _, off := range []int64{0, 1, 100000, 1 << 20, int64(len(w.Data)) + 5} {
+		c := w.Cut(off)
+		if c > max(off, int64(w.ends[0])) || c <= 0 {
+			t.Errorf("Cut(%d) = %d", off, c)
+		}
+	}
+}
