@@ -40,6 +40,18 @@ test-unit:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./storage/ ./proto/... ./acceptor/
 
+# One safekeeper's ingest (test/bench/ingest TestBenchIngest): 1 GiB over one
+# push connection in 128 KiB and in 8 KiB appends, against dd oflag=dsync on
+# the same filesystem, alternating over BENCH_ROUNDS rounds; bytes written
+# per WAL byte and syscalls per request. Writes docs/performance.md unless
+# BENCH_WRITE_DOC=0. Smaller: BENCH_INGEST_BYTES=256M (also BENCH_DD8K_BYTES,
+# BENCH_TRACE_BYTES); the window: BENCH_ARGS=-bench.window=64.
+# (Their own .PHONY line: other bench targets are added next to them.)
+.PHONY: bench-ingest
+BENCH_ARGS ?=
+bench-ingest:
+	$(GO) test ./test/bench/ingest -run '^TestBenchIngest$$' -count=1 -timeout 0 -v -args -bench.ingest $(BENCH_ARGS)
+
 vet:
 	$(GO) vet $(PKGS)
 
