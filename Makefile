@@ -47,10 +47,17 @@ bench:
 # BENCH_WRITE_DOC=0. Smaller: BENCH_INGEST_BYTES=256M (also BENCH_DD8K_BYTES,
 # BENCH_TRACE_BYTES); the window: BENCH_ARGS=-bench.window=64.
 # (Their own .PHONY line: other bench targets are added next to them.)
-.PHONY: bench-ingest
+.PHONY: bench-ingest bench-scale
 BENCH_ARGS ?=
 bench-ingest:
 	$(GO) test ./test/bench/ingest -run '^TestBenchIngest$$' -count=1 -timeout 0 -v -args -bench.ingest $(BENCH_ARGS)
+
+# Many timelines and a reader far behind (TestBenchScale): RSS with 1,000
+# timelines, aggregate ingest of 1,000 and 100 timelines against one, a reader
+# 1 GiB behind catching up during ingest. Smaller: BENCH_TIMELINES=200
+# BENCH_SCALE_BYTES=256M BENCH_READER_BEHIND=256M BENCH_READER_INGEST=128M.
+bench-scale:
+	$(GO) test ./test/bench/ingest -run '^TestBenchScale$$' -count=1 -timeout 0 -v -args -bench.scale $(BENCH_ARGS)
 
 vet:
 	$(GO) vet $(PKGS)
