@@ -56,6 +56,21 @@ func startNode(t *testing.T) *node {
 	return &node{t: t, sk: harness.StartSafekeeper(t, 1)}
 }
 
+// startNodeEnv starts a node with key=value in its environment only.
+func startNodeEnv(t *testing.T, key, value string) *node {
+	t.Helper()
+	old, had := os.LookupEnv(key)
+	os.Setenv(key, value) // the process inherits the environment at its start
+	defer func() {
+		if had {
+			os.Setenv(key, old)
+		} else {
+			os.Unsetenv(key)
+		}
+	}()
+	return startNode(t)
+}
+
 func (n *node) pid() int { return n.sk.PID() }
 
 // drop kills the process and removes its data directory at once (a pass

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Median returns the median of xs (the mean of the middle two for an even
@@ -135,12 +136,26 @@ func EnvInt(name string, def int) (int, error) {
 	return n, nil
 }
 
+// EnvDuration returns the duration (time.ParseDuration, ≥ 0) in env var
+// name, or def when unset.
+func EnvDuration(name string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s=%q: want a duration like 150s (0 disables)", name, v)
+	}
+	return d, nil
+}
+
 // HumanSize formats n bytes in binary units, e.g. "1 GiB", "128 KiB".
 func HumanSize(n int64) string {
 	switch {
 	case n >= 1<<30 && n%(1<<30) == 0:
 		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<30:
+	case n >= 1000<<20:
 		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
 	case n >= 1<<20 && n%(1<<20) == 0:
 		return fmt.Sprintf("%d MiB", n>>20)

@@ -87,3 +87,17 @@ func TestWALCut(t *testing.T) {
 		}
 	}
 }
+
+func TestLastGC(t *testing.T) {
+	log := "gc 17 @7.483s 11%: 4.1+256+0.012 ms clock, 8.2+20/133/0+0.024 ms cpu, 2411->2576->1514 MB, 2832 MB goal, 6 MB stacks, 0 MB globals, 2 P\n" +
+		"gc 18 @8.134s 11%: 0.32+146+2.9 ms clock, 0.64+time=2026-12-01T11:03:34.676Z level=INFO msg=\"created timeline\"\n1.7/76/102+5.8 ms cpu, 2584->2640->1964 MB, 3036 MB goal, 6 MB stacks, 0 MB globals, 2 P\n" +
+		"GC forced\ngc 19 @139.653s 0%: 1.8+21+0.007 ms clock, 3.7+0/7.9/20+0.014 ms cpu, 3059->3059->14 MB, 3256 MB goal, 1 MB stacks, 0 MB globals, 2 P\n"
+	g, n := lastGC(log)
+	if n != 19 || g.N != 19 || g.Live != 14 || !g.Forced || g.At != 139.653 {
+		t.Fatalf("lastGC: %+v, %d", g, n)
+	}
+	if g, _ := lastGC(log[:strings.Index(log, "GC forced")]); g.N != 17 || g.Forced || g.Live != 1514 {
+		// gc 18's line is broken by a log line: the last whole one is 17.
+		t.Fatalf("lastGC without the forced GC: %+v", g)
+	}
+}
