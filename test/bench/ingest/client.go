@@ -335,7 +335,7 @@ func (c *Client) sendAll(ctx context.Context, wal []byte, begin proto.LSN, o Str
 	n := len(sentAt)
 	var hdrs []byte
 	var offs []int
-	bufs := make(net.Buffers, 0, 2*64)
+	iov := make(net.Buffers, 0, 256) // WriteTo consumes its slice: keep the array
 	for i := 0; i < n; {
 		// Wait for room for one request, then take what else fits now.
 		select {
@@ -372,7 +372,7 @@ func (c *Client) sendAll(ctx context.Context, wal []byte, begin proto.LSN, o Str
 			break
 		}
 		offs = append(offs, len(hdrs))
-		bufs = bufs[:0]
+		bufs := iov[:0]
 		for k := first; k < i; k++ {
 			off := k * o.Piece
 			bufs = append(bufs, hdrs[offs[k-first]:offs[k-first+1]], wal[off:min(off+o.Piece, len(wal))])
@@ -381,6 +381,7 @@ func (c *Client) sendAll(ctx context.Context, wal []byte, begin proto.LSN, o Str
 		for k := first; k < i; k++ {
 			sentAt[k].Store(now)
 		}
+		iov = bufs[:0]
 		if _, err := bufs.WriteTo(c.nc); err != nil {
 			return fmt.Errorf("write request %d: %w", first+1, err)
 		}

@@ -150,19 +150,20 @@ func EnvDuration(name string, def time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-// HumanSize formats n bytes in binary units, e.g. "1 GiB", "128 KiB".
+// HumanSize formats n bytes in binary units: exact multiples as integers
+// ("1 GiB", "128 KiB"), others with two decimals ("1.00 MiB" for a little
+// under one).
 func HumanSize(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1000<<20:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return fmt.Sprintf("%d %s", n/u.size, u.name)
+		}
+		if n >= u.size*1000/1024 {
+			return fmt.Sprintf("%.2f %s", float64(n)/float64(u.size), u.name)
+		}
 	}
 	return fmt.Sprintf("%d B", n)
 }

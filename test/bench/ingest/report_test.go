@@ -101,3 +101,11 @@ func TestLastGC(t *testing.T) {
 		t.Fatalf("lastGC without the forced GC: %+v", g)
 	}
 }
+
+func TestHumanSize(t *testing.T) {
+	for n, want := range map[int64]string{1 << 30: "1 GiB", 1<<30 - 5000: "1.00 GiB", 1045216: "1.00 MiB", 128 << 10: "128 KiB", 3 << 19: "1.50 MiB", 100: "100 B", 512 << 20: "512 MiB"} {
+		if got := HumanSize(n); got != want {
+			t.Errorf("HumanSize(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -132,7 +132,7 @@ func runAggregatePass(t *testing.T, ctx context.Context, w *WAL, timelines int, 
 	if idleWait > 0 {
 		// Go collects an idle process's garbage only at its forced GC
 		// (every 2 minutes) and returns freed memory to the system
-		// gradually after that: what is still resident then is held.
+		// later still: what is resident after minutes is held.
 		for time.Since(closed) < idleWait {
 			m, _ := ReadMem(n.pid())
 			t.Logf("idle %v: RSS %s (anon %s)", time.Since(closed).Round(time.Second), MB(m.RSS), MB(m.RSSAnon))
@@ -490,7 +490,7 @@ func TestBenchScale(t *testing.T) {
 			rep.WriteString("No GC trace was found in its log.\n")
 		}
 	} else {
-		rep.WriteString("\nAn idle Go process collects garbage only at its forced GC, every 2 minutes, and returns freed heap to the system gradually after that, so RSS a few seconds after the close holds what the ingest allocated at its peak, live or not. BENCH_IDLE_WAIT=150s waits past that GC once (first round) and reports RSS and the live heap then.\n")
+		rep.WriteString("\nAn idle Go process collects garbage only at its forced GC, every 2 minutes, and returns freed heap to the system gradually after that, so RSS a few seconds after the close holds what the ingest allocated at its peak, live or not. BENCH_IDLE_WAIT=300s waits that long once (first round) and reports RSS and the live heap then (here RSS fell about 3 minutes after the close).\n")
 	}
 	fd := agg[many][0]
 	fmt.Fprintf(&rep, "\nOpen descriptors of the safekeeper: %d before, %d with the %d connections open. Creating the %d timelines (dial, greet, vote, ProposerElected; %d at a time) took %s.\n",
