@@ -151,16 +151,19 @@ func DescribeMachine(dir string) Machine {
 	}
 	m.TempFS = filepath.Clean(dir) + ": " + m.TempFS
 	if root, err := moduleRoot(); err == nil {
-		cmd := exec.Command("git", "describe", "--always", "--dirty", "--tags")
-		cmd.Dir = root
-		if out, err := cmd.Output(); err == nil {
-			m.Describe = strings.TrimSpace(string(out))
+		git := func(args ...string) string {
+			cmd := exec.Command("git", args...)
+			cmd.Dir = root
+			out, _ := cmd.Output()
+			return strings.TrimSpace(string(out))
 		}
-		cmd = exec.Command("git", "rev-parse", "--abbrev-ref", "HEAD")
-		cmd.Dir = root
-		if out, err := cmd.Output(); err == nil {
-			m.Describe += " (branch " + strings.TrimSpace(string(out)) + ")"
+		m.Describe = git("describe", "--always", "--tags")
+		// Dirty unless only the report page changed: the harnesses
+		// rewrite it themselves.
+		if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs/performance.md") != "" {
+			m.Describe += "-dirty"
 		}
+		m.Describe += " (branch " + git("rev-parse", "--abbrev-ref", "HEAD") + ")"
 	}
 	return m
 }
