@@ -299,12 +299,20 @@ func (c *Client) Stream(ctx context.Context, wal []byte, begin proto.LSN, o Stre
 	for i := 0; i < n; i++ {
 		r, err := recvAs[*proto.SafeKeeperResponse](ctx, c)
 		if err != nil {
-			// A sender's write error is the better explanation.
-			cancel()
-			if serr := <-senderDone; serr != nil && ctx.Err() == nil {
-				err = serr
+			// The safekeeper's ErrorResponse explains more than the
+			// sender's broken pipe, so it comes first; a sender that
+			// failed on its own (not by our cancel) is named too.
+			err = fmt.Errorf("response %d of %d: %w", i+1, n, err)
+			select {
+			case serr := <-senderDone:
+				if serr != nil {
+					err = fmt.Errorf("%w (sender: %v)", err, serr)
+				}
+			default:
+				cancel()
+				<-senderDone
 			}
-			return res, fmt.Errorf("response %d of %d: %w", i+1, n, err)
+			return res, err
 		}
 		lat[i] = time.Since(time.Unix(0, sentAt[i].Load()))
 		<-slots
