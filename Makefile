@@ -56,7 +56,7 @@ bench-ingest:
 # timelines, aggregate ingest of 1,000 and 100 timelines against one, a reader
 # 1 GiB behind catching up during ingest. Smaller: BENCH_TIMELINES=200
 # BENCH_SCALE_BYTES=256M BENCH_READER_BEHIND=256M BENCH_READER_INGEST=128M
-# (BENCH_TIMELINES_SMALL, the second point, default 100). BENCH_IDLE_WAIT=300s
+# (BENCH_TIMELINES_SMALL, the second point, default 100). BENCH_IDLE_WAIT=360s
 # also measures idle RSS and the live heap that long after the close, past Go's
 # forced GCs (every 2 min): once, in the first round.
 bench-scale:

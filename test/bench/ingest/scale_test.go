@@ -490,7 +490,7 @@ func TestBenchScale(t *testing.T) {
 			rep.WriteString("No GC trace was found in its log.\n")
 		}
 	} else {
-		rep.WriteString("\nAn idle Go process collects garbage only at its forced GC, every 2 minutes, and returns freed heap to the system gradually after that, so RSS a few seconds after the close holds what the ingest allocated at its peak, live or not. BENCH_IDLE_WAIT=300s waits that long once (first round) and reports RSS and the live heap then (here RSS fell about 3 minutes after the close).\n")
+		rep.WriteString("\nAn idle Go process collects garbage only at its forced GC, every 2 minutes, and returns freed heap to the system gradually after that, so RSS a few seconds after the close holds what the ingest allocated at its peak, live or not. BENCH_IDLE_WAIT=360s waits that long once (first round) and reports RSS and the live heap then (on this machine RSS fell 3 minutes after the close with 200 timelines, 5 minutes after with 1000).\n")
 	}
 	fd := agg[many][0]
 	fmt.Fprintf(&rep, "\nOpen descriptors of the safekeeper: %d before, %d with the %d connections open. Creating the %d timelines (dial, greet, vote, ProposerElected; %d at a time) took %s.\n",
