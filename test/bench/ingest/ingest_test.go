@@ -116,15 +116,28 @@ func TestBenchIngest(t *testing.T) {
 		{piece: 8 << 10, ddCount: int(max(1, dd8kBytes/(8<<10)))},
 	}
 	// Alternate dd and safekeeper passes, round by round, so that the
-	// machine's other load falls on both alike.
+	// machine's other load falls on both alike; which of a pair goes first
+	// alternates too (a pass may pay for the writeback or the device
+	// throttling its predecessor left behind).
 	for r := 1; r <= rounds; r++ {
 		for _, b := range sizes {
-			d, err := DD(ctx, dir, b.piece, b.ddCount)
-			if err != nil {
-				t.Fatal(err)
+			var ddRate float64
+			dd := func() {
+				d, err := DD(ctx, dir, b.piece, b.ddCount)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ddRate = float64(b.piece) * float64(b.ddCount) / 1e6 / d.Seconds()
 			}
-			ddRate := float64(b.piece) * float64(b.ddCount) / 1e6 / d.Seconds()
-			p := runIngestPass(t, ctx, wal, b.piece, "")
+			var p ingestPass
+			sk := func() { p = runIngestPass(t, ctx, wal, b.piece, "") }
+			if r%2 == 1 {
+				dd()
+				sk()
+			} else {
+				sk()
+				dd()
+			}
 			b.dd = append(b.dd, ddRate)
 			b.sk = append(b.sk, p)
 			b.ratio = append(b.ratio, p.res.MBps()/ddRate)
@@ -225,7 +238,7 @@ func TestBenchIngest(t *testing.T) {
 		rep.WriteString("\nNo syscall tracer (perf or strace) was available: fsyncs per request not measured.\n")
 	}
 
-	rep.WriteString("\n**Per round** (MB/s, in the order run).\n\n")
+	rep.WriteString("\n**Per round** (MB/s; 128 KiB pair, then 8 KiB pair; in odd rounds dd runs first in each pair, in even rounds the safekeeper).\n\n")
 	pr := Table{Header: []string{"round", "dd 128 KiB", "safekeeper 128 KiB", "dd 8 KiB", "safekeeper 8 KiB"}}
 	for r := 0; r < rounds; r++ {
 		pr.Add(fmt.Sprint(r+1), fmt.Sprintf("%.1f", big.dd[r]), fmt.Sprintf("%.1f", big.sk[r].res.MBps()),
@@ -237,7 +250,7 @@ func TestBenchIngest(t *testing.T) {
 		"dials one START_WAL_PUSH connection, greets, wins term 1 and sends ProposerElected for a new timeline, then pushes %s of WAL (%s) as SafeKeeperRequests "+
 		"of 128 KiB or 8 KiB, at most %d unanswered (written with writev, several per write when the window allows), each carrying commit_lsn = the highest flush_lsn acknowledged so far. "+
 		"A pass is timed from its first request to the response whose flush_lsn reaches the end of the WAL; the process is then killed and its data removed. "+
-		"The baseline, run just before each safekeeper pass of the same block size in the same temporary directory, is `%s` and `%s` (8 KiB dsync writes are slow, so that one writes less; both are reported as MB/s). "+
+		"The baseline, run next to each safekeeper pass of the same block size (before it in odd rounds, after it in even ones) in the same temporary directory, is `%s` and `%s` (8 KiB dsync writes are slow, so that one writes less; both are reported as MB/s). "+
 		"Bytes written per WAL byte is the safekeeper's wchar (/proc/PID/io: bytes passed to write-family syscalls; block-layer write_bytes is unreliable on this kernel) over the pass, "+
 		"less its SafeKeeperResponses on the socket and its log file growth, divided by the WAL bytes pushed. The data directory is on the same filesystem as dd's file.\n\n",
 		HumanSize(int64(len(wal))), RecordMix, *benchWindow, DDCommand(big.piece, big.ddCount), DDCommand(small.piece, small.ddCount))
