@@ -49,6 +49,28 @@ test-unit:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./storage/ ./proto/... ./acceptor/
 
+# One safekeeper's ingest (test/bench/ingest TestBenchIngest): 1 GiB over one
+# push connection in 128 KiB and in 8 KiB appends, against dd oflag=dsync on
+# the same filesystem, alternating over BENCH_ROUNDS rounds; bytes written
+# per WAL byte and syscalls per request. Writes docs/performance.md unless
+# BENCH_WRITE_DOC=0. Smaller: BENCH_INGEST_BYTES=256M (also BENCH_DD8K_BYTES,
+# BENCH_TRACE_BYTES); the window: BENCH_ARGS=-bench.window=64.
+# (Their own .PHONY line: other bench targets are added next to them.)
+.PHONY: bench-ingest bench-scale
+BENCH_ARGS ?=
+bench-ingest:
+	$(GO) test ./test/bench/ingest -run '^TestBenchIngest$$' -count=1 -timeout 0 -v -args -bench.ingest $(BENCH_ARGS)
+
+# Many timelines and a reader far behind (TestBenchScale): RSS with 1,000
+# timelines, aggregate ingest of 1,000 and 100 timelines against one, a reader
+# 1 GiB behind catching up during ingest. Smaller: BENCH_TIMELINES=200
+# BENCH_SCALE_BYTES=256M BENCH_READER_BEHIND=256M BENCH_READER_INGEST=128M
+# (BENCH_TIMELINES_SMALL, the second point, default 100). BENCH_IDLE_WAIT=360s
+# also measures idle RSS and the live heap that long after the close, past Go's
+# forced GCs (every 2 min): once, in the first round.
+bench-scale:
+	$(GO) test ./test/bench/ingest -run '^TestBenchScale$$' -count=1 -timeout 0 -v -args -bench.scale $(BENCH_ARGS)
+
 vet:
 	$(GO) vet $(PKGS)
 

@@ -15,7 +15,8 @@
 //     connections and fails the test if the process exits first. Kill is
 //     kill -9, Stop is SIGTERM with a deadline (its exit error is returned),
 //     Restart is kill -9 and Start again on the same port and data
-//     directory: the crash-restart-on-the-same-disk fault.
+//     directory: the crash-restart-on-the-same-disk fault. PID names the
+//     running process for what reads /proc (test/bench).
 //   - Other subcommands (StartProcess): `safekeeper propose`, for one, with
 //     the same Kill/Stop/Log and Exited for its exit code.
 //   - Network faults (StartProxy): a TCP proxy between a client and one

@@ -214,11 +214,12 @@ func (sk *Safekeeper) Restart() {
 	sk.Start()
 }
 
-// Pid is the running process's id, 0 when it is stopped.
-func (sk *Safekeeper) Pid() int {
+// PID returns the process id of the running process, 0 when it is stopped.
+// Benchmarks read its /proc entries (I/O counters, RSS) and attach tracers.
+func (sk *Safekeeper) PID() int {
 	sk.mu.Lock()
 	defer sk.mu.Unlock()
-	if sk.cmd == nil {
+	if sk.cmd == nil || sk.cmd.Process == nil {
 		return 0
 	}
 	return sk.cmd.Process.Pid

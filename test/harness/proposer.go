@@ -125,8 +125,8 @@ func (p *Process) signal(sig syscall.Signal, timeout time.Duration) error {
 	return p.err
 }
 
-// Pid is the running process's id, 0 when it is stopped.
-func (p *Process) Pid() int {
+// PID returns the process id of the running process, 0 when it is stopped.
+func (p *Process) PID() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd == nil {

@@ -274,9 +274,9 @@ func (b *bench) roots(c config) roots {
 		}
 	}
 	if c.proposer {
-		r[gProposer] = []int{b.prop.Pid()}
+		r[gProposer] = []int{b.prop.PID()}
 		for _, sk := range b.sks {
-			r[gSafekeepers] = append(r[gSafekeepers], sk.Pid())
+			r[gSafekeepers] = append(r[gSafekeepers], sk.PID())
 		}
 	}
 	return r

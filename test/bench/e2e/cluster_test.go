@@ -210,7 +210,7 @@ func (b *bench) startSafekeepers() {
 		return
 	}
 	for _, sk := range b.sks {
-		if sk.Pid() == 0 {
+		if sk.PID() == 0 {
 			sk.Start()
 		}
 	}
@@ -218,7 +218,7 @@ func (b *bench) startSafekeepers() {
 
 func (b *bench) stopSafekeepers() {
 	for _, sk := range b.sks {
-		if sk.Pid() != 0 {
+		if sk.PID() != 0 {
 			if err := sk.Stop(60 * time.Second); err != nil {
 				b.t.Fatalf("safekeeper %d: exit after SIGTERM: %v\n%s", sk.ID, err, lastLines(sk.Log(), 20))
 			}
@@ -249,7 +249,7 @@ func (b *bench) startProposer() {
 // stopProposer stops the proposer with SIGTERM and returns the link stats
 // it logged on the way out.
 func (b *bench) stopProposer() []linkStat {
-	if b.prop == nil || b.prop.Pid() == 0 {
+	if b.prop == nil || b.prop.PID() == 0 {
 		return nil
 	}
 	if exited, code := b.prop.Exited(); exited {
@@ -295,7 +295,7 @@ func (b *bench) switchTo(c config) {
 	}
 	if c.proposer {
 		b.startSafekeepers()
-		if b.prop == nil || b.prop.Pid() == 0 {
+		if b.prop == nil || b.prop.PID() == 0 {
 			b.startProposer()
 		}
 	}
