@@ -16,6 +16,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/storage"
+	"golang.org/x/sync/semaphore"
 )
 
 // Config configures a Server.
@@ -48,6 +49,12 @@ type Config struct {
 	// send its committed WAL and wait for the client to confirm it before
 	// the stream is ended with CommandComplete "COPY 0". Default 2 s.
 	ShutdownGrace time.Duration
+	// MaxBufferedWAL bounds the WAL bytes received from proposers and not
+	// yet committed, over all timelines: a push connection's reader waits
+	// (and TCP pushes back) while it is reached. It bounds memory when many
+	// timelines ingest at once (each may queue 64 requests of 128 KiB).
+	// Default 128 MiB; at least proto.MaxWALPerRequest.
+	MaxBufferedWAL int64
 }
 
 func (c *Config) withDefaults() error {
@@ -66,6 +73,10 @@ func (c *Config) withDefaults() error {
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 2 * time.Second
 	}
+	if c.MaxBufferedWAL == 0 {
+		c.MaxBufferedWAL = 128 << 20
+	}
+	c.MaxBufferedWAL = max(c.MaxBufferedWAL, proto.MaxWALPerRequest)
 	if c.DataDir == "" {
 		return errors.New("server: no data directory")
 	}
@@ -111,6 +122,11 @@ type Server struct {
 	stopOnce sync.Once
 
 	connSeq atomic.Uint64 // numbers connections: the "PID" of slot errors
+	// walBudget holds Config.MaxBufferedWAL: a push reader acquires a
+	// request's WAL bytes before queueing it, the timeline's owner releases
+	// them once the group commit that took them is done.
+	walBudget *semaphore.Weighted
+	mem       reclaimer // memory.go
 	// writeLimit is the latest write deadline of any connection (unix
 	// nanoseconds), set by Shutdown; 0 before. See limitedConn.
 	writeLimit atomic.Int64
@@ -176,7 +192,8 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 		cfg: cfg, log: cfg.Logger, db: db, ln: ln,
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}),
 		timelines: map[proto.TimelineKey]*timeline{}, opening: map[proto.TimelineKey]*opening{}, conns: map[net.Conn]struct{}{},
-		hooks: h,
+		walBudget: semaphore.NewWeighted(cfg.MaxBufferedWAL),
+		hooks:     h,
 	}, nil
 }
 
@@ -195,6 +212,7 @@ func (s *Server) isStopping() bool {
 // Serve accepts connections until Shutdown. It returns nil after Shutdown.
 func (s *Server) Serve() error {
 	s.log.Info("safekeeper listening", "addr", s.ln.Addr().String(), "node_id", s.cfg.NodeID, "data_dir", s.cfg.DataDir)
+	go s.mem.run(s.ctx, s)
 	for {
 		nc, err := s.ln.Accept()
 		if err != nil {

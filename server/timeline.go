@@ -9,6 +9,7 @@ import (
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/storage"
+	"golang.org/x/sync/semaphore"
 )
 
 // maxBatch bounds how many queued events one group commit takes, so that a
@@ -27,6 +28,9 @@ type event struct {
 	conn *pushConn
 	msg  proto.Message // decoded from a private copy of the payload
 	end  *outItem
+	// cost is the WAL bytes the reader took from Server.walBudget for msg;
+	// the owner gives them back after the group commit that takes msg.
+	cost int64
 }
 
 // timeline is one running timeline: its owner goroutine (run), which alone
@@ -51,6 +55,8 @@ type timeline struct {
 	onPublish func()
 	// persistEvery is persistInterval (tests may change it).
 	persistEvery time.Duration
+	// walBudget is the server's (Server.walBudget).
+	walBudget *semaphore.Weighted
 }
 
 // Status returns the state readers are served from (durable, but for a
@@ -97,6 +103,7 @@ func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
 		select {
 		case <-ctx.Done():
 			o.act(sess.Persist())
+			o.release()
 			return
 		case <-persist:
 			persist = nil
@@ -113,6 +120,7 @@ func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
 				}
 			}
 			o.act(sess.Flush())
+			o.release() // the batch is committed (or failed): its WAL left memory
 		}
 		if persist == nil && sess.Unpersisted() {
 			timer.Reset(t.persistEvery)
@@ -126,9 +134,22 @@ type owner struct {
 	t     *timeline
 	sess  *acceptor.Session
 	conns map[acceptor.ConnID]*pushConn // connections the session knows
+	// cost is the walBudget bytes of the events handled since the last
+	// release.
+	cost int64
+}
+
+// release gives the WAL bytes of the events handled so far back to the
+// server's budget.
+func (o *owner) release() {
+	if o.cost > 0 {
+		o.t.walBudget.Release(o.cost)
+		o.cost = 0
+	}
 }
 
 func (o *owner) handle(ev event) {
+	o.cost += ev.cost
 	c := ev.conn
 	if ev.end != nil {
 		// The stream ended: what it sent is made durable and answered

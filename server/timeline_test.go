@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,5 +93,91 @@ func TestShutdownPersistsCommitLSN(t *testing.T) {
 	}
 	if st.CommitLSN != p.pos {
 		t.Fatalf("after shutdown commit_lsn on disk is %s, want %s", st.CommitLSN, p.pos)
+	}
+}
+
+// gatedStorage holds a Commit of its timeline while hold is set, until
+// release is closed.
+type gatedStorage struct {
+	acceptor.Storage
+	hold    *atomic.Bool
+	held    chan<- struct{} // told when a Commit is held
+	release <-chan struct{}
+}
+
+func (g gatedStorage) Commit(s acceptor.State) error {
+	if g.hold.Load() {
+		g.held <- struct{}{}
+		<-g.release
+	}
+	return g.Storage.Commit(s)
+}
+
+// WAL received and not yet committed is bounded over all timelines
+// (Config.MaxBufferedWAL): while one timeline's commit holds the whole
+// budget, another timeline's request waits in its reader, and goes through
+// once the budget is given back.
+func TestBufferedWALBoundedAcrossTimelines(t *testing.T) {
+	var hold atomic.Bool
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	s := startHookedServer(t, t.TempDir(), func(c *Config) { c.MaxBufferedWAL = proto.MaxWALPerRequest },
+		hooks{storage: func(st *storage.Timeline) acceptor.Storage {
+			if st.Key().TimelineID == tTimeline {
+				return gatedStorage{Storage: st, hold: &hold, held: held, release: release}
+			}
+			return st
+		}})
+	t.Cleanup(open) // before the server's Shutdown, which waits for the held commit
+	addr := s.Addr().String()
+	a := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	b := newTestPush(t, addr, proto.ID{0x77, 2}, 1, hist1(tStart), tStart)
+	a.heartbeat()
+	b.heartbeat()
+
+	// A request of the budget's size on a: its commit is held.
+	hold.Store(true)
+	for a.gen.Pos() < a.pos+proto.MaxWALPerRequest-200 {
+		a.gen.Record(100)
+	}
+	wal := a.gen.Take()
+	wal = wal[:min(len(wal), proto.MaxWALPerRequest)]
+	a.send(&proto.SafeKeeperRequest{Sender: a.ballot, BeginLSN: a.pos, EndLSN: a.pos + lsn(len(wal)), CommitLSN: a.pos, WAL: wal})
+	select {
+	case <-held: // a's owner is in the commit, with the budget taken
+	case <-time.After(10 * time.Second):
+		t.Fatal("timeline a's commit never started")
+	}
+
+	// b's request must wait for the budget.
+	bDone := make(chan *proto.SafeKeeperResponse, 1)
+	b.gen.Record(500)
+	bwal := b.gen.Take()
+	b.send(&proto.SafeKeeperRequest{Sender: b.ballot, BeginLSN: b.pos, EndLSN: b.pos + lsn(len(bwal)), CommitLSN: b.pos, WAL: bwal})
+	go func() {
+		m, err := b.c.Recv(b.ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		r, _ := m.(*proto.SafeKeeperResponse)
+		bDone <- r
+	}()
+	select {
+	case r := <-bDone:
+		t.Fatalf("timeline b answered (%+v) while timeline a's uncommitted request held the whole budget", r)
+	case <-time.After(300 * time.Millisecond):
+	}
+	open()
+	select {
+	case r := <-bDone:
+		if want := b.pos + lsn(len(bwal)); r == nil || r.FlushLSN != want {
+			t.Fatalf("timeline b after the budget came back: %+v, want flush_lsn %s", r, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("timeline b never answered after the budget was given back")
+	}
+	if r := a.recv().(*proto.SafeKeeperResponse); r.FlushLSN <= a.pos {
+		t.Fatalf("timeline a: %+v", r)
 	}
 }

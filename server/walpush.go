@@ -221,7 +221,15 @@ func (c *pushConn) readLoop() outItem {
 				return outItem{err: err}
 			}
 		}
-		c.tl.in <- event{conn: c, msg: m}
+		var cost int64
+		if r, ok := m.(*proto.SafeKeeperRequest); ok && len(r.WAL) > 0 {
+			cost = int64(len(r.WAL))
+			if err := c.srv.walBudget.Acquire(c.srv.ctx, cost); err != nil {
+				return outItem{err: errShutdown}
+			}
+			c.srv.mem.walIn.Add(cost)
+		}
+		c.tl.in <- event{conn: c, msg: m, cost: cost}
 	}
 }
 
