@@ -57,23 +57,38 @@ type walOp struct {
 // walBufs recycles the staging buffers of all timelines: the append path
 // copies each request's WAL once, into memory that is already mapped, rather
 // than growing a fresh buffer per Commit (growth and page faults were most
-// of the CPU of ingest). Only active timelines hold one.
-var walBufs = sync.Pool{New: func() any {
-	b := make([]byte, 0, initialWALBuf)
-	return &b
-}}
+// of the CPU of ingest). It is a bounded free list, not a sync.Pool: a
+// burst over many timelines leaves at most maxFreeWALBufs buffers behind,
+// and the rest is garbage at once (a sync.Pool keeps everything through one
+// more collection).
+var walBufs = make(chan *[]byte, maxFreeWALBufs)
 
 const (
-	initialWALBuf = 256 << 10
+	initialWALBuf  = 256 << 10
+	maxFreeWALBufs = 16
 	// maxPooledWALBuf: a buffer grown beyond this by a huge Commit is left
 	// to the garbage collector rather than kept.
 	maxPooledWALBuf = 16 << 20
 )
 
+func getWALBuf() *[]byte {
+	select {
+	case b := <-walBufs:
+		return b
+	default:
+		b := make([]byte, 0, initialWALBuf)
+		return &b
+	}
+}
+
 func putWALBuf(b *[]byte) {
-	if b != nil && cap(*b) <= maxPooledWALBuf {
-		*b = (*b)[:0]
-		walBufs.Put(b)
+	if b == nil || cap(*b) > maxPooledWALBuf {
+		return
+	}
+	*b = (*b)[:0]
+	select {
+	case walBufs <- b:
+	default:
 	}
 }
 
@@ -108,7 +123,7 @@ func (t *Timeline) WriteWAL(lsn proto.LSN, data []byte) error {
 		return fmt.Errorf("storage: timeline %s: %w", t.Key(), err)
 	}
 	if t.buf == nil {
-		t.buf = walBufs.Get().(*[]byte)
+		t.buf = getWALBuf()
 	}
 	buf := *t.buf
 	off, grown := len(buf), cap(buf)-len(buf) < len(data)
