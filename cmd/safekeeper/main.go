@@ -174,17 +174,16 @@ func logger(c *cli.Context) (*slog.Logger, error) {
 	return nil, usagef("--log-format %q: want text or json", c.String("log-format"))
 }
 
-// defaultProcs is the GOMAXPROCS of `run` and `propose` unless the
-// GOMAXPROCS environment variable sets it. Each WAL message crosses a chain
-// of short hops between goroutines (socket read, timeline owner, bbolt
-// commit with its fsyncs, socket write); with more Ps than that chain keeps
-// busy, the runtime wakes another OS thread for each hop (futex, context
-// switch, and sysmon polling at its fastest rate) instead of handing over
-// on the running one. Measured with make bench-e2e on 2 CPUs
-// (docs/performance.md): 1 P cut the CPU per transaction of the safekeepers
-// by 12% and of the proposer by 18%, and raised TPS by 16%. fsyncs and other
-// blocking system calls do not hold the P, so the disk still works in
-// parallel with the network.
+// defaultProcs is the GOMAXPROCS of `propose` unless the GOMAXPROCS
+// environment variable sets it. Each WAL message crosses a chain of short
+// hops between goroutines (primary's socket, the driver, a writer per
+// safekeeper, their readers); with more Ps than that chain keeps busy, the
+// runtime wakes another OS thread for each hop (futex, context switch,
+// sysmon polling at its fastest rate) instead of handing over on the
+// running one. Measured with make bench-e2e on 2 CPUs (docs/performance.md):
+// the proposer's CPU per transaction fell 18%. `run` keeps Go's default
+// (every CPU): with one P, ingest of many timelines and a reader catching
+// up while ingest runs were 20-40% slower in make bench-scale.
 const defaultProcs = 1
 
 // setProcs applies defaultProcs unless GOMAXPROCS is set in the
@@ -239,7 +238,6 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			setProcs()
 			defer ignoreSIGHUP(log)()
 			dir := c.String("data-dir")
 			if err := os.MkdirAll(dir, 0o700); err != nil {
