@@ -273,7 +273,10 @@ func runReaderRound(t *testing.T, ctx context.Context, w *WAL, behind, ingest in
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.CommitLSN != end {
+		// The response reports the durable commit_lsn, which a heartbeat
+		// does not move at once (it is persisted lazily); readers are
+		// served the in-memory one, end, right away.
+		if r.CommitLSN > end {
 			t.Fatalf("commit_lsn %v after a heartbeat with %v", r.CommitLSN, end)
 		}
 		pos = to
