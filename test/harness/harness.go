@@ -42,7 +42,7 @@ func Binary(t testing.TB) string {
 		return p
 	}
 	buildOnce.Do(func() {
-		root, err := moduleRoot()
+		root, err := ModuleRoot()
 		if err != nil {
 			buildErr = err
 			return
@@ -65,7 +65,8 @@ func Binary(t testing.TB) string {
 	return buildPath
 }
 
-func moduleRoot() (string, error) {
+// ModuleRoot is the directory of the safekeeper module's go.mod.
+func ModuleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %v", err)

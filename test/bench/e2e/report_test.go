@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/safekeeper/safekeeper/test/harness"
 )
 
 // fnum formats x with prec decimals, "-" for NaN.
@@ -242,7 +244,7 @@ func describeMachine(b *bench) machine {
 	m.tmpFS = filesystemOf(m.tmpDir)
 	m.pgVersion = b.query("SHOW server_version")
 	m.describe = "unknown"
-	if root, err := moduleRoot(); err == nil {
+	if root, err := harness.ModuleRoot(); err == nil {
 		if out, err := exec.Command("git", "-C", root, "describe", "--always", "--dirty", "--tags").Output(); err == nil {
 			m.describe = strings.TrimSpace(string(out))
 		}
@@ -288,18 +290,6 @@ func filesystemOf(dir string) string {
 	return fs
 }
 
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %v", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", fmt.Errorf("not inside the module")
-	}
-	return filepath.Dir(mod), nil
-}
-
 // report prints the medians and ratios and rewrites the doc section.
 func (b *bench) report() {
 	took := time.Since(b.started).Round(time.Second)
@@ -313,7 +303,7 @@ func (b *bench) report() {
 		b.say("BENCH_WRITE_DOC=0: docs/performance.md left alone")
 		return
 	}
-	root, err := moduleRoot()
+	root, err := harness.ModuleRoot()
 	if err != nil {
 		b.t.Fatal(err)
 	}
