@@ -3,30 +3,28 @@ package ingest
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
-
+	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
 // Client is a benchmark proposer on one START_WAL_PUSH stream: greet, vote,
 // ProposerElected, then SafeKeeperRequests with a bounded number in flight
 // (Stream), as walproposer pushes WAL. It speaks wal-push-protocol.md with
-// proto's message codecs; the transport is its own, so that a pass measures
-// the safekeeper and not another package's client.
+// proto's message codecs over a proposer.Conn: receives go through it, sends
+// write its socket directly (a request's header and WAL in one writev, the
+// WAL not copied).
 //
 // A Client is used by one goroutine; Stream runs its own sender goroutine
 // for the duration of the call.
 type Client struct {
-	nc     net.Conn
-	fe     *pgproto3.Frontend // receive side only: sends write nc directly
+	conn   *proposer.Conn
+	nc     net.Conn // conn.NetConn(), for the sends
 	info   proto.ServerInfo
 	ballot proto.Ballot
 	wbuf   []byte
@@ -36,54 +34,18 @@ type Client struct {
 // timeline info names and enters the WAL push stream (CopyBoth). The
 // greeting is not sent yet: see Greet or Campaign.
 func Dial(ctx context.Context, addr string, info proto.ServerInfo) (*Client, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%s user=bench sslmode=disable connect_timeout=10", host, port))
-	if err != nil {
-		return nil, err
-	}
-	cfg.RuntimeParams["application_name"] = "bench-proposer"
-	cfg.RuntimeParams["options"] = fmt.Sprintf("-c tenant_id=%s -c timeline_id=%s", info.TenantID, info.TimelineID)
-	pg, err := pgconn.ConnectConfig(ctx, cfg)
+	conn, err := proposer.Dial(ctx, proposer.DialConfig{
+		Addr: addr, TenantID: info.TenantID, TimelineID: info.TimelineID, ApplicationName: "bench-proposer",
+	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to safekeeper %s: %w", addr, err)
 	}
-	fe := pg.Frontend()
-	fe.Send(&pgproto3.Query{String: "START_WAL_PUSH"})
-	if err := fe.Flush(); err != nil {
-		pg.Close(ctx)
-		return nil, err
-	}
-	for {
-		msg, err := pg.ReceiveMessage(ctx)
-		if err != nil {
-			pg.Close(ctx)
-			return nil, fmt.Errorf("START_WAL_PUSH on %s: %w", addr, err)
-		}
-		switch m := msg.(type) {
-		case *pgproto3.CopyBothResponse:
-			hc, err := pg.Hijack()
-			if err != nil {
-				pg.Close(ctx)
-				return nil, err
-			}
-			return &Client{nc: hc.Conn, fe: hc.Frontend, info: info}, nil
-		case *pgproto3.ErrorResponse:
-			pg.Close(ctx)
-			return nil, pgconn.ErrorResponseToPgError(m)
-		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
-		default:
-			pg.Close(ctx)
-			return nil, fmt.Errorf("START_WAL_PUSH on %s: unexpected %T", addr, msg)
-		}
-	}
+	return &Client{conn: conn, nc: conn.NetConn(), info: info}, nil
 }
 
 // Close drops the connection; the safekeeper makes what it received
 // durable (rule 7).
-func (c *Client) Close() error { return c.nc.Close() }
+func (c *Client) Close() error { return c.conn.Close() }
 
 // Ballot is the ballot Vote was granted (zero before).
 func (c *Client) Ballot() proto.Ballot { return c.ballot }
@@ -116,29 +78,7 @@ func appendFrame(b []byte, m proto.Message, extra int) []byte {
 // recv returns the next safekeeper message, waiting until ctx is done.
 // An ErrorResponse is returned as a *pgconn.PgError.
 func (c *Client) recv(ctx context.Context) (proto.Message, error) {
-	stop := context.AfterFunc(ctx, func() { c.nc.SetReadDeadline(time.Now()) })
-	defer stop()
-	for {
-		msg, err := c.fe.Receive()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, err
-		}
-		switch m := msg.(type) {
-		case *pgproto3.CopyData:
-			// Decoding copies what it keeps: the Frontend reuses m.Data.
-			return proto.DecodeSafeKeeperMessage(m.Data)
-		case *pgproto3.ErrorResponse:
-			return nil, pgconn.ErrorResponseToPgError(m)
-		case *pgproto3.CopyDone:
-			return nil, errors.New("safekeeper ended the WAL push stream")
-		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
-		default:
-			return nil, fmt.Errorf("unexpected %T on a WAL push stream", msg)
-		}
-	}
+	return c.conn.Recv(ctx)
 }
 
 func recvAs[M proto.Message](ctx context.Context, c *Client) (M, error) {
