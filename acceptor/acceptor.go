@@ -370,7 +370,10 @@ func (a *Acceptor) commit(next State) error {
 	if err := a.store.Commit(next.Clone()); err != nil {
 		return a.fail(err)
 	}
-	a.st, a.inmem = next.Clone(), next
+	// st and inmem may share next's History: nothing changes a State in
+	// place (every change starts from a Clone, State and InMem hand out
+	// clones).
+	a.st, a.inmem = next, next
 	a.dirty, a.walStaged = false, false
 	a.commits++
 	a.version++
