@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"errors"
+	"net"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -179,5 +181,36 @@ func TestBufferedWALBoundedAcrossTimelines(t *testing.T) {
 	}
 	if r := a.recv().(*proto.SafeKeeperResponse); r.FlushLSN <= a.pos {
 		t.Fatalf("timeline a: %+v", r)
+	}
+}
+
+// A proposer that keeps sending but never reads its responses is
+// disconnected once maxOutQueue replies wait for it; the timeline's owner is
+// never held up by it, so the next proposer is served at once.
+func TestProposerThatDoesNotReadIsDisconnected(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), func(c *Config) { c.WalSenderTimeout = time.Hour })
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	nc := p.c.NetConn()
+	nc.SetWriteDeadline(time.Now().Add(tTimeout))
+	hb := &proto.SafeKeeperRequest{Sender: p.ballot, BeginLSN: tStart, EndLSN: tStart, CommitLSN: tStart}
+	// The socket buffers on both sides hold at most a few MiB of ~100-byte
+	// responses; past them and maxOutQueue the server must give up.
+	var err error
+	sent := 0
+	for ; sent < 2_000_000 && err == nil; sent++ {
+		err = p.c.Send(hb)
+	}
+	var ne net.Error
+	switch {
+	case err == nil:
+		t.Fatalf("%d requests with no response read, and the server has not disconnected", sent)
+	case errors.As(err, &ne) && ne.Timeout():
+		t.Fatalf("sends blocked after %d requests: the server stopped reading", sent)
+	}
+	t.Logf("disconnected after %d requests: %v", sent, err)
+	q := newTestPush(t, addr, tTimeline, 2, proto.TermHistory{{Term: 2, StartLSN: tStart}}, tStart)
+	if _, resp := q.push(10, 100, 0); resp.FlushLSN <= tStart {
+		t.Fatalf("the next proposer's WAL was not flushed: %v", resp.FlushLSN)
 	}
 }

@@ -13,14 +13,14 @@ import (
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 )
 
-// outQueue bounds the replies waiting for one proposer connection's writer.
-// A proposer that stops reading while it keeps sending overflows it and is
-// disconnected rather than stalling its timeline's owner.
-const outQueue = 4096
+// maxOutQueue bounds the replies waiting for one proposer connection's
+// writer. A proposer that stops reading while it keeps sending overflows it
+// and is disconnected rather than stalling its timeline's owner.
+const maxOutQueue = 4096
 
 // pushConn is one START_WAL_PUSH stream. Its reader goroutine (the
 // connection's own) decodes CopyData into events for the timeline owner; its
-// writer goroutine sends what the owner queues in out, in order.
+// writer goroutine sends what the owner queues, in order.
 type pushConn struct {
 	srv    *Server
 	pc     *pgwire.Conn
@@ -31,9 +31,12 @@ type pushConn struct {
 	id acceptor.ConnID // the connection's name in its timeline's session
 	tl *timeline       // set once ServerInfo named the timeline
 
-	out      chan outItem
-	mu       sync.Mutex
-	isDead   bool
+	mu     sync.Mutex
+	queue  []outItem     // queued for the writer; grows only as far as it is used
+	closed bool          // nothing more will be queued
+	isDead bool          // nothing more is accepted (the final item is queued, or the queue overflowed)
+	wake   chan struct{} // capacity 1: something was queued, or closed set
+
 	finished chan struct{} // closed by the writer when the stream has ended
 	endedOK  bool          // set by the writer before finished: ended by CopyDone
 }
@@ -57,18 +60,21 @@ func (c *pushConn) enqueue(it outItem) {
 	if c.isDead {
 		return
 	}
-	if it.err != nil || it.done {
-		c.isDead = true // nothing after an error or the end
+	if len(c.queue) >= maxOutQueue {
+		c.isDead, c.closed = true, true
+		c.log.Warn("proposer does not read its responses; disconnecting", "queued", len(c.queue))
+		// The writer may be blocked on the full socket for good: closing
+		// it ends the writer and the reader now.
+		c.pc.Close()
+	} else {
+		c.queue = append(c.queue, it)
+		if it.err != nil || it.done {
+			c.isDead, c.closed = true, true // nothing after an error or the end
+		}
 	}
 	select {
-	case c.out <- it:
-		if c.isDead {
-			close(c.out)
-		}
+	case c.wake <- struct{}{}:
 	default:
-		c.isDead = true
-		close(c.out)
-		c.log.Warn("proposer does not read its responses; disconnecting", "queued", len(c.out))
 	}
 }
 
@@ -76,14 +82,36 @@ func (c *pushConn) send(m proto.Message) { c.enqueue(outItem{msg: m}) }
 
 func (c *pushConn) fail(err error) { c.enqueue(outItem{err: err}) }
 
-// writer sends queued replies, batching every reply already queued into one
-// socket write. It closes finished when the stream is over.
+// take waits until something is queued or the queue is closed, and returns
+// every queued item, giving the queue spare (emptied) to fill next.
+func (c *pushConn) take(spare []outItem) (items []outItem, closed bool) {
+	for {
+		c.mu.Lock()
+		if len(c.queue) > 0 || c.closed {
+			items, closed = c.queue, c.closed
+			c.queue = spare[:0]
+			c.mu.Unlock()
+			return items, closed
+		}
+		c.mu.Unlock()
+		<-c.wake
+	}
+}
+
+// keptOutItems: a batch slice longer than this (a burst) is not kept for
+// reuse, so an idle connection holds little memory.
+const keptOutItems = 64
+
+// writer sends queued replies, every reply queued so far in one socket
+// write. It closes finished when the stream is over.
 func (c *pushConn) writer() {
 	defer close(c.finished)
-	var buf []byte
-	for it := range c.out {
-		for {
-			if err := c.write(it, &buf); err != nil {
+	var spare []outItem
+	var enc []byte
+	for {
+		items, closed := c.take(spare)
+		for i, it := range items {
+			if err := c.write(it, &enc); err != nil {
 				c.writeFailed(err)
 				return
 			}
@@ -96,21 +124,26 @@ func (c *pushConn) writer() {
 				c.endedOK = true
 				return
 			}
-			var more bool
-			select {
-			case it, more = <-c.out:
-			default:
-			}
-			if !more {
-				break
+			items[i] = outItem{} // let the message go
+		}
+		if len(items) > 0 {
+			if err := c.pc.Flush(); err != nil {
+				c.writeFailed(err)
+				return
 			}
 		}
-		if err := c.pc.Flush(); err != nil {
-			c.writeFailed(err)
+		if closed {
+			c.pc.Close() // the queue overflowed
 			return
 		}
+		if cap(items) > keptOutItems {
+			items = nil
+		}
+		if cap(enc) > 64<<10 {
+			enc = nil
+		}
+		spare = items // the queue now fills the previous spare
 	}
-	c.pc.Close() // out closed by an overflow
 }
 
 // drainGrace bounds how long the reader may go on after the response path
@@ -134,10 +167,13 @@ func (c *pushConn) writeFailed(err error) {
 	c.pc.Close()
 }
 
-// drain discards queued items until enqueue closes out (it always does once
+// drain discards queued items until the queue is closed (it always is once
 // the stream's final item, an error or the end, is queued).
 func (c *pushConn) drain() {
-	for range c.out {
+	for {
+		if _, closed := c.take(nil); closed {
+			return
+		}
 	}
 }
 
@@ -164,7 +200,7 @@ func (s *Server) runPush(pc *pgwire.Conn, ids startupIDs, log *slog.Logger) (ok 
 	id := acceptor.ConnID(s.connSeq.Add(1))
 	c := &pushConn{
 		srv: s, pc: pc, remote: pc.RemoteAddr().String(), log: log.With("conn", uint64(id)), opts: ids,
-		id: id, out: make(chan outItem, outQueue), finished: make(chan struct{}),
+		id: id, wake: make(chan struct{}, 1), finished: make(chan struct{}),
 	}
 	if err := pc.StartCopyBoth(); err != nil {
 		return false

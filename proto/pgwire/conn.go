@@ -275,7 +275,6 @@ func startupFailed(w io.Writer, err error) error {
 
 func newConn(nc net.Conn, isTLS bool, opts AcceptOptions, params map[string]string) *Conn {
 	fr := &frameReader{src: countingReader{r: nc}, max: opts.MaxMessageSize}
-	fr.cr = pgproto3.NewChunkReader(&fr.src)
 	return &Conn{
 		nc:      nc,
 		isTLS:   isTLS,
@@ -531,9 +530,24 @@ func (c *countingReader) Read(p []byte) (int, error) {
 //
 // Backend.Receive calls Next for a 5-byte header, then for the body, and
 // retries the same call after an error (a timeout), so the calls alternate.
+//
+// It buffers the socket itself (pgproto3's ChunkReader grows its one buffer
+// to the largest message ever read and keeps it: 128 KiB and more per idle
+// WAL push connection). Headers and small bodies come from a small read-ahead
+// buffer; a body larger than that is read into a buffer of its own, exactly
+// its size, which the caller may keep (owned): ReadCopy hands it on without
+// copying it again.
 type frameReader struct {
-	src      countingReader
-	cr       pgproto3.ChunkReader
+	src countingReader
+	// buf[rp:wp] is read from the socket and not yet returned.
+	buf    []byte
+	rp, wp int
+	// big is a large body being read (its first bigN bytes are in), kept
+	// across a timeout so that the retried Next goes on where it stopped.
+	big   []byte
+	bigN  int
+	owned bool // the last body returned is big: not aliased by the reader
+
 	max      int
 	consumed int64
 	body     bool // the next Next call reads a message body
@@ -559,13 +573,20 @@ var (
 	}
 )
 
+// readBufSize is the frameReader's read-ahead buffer: headers and bodies up
+// to this size are read through it.
+const readBufSize = 8 << 10
+
 func (f *frameReader) Next(n int) ([]byte, error) {
 	if f.body && n > f.max {
 		return nil, Errorf(ProtocolViolation, "invalid message length: %d bytes exceeds the limit of %d", n, f.max).fatal()
 	}
-	buf, err := f.cr.Next(n)
+	buf, err := f.next(n)
 	if err != nil {
-		if !f.body && err == io.EOF && f.consumed == f.src.n {
+		if err == io.EOF && (f.body || f.consumed != f.src.n) {
+			err = io.ErrUnexpectedEOF
+		}
+		if !f.body && err == io.EOF {
 			return nil, errCleanEOF
 		}
 		return nil, err
@@ -591,6 +612,52 @@ func (f *frameReader) Next(n int) ([]byte, error) {
 	}
 	f.body = !f.body
 	return buf, nil
+}
+
+// next returns the next n bytes of the stream. On an error the bytes read so
+// far are kept and the same call may be retried.
+func (f *frameReader) next(n int) ([]byte, error) {
+	f.owned = false
+	if f.buf == nil {
+		f.buf = make([]byte, readBufSize)
+	}
+	if n > len(f.buf) {
+		if f.big == nil {
+			f.big = make([]byte, n)
+			f.bigN = copy(f.big, f.buf[f.rp:f.wp])
+			f.rp += f.bigN
+		}
+		for f.bigN < n {
+			m, err := f.src.Read(f.big[f.bigN:])
+			f.bigN += m
+			if err != nil && f.bigN < n {
+				return nil, err
+			}
+		}
+		b := f.big
+		f.big, f.bigN, f.owned = nil, 0, true
+		return b, nil
+	}
+	if f.wp-f.rp < n && len(f.buf)-f.rp < n {
+		f.wp = copy(f.buf, f.buf[f.rp:f.wp])
+		f.rp = 0
+	}
+	for f.wp-f.rp < n {
+		m, err := f.src.Read(f.buf[f.wp:])
+		f.wp += m
+		if err != nil && f.wp-f.rp < n {
+			if err == io.EOF && f.wp > f.rp {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	b := f.buf[f.rp : f.rp+n : f.rp+n]
+	f.rp += n
+	if f.rp == f.wp {
+		f.rp, f.wp = 0, 0
+	}
+	return b, nil
 }
 
 // checkString applies PostgreSQL's checks to a body holding one string: it

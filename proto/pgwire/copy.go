@@ -14,8 +14,8 @@ func (c *Conn) StartCopyBoth() error {
 }
 
 // ReadCopy returns the payload of the next CopyData from the client. The
-// slice is a fresh copy: it does not alias pgproto3's read buffers, so it may
-// be kept and handed to another goroutine. Call it only from the reader
+// slice is the caller's: it does not alias the connection's read buffers, so
+// it may be kept and handed to another goroutine. Call it only from the reader
 // goroutine.
 //
 // It returns ErrCopyDone when the client sends CopyDone (the client's half
@@ -32,7 +32,11 @@ func (c *Conn) ReadCopy() ([]byte, error) {
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			// Backend.Receive reuses its CopyData value and m.Data points into
-			// the chunk reader's buffer: copy before it escapes.
+			// the frame reader's buffers: a large body was read into one of
+			// its own, anything else is copied before it escapes.
+			if c.frames.owned {
+				return m.Data, nil
+			}
 			return append([]byte(nil), m.Data...), nil
 		case *pgproto3.CopyDone:
 			return nil, ErrCopyDone

@@ -597,6 +597,69 @@ func TestReadCopy(t *testing.T) {
 	}
 }
 
+// Bodies larger than the read-ahead buffer are read into buffers of their
+// own: whole, in order, resumable after a deadline inside the body, never
+// aliasing each other, and the connection keeps no buffer grown to them.
+func TestReadCopyLargeBodies(t *testing.T) {
+	client, _, c := ready(t, AcceptOptions{})
+	if err := c.StartCopyBoth(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(client, make([]byte, 8)); err != nil {
+		t.Fatal(err)
+	}
+	sizes := []int{128 << 10, 3, readBufSize - 5, readBufSize + 1, 64 << 10, 1}
+	var want [][]byte
+	var stream []byte
+	for i, n := range sizes {
+		p := make([]byte, n)
+		for j := range p {
+			p[j] = byte(i*31 + j*7)
+		}
+		want = append(want, p)
+		stream = append(stream, encode(&pgproto3.CopyData{Data: p})...)
+	}
+	cut := 5 + 5 + 70<<10 // inside the first body
+	client.Write(stream[:cut])
+	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	var ne net.Error
+	if _, err := c.ReadCopy(); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("err = %v, want timeout", err)
+	}
+	c.SetReadDeadline(time.Time{})
+	go client.Write(stream[cut:])
+	var got [][]byte
+	for range sizes {
+		p, err := c.ReadCopy()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p)
+	}
+	for i := range got {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("payload %d (%d bytes) differs", i, sizes[i])
+		}
+		for j := range got[i] {
+			got[i][j] = 0xff // each payload is the caller's: the others stay intact
+		}
+		for k := i + 1; k < len(got); k++ {
+			if !bytes.Equal(got[k], want[k]) {
+				t.Fatalf("writing payload %d changed payload %d", i, k)
+			}
+		}
+	}
+	if n := len(c.frames.buf); n > readBufSize {
+		t.Fatalf("read buffer grew to %d bytes", n)
+	}
+	if c.frames.big != nil {
+		t.Fatal("a large body buffer is still held")
+	}
+}
+
 // One reader goroutine and two writer goroutines on one Conn (run with -race):
 // everything arrives, in order per writer, batched by Flush.
 func TestConcurrentReaderAndWriters(t *testing.T) {
