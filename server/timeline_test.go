@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/storage"
+	"github.com/safekeeper/safekeeper/test/harness"
 )
 
 // TestOwnerPublishesOnlyStateChanges: the owner hands readers a new state
@@ -212,5 +214,39 @@ func TestProposerThatDoesNotReadIsDisconnected(t *testing.T) {
 	q := newTestPush(t, addr, tTimeline, 2, proto.TermHistory{{Term: 2, StartLSN: tStart}}, tStart)
 	if _, resp := q.push(10, 100, 0); resp.FlushLSN <= tStart {
 		t.Fatalf("the next proposer's WAL was not flushed: %v", resp.FlushLSN)
+	}
+}
+
+// Once WAL has stopped arriving, the server gives back the database pages
+// its mmap touched (here: a reader's WAL) without waiting for a burst of
+// anything, and the reader is still served the same bytes afterwards.
+func TestQuietServerReleasesDatabaseMapping(t *testing.T) {
+	dir := t.TempDir()
+	s := startTestServer(t, dir, nil)
+	addr := s.Addr().String()
+	dbPath := filepath.Join(dir, "safekeeper.db")
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	wal, _ := p.push(1000, 8000, 0) // ~8 MB
+	c := newStream(t, addr)
+	c.start("START_REPLICATION " + tStart.String() + " TIMELINE 1")
+	if got := c.readWAL(tStart, p.pos); !bytes.Equal(got, wal) {
+		t.Fatal("streamed WAL differs from what was pushed")
+	}
+	kb, err := harness.MappedRSS(0, dbPath)
+	if err != nil {
+		t.Skipf("no /proc/self/smaps: %v", err)
+	}
+	if kb < 4<<10 {
+		t.Fatalf("streaming 8 MB mapped only %d KiB of the database", kb)
+	}
+	waitFor(t, "the database mapping to be released", func() bool {
+		now, err := harness.MappedRSS(0, dbPath)
+		return err == nil && now < kb/4
+	})
+	// The same bytes again, from pages mapped anew.
+	c2 := newStream(t, addr)
+	c2.start("START_REPLICATION " + tStart.String() + " TIMELINE 1")
+	if got := c2.readWAL(tStart, p.pos); !bytes.Equal(got, wal) {
+		t.Fatal("WAL streamed after the release differs")
 	}
 }
