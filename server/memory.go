@@ -61,6 +61,10 @@ func (m *reclaimer) run(ctx context.Context, s *Server) {
 		metrics.Read(sample)
 		objects, free, live := sample[0].Value.Uint64(), sample[1].Value.Uint64(), sample[2].Value.Uint64()
 		if held := free + objects - min(objects, live); held > reclaimThreshold {
+			// Twice: the first collection leaves what sync.Pools held
+			// (pgwire's recycled bodies) in their victim caches; the second
+			// frees it.
+			debug.FreeOSMemory()
 			debug.FreeOSMemory()
 			s.log.Debug("returned free heap memory to the OS after a burst", "bytes", held)
 		}

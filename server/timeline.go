@@ -8,6 +8,7 @@ import (
 
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/storage"
 	"golang.org/x/sync/semaphore"
 )
@@ -26,8 +27,11 @@ const eventQueue = 64
 // answers everything staged (rule 7: a dropped connection flushes too).
 type event struct {
 	conn *pushConn
-	msg  proto.Message // decoded from a private copy of the payload
-	end  *outItem
+	msg  proto.Message // decoded from payload (a SafeKeeperRequest's WAL is a slice of it)
+	// payload is the CopyData msg came in; the owner recycles it once msg
+	// is handled (the session keeps nothing of it: storage copies WAL).
+	payload []byte
+	end     *outItem
 	// cost is the WAL bytes the reader took from Server.walBudget for msg;
 	// the owner gives them back after the group commit that takes msg.
 	cost int64
@@ -110,11 +114,13 @@ func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
 			o.act(sess.Persist())
 		case ev := <-t.in:
 			o.handle(ev)
+			pgwire.Recycle(ev.payload)
 		drain:
 			for i := 1; i < maxBatch; i++ {
 				select {
 				case ev := <-t.in:
 					o.handle(ev)
+					pgwire.Recycle(ev.payload)
 				default:
 					break drain
 				}

@@ -265,7 +265,7 @@ func (c *pushConn) readLoop() outItem {
 			}
 			c.srv.mem.walIn.Add(cost)
 		}
-		c.tl.in <- event{conn: c, msg: m, cost: cost}
+		c.tl.in <- event{conn: c, msg: m, payload: payload, cost: cost}
 	}
 }
 

@@ -64,19 +64,22 @@ type walOp struct {
 var walBufs = make(chan *[]byte, maxFreeWALBufs)
 
 const (
-	initialWALBuf  = 256 << 10
+	minWALBuf      = 32 << 10
 	maxFreeWALBufs = 16
 	// maxPooledWALBuf: a buffer grown beyond this by a huge Commit is left
 	// to the garbage collector rather than kept.
 	maxPooledWALBuf = 16 << 20
 )
 
-func getWALBuf() *[]byte {
+// getWALBuf returns a recycled staging buffer, or a new one with room for
+// need bytes (at least minWALBuf): with many timelines committing at once
+// each holds one, so a new one is not bigger than its first write needs.
+func getWALBuf(need int) *[]byte {
 	select {
 	case b := <-walBufs:
 		return b
 	default:
-		b := make([]byte, 0, initialWALBuf)
+		b := make([]byte, 0, max(need, minWALBuf))
 		return &b
 	}
 }
@@ -123,10 +126,17 @@ func (t *Timeline) WriteWAL(lsn proto.LSN, data []byte) error {
 		return fmt.Errorf("storage: timeline %s: %w", t.Key(), err)
 	}
 	if t.buf == nil {
-		t.buf = getWALBuf()
+		t.buf = getWALBuf(len(data))
 	}
 	buf := *t.buf
 	off, grown := len(buf), cap(buf)-len(buf) < len(data)
+	if grown {
+		// Double (append grows large slices by a quarter: many copies
+		// for a batch of many requests).
+		nb := make([]byte, len(buf), max(2*cap(buf), len(buf)+len(data)))
+		copy(nb, buf)
+		buf = nb
+	}
 	buf = append(buf, data...)
 	*t.buf = buf
 	if grown {

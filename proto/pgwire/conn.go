@@ -623,7 +623,7 @@ func (f *frameReader) next(n int) ([]byte, error) {
 	}
 	if n > len(f.buf) {
 		if f.big == nil {
-			f.big = make([]byte, n)
+			f.big = newBody(n)
 			f.bigN = copy(f.big, f.buf[f.rp:f.wp])
 			f.rp += f.bigN
 		}

@@ -15,7 +15,8 @@ func (c *Conn) StartCopyBoth() error {
 
 // ReadCopy returns the payload of the next CopyData from the client. The
 // slice is the caller's: it does not alias the connection's read buffers, so
-// it may be kept and handed to another goroutine. Call it only from the reader
+// it may be kept and handed to another goroutine; once nothing refers to it
+// any more, Recycle may take it back. Call it only from the reader
 // goroutine.
 //
 // It returns ErrCopyDone when the client sends CopyDone (the client's half

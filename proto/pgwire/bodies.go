@@ -1,0 +1,58 @@
+package pgwire
+
+import (
+	"math/bits"
+	"sync"
+)
+
+// Buffers of large message bodies are recycled. Each CopyData of WAL (up to
+// 128 KiB and more) used to be read into memory allocated for it alone; with
+// a thousand connections streaming at once that is a heap that keeps growing
+// into fresh pages. A body larger than the read-ahead buffer is read into a
+// buffer from a pool of its size class (powers of two), and a caller done
+// with a payload ReadCopy returned may hand it back with Recycle.
+const (
+	minBodyClass = 14 // 16 KiB: above readBufSize
+	maxBodyClass = 21 // 2 MiB: above the default MaxMessageSize
+)
+
+var bodyPools [maxBodyClass - minBodyClass + 1]sync.Pool
+
+// bodyClass returns the size class of an n-byte body, or -1 when none fits.
+func bodyClass(n int) int {
+	c := max(bits.Len(uint(n-1)), minBodyClass)
+	if n <= 0 || c > maxBodyClass {
+		return -1
+	}
+	return c - minBodyClass
+}
+
+// newBody returns a buffer of length n, recycled when one of its class is
+// free.
+func newBody(n int) []byte {
+	c := bodyClass(n)
+	if c < 0 {
+		return make([]byte, n)
+	}
+	if b, ok := bodyPools[c].Get().(*[]byte); ok {
+		return (*b)[:n]
+	}
+	return make([]byte, n, 1<<(c+minBodyClass))
+}
+
+// Recycle gives back a payload returned by ReadCopy once nothing refers to
+// it any more (nor to any slice of it). Payloads of other origins are
+// ignored.
+func Recycle(b []byte) {
+	c := bodyClass(cap(b))
+	if c < 0 || cap(b) != 1<<(c+minBodyClass) {
+		return
+	}
+	b = b[:cap(b)]
+	if scribbleRecycled {
+		for i := range b {
+			b[i] = 0xa5
+		}
+	}
+	bodyPools[c].Put(&b)
+}
