@@ -49,11 +49,15 @@ type Config struct {
 	// send its committed WAL and wait for the client to confirm it before
 	// the stream is ended with CommandComplete "COPY 0". Default 2 s.
 	ShutdownGrace time.Duration
-	// MaxBufferedWAL bounds the WAL bytes received from proposers and not
-	// yet committed, over all timelines: a push connection's reader waits
-	// (and TCP pushes back) while it is reached. It bounds memory when many
-	// timelines ingest at once (each may queue 64 requests of 128 KiB).
-	// Default 128 MiB; at least proto.MaxWALPerRequest.
+	// MaxBufferedWAL bounds the bytes of proposers' messages (WAL, mostly)
+	// read or about to be read and not yet committed, over all timelines: a
+	// push connection's reader reserves a message's length before it reads
+	// the body, and waits (TCP pushes back) while the bound is reached. It
+	// bounds memory when many timelines ingest at once (each may queue 64
+	// requests of 128 KiB). Default 32 MiB (one proposer's window of 256
+	// requests of 128 KiB, nearly; more made 1,000 timelines ingesting at
+	// once slower, not faster: a bigger heap); at least
+	// proto.MaxWALPerRequest.
 	MaxBufferedWAL int64
 }
 
@@ -74,7 +78,7 @@ func (c *Config) withDefaults() error {
 		c.ShutdownGrace = 2 * time.Second
 	}
 	if c.MaxBufferedWAL == 0 {
-		c.MaxBufferedWAL = 128 << 20
+		c.MaxBufferedWAL = 32 << 20
 	}
 	c.MaxBufferedWAL = max(c.MaxBufferedWAL, proto.MaxWALPerRequest)
 	if c.DataDir == "" {

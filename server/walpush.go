@@ -228,45 +228,63 @@ func (s *Server) runPush(pc *pgwire.Conn, ids startupIDs, log *slog.Logger) (ok 
 // goes to that timeline's owner, whose session checks the order.
 func (c *pushConn) readLoop() outItem {
 	for {
-		payload, err := c.pc.ReadCopy()
-		if errors.Is(err, pgwire.ErrCopyDone) {
-			return outItem{done: true}
-		}
-		if err != nil {
-			if c.srv.isStopping() {
-				return outItem{err: errShutdown}
-			}
-			if !errors.Is(err, io.EOF) {
-				c.log.Debug("proposer connection read failed", "err", err)
-			}
-			return outItem{err: err}
-		}
-		m, err := proto.DecodeProposerMessage(payload)
-		if err != nil {
-			return outItem{err: fmt.Errorf("%w: %w", acceptor.ErrProtocol, err)}
-		}
-		if c.tl == nil {
-			si, err := acceptor.Greeting(m)
-			if err == nil {
-				err = c.opts.check(si)
-			}
-			if err == nil {
-				c.tl, err = c.srv.timelineFor(si)
-			}
-			if err != nil {
-				return outItem{err: err}
-			}
-		}
+		// The WAL budget is taken before the body is read, so that bodies
+		// waiting for it (one per connection) are not in memory meanwhile.
 		var cost int64
-		if r, ok := m.(*proto.SafeKeeperRequest); ok && len(r.WAL) > 0 {
-			cost = int64(len(r.WAL))
+		if typ, n, err := c.pc.PeekMessage(); err == nil && typ == 'd' && n > 0 {
+			cost = min(int64(n), c.srv.cfg.MaxBufferedWAL)
 			if err := c.srv.walBudget.Acquire(c.srv.ctx, cost); err != nil {
 				return outItem{err: errShutdown}
 			}
-			c.srv.mem.walIn.Add(cost)
+		}
+		item, m, payload := c.readOne()
+		if m == nil {
+			if cost > 0 {
+				c.srv.walBudget.Release(cost)
+			}
+			return item
+		}
+		if r, ok := m.(*proto.SafeKeeperRequest); ok {
+			c.srv.mem.walIn.Add(int64(len(r.WAL)))
 		}
 		c.tl.in <- event{conn: c, msg: m, payload: payload, cost: cost}
 	}
+}
+
+// readOne reads and decodes the next message; the first must be the
+// ServerInfo that names the timeline. It returns the message and its
+// payload, or (m nil) the stream's final item.
+func (c *pushConn) readOne() (outItem, proto.Message, []byte) {
+	payload, err := c.pc.ReadCopy()
+	if errors.Is(err, pgwire.ErrCopyDone) {
+		return outItem{done: true}, nil, nil
+	}
+	if err != nil {
+		if c.srv.isStopping() {
+			return outItem{err: errShutdown}, nil, nil
+		}
+		if !errors.Is(err, io.EOF) {
+			c.log.Debug("proposer connection read failed", "err", err)
+		}
+		return outItem{err: err}, nil, nil
+	}
+	m, err := proto.DecodeProposerMessage(payload)
+	if err != nil {
+		return outItem{err: fmt.Errorf("%w: %w", acceptor.ErrProtocol, err)}, nil, nil
+	}
+	if c.tl == nil {
+		si, err := acceptor.Greeting(m)
+		if err == nil {
+			err = c.opts.check(si)
+		}
+		if err == nil {
+			c.tl, err = c.srv.timelineFor(si)
+		}
+		if err != nil {
+			return outItem{err: err}, nil, nil
+		}
+	}
+	return outItem{}, m, payload
 }
 
 // check reports whether a greeting agrees with the startup options.

@@ -1,31 +1,31 @@
 package pgwire
 
-import (
-	"math/bits"
-	"sync"
-)
+import "sync"
 
 // Buffers of large message bodies are recycled. Each CopyData of WAL (up to
 // 128 KiB and more) used to be read into memory allocated for it alone; with
 // a thousand connections streaming at once that is a heap that keeps growing
 // into fresh pages. A body larger than the read-ahead buffer is read into a
-// buffer from a pool of its size class (powers of two), and a caller done
-// with a payload ReadCopy returned may hand it back with Recycle.
+// buffer from a pool of its size class (multiples of 16 KiB, so that a
+// request of 128 KiB of WAL and its header takes 144 KiB, not twice its
+// size), and a caller done with a payload ReadCopy returned may hand it back
+// with Recycle.
 const (
-	minBodyClass = 14 // 16 KiB: above readBufSize
-	maxBodyClass = 21 // 2 MiB: above the default MaxMessageSize
+	bodyClassSize = 16 << 10
+	maxPooledBody = 2 << 20 // above the default MaxMessageSize
 )
 
-var bodyPools [maxBodyClass - minBodyClass + 1]sync.Pool
+var bodyPools [maxPooledBody / bodyClassSize]sync.Pool
 
 // bodyClass returns the size class of an n-byte body, or -1 when none fits.
 func bodyClass(n int) int {
-	c := max(bits.Len(uint(n-1)), minBodyClass)
-	if n <= 0 || c > maxBodyClass {
+	if n <= 0 || n > maxPooledBody {
 		return -1
 	}
-	return c - minBodyClass
+	return (n - 1) / bodyClassSize
 }
+
+func classSize(c int) int { return (c + 1) * bodyClassSize }
 
 // newBody returns a buffer of length n, recycled when one of its class is
 // free.
@@ -37,7 +37,7 @@ func newBody(n int) []byte {
 	if b, ok := bodyPools[c].Get().(*[]byte); ok {
 		return (*b)[:n]
 	}
-	return make([]byte, n, 1<<(c+minBodyClass))
+	return make([]byte, n, classSize(c))
 }
 
 // Recycle gives back a payload returned by ReadCopy once nothing refers to
@@ -45,7 +45,7 @@ func newBody(n int) []byte {
 // ignored.
 func Recycle(b []byte) {
 	c := bodyClass(cap(b))
-	if c < 0 || cap(b) != 1<<(c+minBodyClass) {
+	if c < 0 || cap(b) != classSize(c) {
 		return
 	}
 	b = b[:cap(b)]

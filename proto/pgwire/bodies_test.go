@@ -5,7 +5,7 @@ import "testing"
 func TestBodyClasses(t *testing.T) {
 	for _, tc := range []struct{ n, cap int }{
 		{readBufSize + 1, 16 << 10}, {16 << 10, 16 << 10}, {16<<10 + 1, 32 << 10},
-		{128<<10 + 40, 256 << 10}, {2 << 20, 2 << 20}, {2<<20 + 1, 2<<20 + 1},
+		{128<<10 + 40, 144 << 10}, {2 << 20, 2 << 20}, {2<<20 + 1, 2<<20 + 1},
 	} {
 		b := newBody(tc.n)
 		if len(b) != tc.n || cap(b) != tc.cap {

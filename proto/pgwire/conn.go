@@ -618,10 +618,7 @@ func (f *frameReader) Next(n int) ([]byte, error) {
 // far are kept and the same call may be retried.
 func (f *frameReader) next(n int) ([]byte, error) {
 	f.owned = false
-	if f.buf == nil {
-		f.buf = make([]byte, readBufSize)
-	}
-	if n > len(f.buf) {
+	if n > readBufSize {
 		if f.big == nil {
 			f.big = newBody(n)
 			f.bigN = copy(f.big, f.buf[f.rp:f.wp])
@@ -638,6 +635,22 @@ func (f *frameReader) next(n int) ([]byte, error) {
 		f.big, f.bigN, f.owned = nil, 0, true
 		return b, nil
 	}
+	if err := f.fill(n); err != nil {
+		return nil, err
+	}
+	b := f.buf[f.rp : f.rp+n : f.rp+n]
+	f.rp += n
+	if f.rp == f.wp {
+		f.rp, f.wp = 0, 0
+	}
+	return b, nil
+}
+
+// fill reads until at least n ≤ len(buf) bytes are buffered.
+func (f *frameReader) fill(n int) error {
+	if f.buf == nil {
+		f.buf = make([]byte, readBufSize)
+	}
 	if f.wp-f.rp < n && len(f.buf)-f.rp < n {
 		f.wp = copy(f.buf, f.buf[f.rp:f.wp])
 		f.rp = 0
@@ -649,15 +662,31 @@ func (f *frameReader) next(n int) ([]byte, error) {
 			if err == io.EOF && f.wp > f.rp {
 				err = io.ErrUnexpectedEOF
 			}
-			return nil, err
+			return err
 		}
 	}
-	b := f.buf[f.rp : f.rp+n : f.rp+n]
-	f.rp += n
-	if f.rp == f.wp {
-		f.rp, f.wp = 0, 0
+	return nil
+}
+
+// PeekMessage waits for the header of the next message from the client and
+// returns its type byte and body length, without consuming it: the next
+// ReadCopy or ReadQuery reads the message. A caller can so reserve memory
+// for a body before it is read. On an error nothing is consumed either, and
+// the next read reports it. Call it only from the reader goroutine, between
+// messages.
+func (c *Conn) PeekMessage() (typ byte, bodyLen int, err error) {
+	if c.readErr != nil {
+		return 0, 0, c.readErr
 	}
-	return b, nil
+	f := c.frames
+	if f.body {
+		return 0, 0, errors.New("pgwire: PeekMessage inside a message")
+	}
+	if err := f.fill(5); err != nil {
+		return 0, 0, err
+	}
+	h := f.buf[f.rp : f.rp+5]
+	return h[0], int(binary.BigEndian.Uint32(h[1:])) - 4, nil
 }
 
 // checkString applies PostgreSQL's checks to a body holding one string: it
