@@ -16,9 +16,10 @@ import (
 // stays counted in the process's resident memory. The reclaimer checks every
 // reclaimInterval: once no WAL has arrived for reclaimQuiet checks in a row,
 // it releases the database mapping (storage.DB.ReleaseMapped: the pages stay
-// in the page cache) and, when more than reclaimThreshold of the heap is
-// garbage or free but still held, collects and returns the free memory at
-// once (debug.FreeOSMemory). While WAL flows it does nothing: the memory will
+// in the page cache), and at that check and every later one while it stays
+// quiet, when the heap holds more than reclaimThreshold beyond what was live
+// after the last reclaim, it collects and returns the free memory at once
+// (debug.FreeOSMemory). While WAL flows it does nothing: the memory will
 // be used again.
 const (
 	reclaimInterval  = time.Second
@@ -36,10 +37,18 @@ func (m *reclaimer) run(ctx context.Context, s *Server) {
 	t := time.NewTicker(reclaimInterval)
 	defer t.Stop()
 	sample := []metrics.Sample{
-		{Name: "/memory/classes/heap/objects:bytes"}, // live, and dead not yet swept
+		{Name: "/memory/classes/heap/objects:bytes"}, // live, and dead not yet collected
 		{Name: "/memory/classes/heap/free:bytes"},    // free, not returned to the OS
-		{Name: "/gc/heap/live:bytes"},                // live at the last collection
 	}
+	heldNow := func() (objects, free uint64) {
+		metrics.Read(sample)
+		return sample[0].Value.Uint64(), sample[1].Value.Uint64()
+	}
+	// base is the heap's objects right after the last reclaim: what a
+	// quiet server holds live. Growth above it since then is the garbage
+	// of what came after (a burst, connections that closed), which only a
+	// collection can tell from live memory.
+	var base uint64
 	last, quiet := m.walIn.Load(), 0
 	for {
 		select {
@@ -52,21 +61,26 @@ func (m *reclaimer) run(ctx context.Context, s *Server) {
 			last, quiet = in, 0
 			continue
 		}
-		if quiet++; quiet != reclaimQuiet {
-			continue // released already in this quiet period, or not yet quiet
+		if quiet++; quiet < reclaimQuiet {
+			continue
 		}
-		if err := s.db.ReleaseMapped(); err != nil {
-			s.log.Warn("could not release the database mapping", "err", err)
+		if quiet == reclaimQuiet { // once per quiet period: readers may map pages again
+			if err := s.db.ReleaseMapped(); err != nil {
+				s.log.Warn("could not release the database mapping", "err", err)
+			}
 		}
-		metrics.Read(sample)
-		objects, free, live := sample[0].Value.Uint64(), sample[1].Value.Uint64(), sample[2].Value.Uint64()
-		if held := free + objects - min(objects, live); held > reclaimThreshold {
+		// Every check while quiet: connections that close later free their
+		// memory later. A quiet server allocates little, so once its memory
+		// is returned this stays below the threshold.
+		objects, free := heldNow()
+		if held := objects + free - min(base, objects); held > reclaimThreshold {
 			// Twice: the first collection leaves what sync.Pools held
 			// (pgwire's recycled bodies) in their victim caches; the second
 			// frees it.
 			debug.FreeOSMemory()
 			debug.FreeOSMemory()
-			s.log.Debug("returned free heap memory to the OS after a burst", "bytes", held)
+			base, _ = heldNow()
+			s.log.Debug("returned free heap memory to the OS", "held", held, "live", base)
 		}
 	}
 }
