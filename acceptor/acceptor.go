@@ -283,7 +283,8 @@ func (a *Acceptor) checkTerm(from proto.Ballot, term uint64, what string) error 
 // Append stages one SafeKeeperRequest (rule 5). Its SafeKeeperResponse comes
 // from the next Flush. A sender from a lower term is deposed: nothing is
 // written and the response (from Flush as well, so responses stay in order)
-// carries the higher term.
+// carries the higher term. m.WAL goes to Storage.WriteWAL, which may keep
+// it until the next Flush returns.
 func (a *Acceptor) Append(m *proto.SafeKeeperRequest) error {
 	if a.failed != nil {
 		return a.failed

@@ -167,7 +167,9 @@ func (s *Session) Broken() error { return s.broken }
 func (s *Session) Pending() int { return len(s.waiting) }
 
 // Step handles message m from connection c (a new id starts a new
-// connection, which must open with ServerInfo).
+// connection, which must open with ServerInfo). A SafeKeeperRequest's WAL is
+// staged in Storage, which may keep it by reference: leave it unchanged
+// until the next Flush (or End) returns.
 func (s *Session) Step(c ConnID, m proto.Message) Ready {
 	var r Ready
 	sc := s.conns[c]

@@ -55,8 +55,10 @@ func (s *State) LastLogTerm() uint64 {
 // crash after keeps them entirely.
 type Storage interface {
 	// WriteWAL stages data at lsn. Writes are contiguous: lsn is always the
-	// end of the previous write or truncation. data may be reused by the
-	// caller after WriteWAL returns.
+	// end of the previous write or truncation. A Storage may keep data
+	// until the next Commit returns (storage.Timeline keeps large writes
+	// rather than copying them), so the caller leaves it unchanged until
+	// then.
 	WriteWAL(lsn proto.LSN, data []byte) error
 	// TruncateWAL stages removal of all WAL at and above lsn.
 	TruncateWAL(lsn proto.LSN) error

@@ -28,8 +28,9 @@ const eventQueue = 64
 type event struct {
 	conn *pushConn
 	msg  proto.Message // decoded from payload (a SafeKeeperRequest's WAL is a slice of it)
-	// payload is the CopyData msg came in; the owner recycles it once msg
-	// is handled (the session keeps nothing of it: storage copies WAL).
+	// payload is the CopyData msg came in; the owner recycles it after the
+	// group commit that takes msg (storage may keep a request's WAL, a slice
+	// of it, until then).
 	payload []byte
 	end     *outItem
 	// cost is the WAL bytes the reader took from Server.walBudget for msg;
@@ -114,13 +115,11 @@ func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
 			o.act(sess.Persist())
 		case ev := <-t.in:
 			o.handle(ev)
-			pgwire.Recycle(ev.payload)
 		drain:
 			for i := 1; i < maxBatch; i++ {
 				select {
 				case ev := <-t.in:
 					o.handle(ev)
-					pgwire.Recycle(ev.payload)
 				default:
 					break drain
 				}
@@ -141,21 +140,32 @@ type owner struct {
 	sess  *acceptor.Session
 	conns map[acceptor.ConnID]*pushConn // connections the session knows
 	// cost is the walBudget bytes of the events handled since the last
-	// release.
-	cost int64
+	// release, and payloads their messages' buffers.
+	cost     int64
+	payloads [][]byte
 }
 
 // release gives the WAL bytes of the events handled so far back to the
-// server's budget.
+// server's budget, and their buffers to pgwire. Call it only when what they
+// staged is committed or dropped (after Flush, End or Persist): storage may
+// hold slices of them until then.
 func (o *owner) release() {
 	if o.cost > 0 {
 		o.t.walBudget.Release(o.cost)
 		o.cost = 0
 	}
+	for i, p := range o.payloads {
+		pgwire.Recycle(p)
+		o.payloads[i] = nil
+	}
+	o.payloads = o.payloads[:0]
 }
 
 func (o *owner) handle(ev event) {
 	o.cost += ev.cost
+	if ev.payload != nil {
+		o.payloads = append(o.payloads, ev.payload)
+	}
 	c := ev.conn
 	if ev.end != nil {
 		// The stream ended: what it sent is made durable and answered

@@ -139,16 +139,22 @@ func TestRoundTripReopen(t *testing.T) {
 	lsn := start
 	for c := range 12 {
 		// Several writes per commit, small and large, crossing segment
-		// boundaries; the caller's buffer is scribbled over after each one.
-		buf := make([]byte, 300_000)
+		// boundaries; the caller's buffers are scribbled over as soon as the
+		// contract allows: a small write's at once, a kept one's after
+		// Commit.
+		var kept [][]byte
 		for range 1 + rng.IntN(4) {
 			n := 1 + rng.IntN(250_000)
 			data := walData(lsn, n, 1)
-			copy(buf, data)
-			if err := tl.WriteWAL(lsn, buf[:n]); err != nil {
+			buf := append([]byte(nil), data...)
+			if err := tl.WriteWAL(lsn, buf); err != nil {
 				t.Fatal(err)
 			}
-			clear(buf)
+			if n < keepWALWrite {
+				clear(buf)
+			} else {
+				kept = append(kept, buf)
+			}
 			want = append(want, data...)
 			lsn += proto.LSN(n)
 		}
@@ -157,6 +163,9 @@ func TestRoundTripReopen(t *testing.T) {
 		st.VotedFor.Term = uint64(c)
 		if err := tl.Commit(st); err != nil {
 			t.Fatal(err)
+		}
+		for _, b := range kept {
+			clear(b)
 		}
 	}
 	end := lsn

@@ -50,9 +50,18 @@ type Timeline struct {
 type walOp struct {
 	truncate bool
 	lsn      proto.LSN
-	data     []byte // a copy of the caller's bytes: (*Timeline.buf)[off:]
-	off      int
+	// data is a copy of the caller's bytes, (*Timeline.buf)[off:], or, when
+	// kept, the caller's own.
+	data []byte
+	off  int
+	kept bool
 }
+
+// keepWALWrite is the smallest write WriteWAL keeps by reference instead of
+// copying (a request's WAL is up to 128 KiB): copying it cost a pass over
+// every byte and, with many timelines writing at once, a staging buffer per
+// timeline in fresh memory.
+const keepWALWrite = 32 << 10
 
 // walBufs recycles the staging buffers of all timelines: the append path
 // copies each request's WAL once, into memory that is already mapped, rather
@@ -107,8 +116,10 @@ func (op walOp) kind() string {
 // Key returns the timeline's tenant and timeline ids.
 func (t *Timeline) Key() proto.TimelineKey { return t.key.timelineKey() }
 
-// WriteWAL stages a copy of data at lsn; the caller may reuse data at once.
-// lsn must be the end of the WAL including staged changes: the end of the
+// WriteWAL stages data at lsn. A write of at least keepWALWrite bytes is
+// kept by reference, not copied: the caller must leave data unchanged until
+// the next Commit returns. Smaller writes are copied (and packed together),
+// so data may be reused at once. lsn must be the end of the WAL including staged changes: the end of the
 // previous write or of a truncation inside the WAL. If the WAL holds no bytes
 // (never written, or emptied by a truncation or by retention) the write may
 // start anywhere at or above the retention horizon. Anything else fails with
@@ -124,6 +135,12 @@ func (t *Timeline) WriteWAL(lsn proto.LSN, data []byte) error {
 	pos, err := t.writePos.step(op, t.removedUpTo)
 	if err != nil {
 		return fmt.Errorf("storage: timeline %s: %w", t.Key(), err)
+	}
+	if len(data) >= keepWALWrite {
+		op.kept = true
+		t.staged = append(t.staged, op)
+		t.writePos = pos
+		return nil
 	}
 	if t.buf == nil {
 		t.buf = getWALBuf(len(data))
@@ -141,12 +158,14 @@ func (t *Timeline) WriteWAL(lsn proto.LSN, data []byte) error {
 	*t.buf = buf
 	if grown {
 		for i := range t.staged {
-			op := &t.staged[i]
-			op.data = buf[op.off : op.off+len(op.data)]
+			if op := &t.staged[i]; !op.truncate && !op.kept {
+				op.data = buf[op.off : op.off+len(op.data)]
+			}
 		}
 	}
-	// Contiguous writes are packed into one op; Commit cuts it into chunks.
-	if n := len(t.staged); n > 0 && !t.staged[n-1].truncate {
+	// Contiguous copied writes are packed into one op; Commit cuts it into
+	// chunks.
+	if n := len(t.staged); n > 0 && !t.staged[n-1].truncate && !t.staged[n-1].kept {
 		last := &t.staged[n-1]
 		last.data = buf[last.off:]
 	} else {

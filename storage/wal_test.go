@@ -39,6 +39,7 @@ func walModelRun(t *testing.T, seed uint64) {
 	end := func() proto.LSN { return first + proto.LSN(len(model)) }
 	var gen uint64
 	var commitStarts []proto.LSN
+	var kept [][]byte
 
 	for step := range 150 {
 		for range 1 + rng.IntN(3) {
@@ -58,7 +59,11 @@ func walModelRun(t *testing.T, seed uint64) {
 				if err := tl.WriteWAL(end(), data); err != nil {
 					t.Fatalf("step %d: WriteWAL: %v", step, err)
 				}
-				clear(data) // WriteWAL copied it
+				if n < keepWALWrite {
+					clear(data) // WriteWAL copied it
+				} else {
+					kept = append(kept, data) // kept until Commit returns
+				}
 				model = append(model, walData(end(), n, gen)...)
 			case len(model) > 0:
 				// Truncate at an earlier commit's start, or anywhere.
@@ -77,6 +82,10 @@ func walModelRun(t *testing.T, seed uint64) {
 		if err := tl.Commit(st); err != nil {
 			t.Fatalf("step %d: Commit: %v", step, err)
 		}
+		for _, d := range kept {
+			clear(d) // the caller's again once Commit returned
+		}
+		kept = kept[:0]
 		if rng.IntN(10) == 0 && end().SegmentStart(testSegSize) > first {
 			cut := end().SegmentStart(testSegSize)
 			if err := tl.RemoveWAL(cut); err != nil {
