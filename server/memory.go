@@ -73,6 +73,9 @@ func (m *reclaimer) run(ctx context.Context, s *Server) {
 		// memory later. A quiet server allocates little, so once its memory
 		// is returned this stays below the threshold.
 		objects, free := heldNow()
+		if quiet == reclaimQuiet {
+			base = 0 // the first check of a quiet period judges all the heap
+		}
 		if held := objects + free - min(base, objects); held > reclaimThreshold {
 			// Twice: the first collection leaves what sync.Pools held
 			// (pgwire's recycled bodies) in their victim caches; the second

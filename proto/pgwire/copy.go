@@ -36,7 +36,9 @@ func (c *Conn) ReadCopy() ([]byte, error) {
 			// the frame reader's buffers: a large body was read into one of
 			// its own, anything else is copied before it escapes.
 			if c.frames.owned {
-				return m.Data, nil
+				b := m.Data
+				m.Data = nil // the Backend keeps m for the next CopyData: not the payload
+				return b, nil
 			}
 			return append([]byte(nil), m.Data...), nil
 		case *pgproto3.CopyDone:
