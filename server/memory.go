@@ -6,6 +6,8 @@ import (
 	"runtime/metrics"
 	"sync/atomic"
 	"time"
+
+	"github.com/safekeeper/safekeeper/proto/pgwire"
 )
 
 // Returning memory after a burst. Go keeps the heap it grew to and gives
@@ -16,7 +18,7 @@ import (
 // stays counted in the process's resident memory. The reclaimer checks every
 // reclaimInterval: once no WAL has arrived for reclaimQuiet checks in a row,
 // it releases the database mapping (storage.DB.ReleaseMapped: the pages stay
-// in the page cache), and at that check and every later one while it stays
+// in the page cache) and pgwire's free body buffers, and at that check and every later one while it stays
 // quiet, when the heap holds more than reclaimThreshold beyond what was live
 // after the last reclaim, it collects and returns the free memory at once
 // (debug.FreeOSMemory). While WAL flows it does nothing: the memory will
@@ -72,15 +74,12 @@ func (m *reclaimer) run(ctx context.Context, s *Server) {
 		// Every check while quiet: connections that close later free their
 		// memory later. A quiet server allocates little, so once its memory
 		// is returned this stays below the threshold.
-		objects, free := heldNow()
 		if quiet == reclaimQuiet {
 			base = 0 // the first check of a quiet period judges all the heap
+			pgwire.DropRecycled()
 		}
+		objects, free := heldNow()
 		if held := objects + free - min(base, objects); held > reclaimThreshold {
-			// Twice: the first collection leaves what sync.Pools held
-			// (pgwire's recycled bodies) in their victim caches; the second
-			// frees it.
-			debug.FreeOSMemory()
 			debug.FreeOSMemory()
 			base, _ = heldNow()
 			s.log.Debug("returned free heap memory to the OS", "held", held, "live", base)
