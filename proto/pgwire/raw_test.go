@@ -537,8 +537,10 @@ func TestReadResumesAfterDeadline(t *testing.T) {
 	}
 }
 
-func TestReadCopy(t *testing.T) {
-	client, fe, c := ready(t, AcceptOptions{})
+// startCopyBoth puts c into CopyBoth and reads the CopyBothResponse on the
+// client's side.
+func startCopyBoth(t *testing.T, client net.Conn, c *Conn) {
+	t.Helper()
 	if err := c.StartCopyBoth(); err != nil {
 		t.Fatal(err)
 	}
@@ -550,6 +552,11 @@ func TestReadCopy(t *testing.T) {
 	if _, err := io.ReadFull(client, raw); err != nil || !bytes.Equal(raw, []byte{'W', 0, 0, 0, 7, 0, 0, 0}) {
 		t.Fatalf("CopyBothResponse = %x, %v", raw, err)
 	}
+}
+
+func TestReadCopy(t *testing.T) {
+	client, fe, c := ready(t, AcceptOptions{})
+	startCopyBoth(t, client, c)
 	_ = fe
 
 	client.Write(encode(
@@ -602,15 +609,7 @@ func TestReadCopy(t *testing.T) {
 // aliasing each other, and the connection keeps no buffer grown to them.
 func TestReadCopyLargeBodies(t *testing.T) {
 	client, _, c := ready(t, AcceptOptions{})
-	if err := c.StartCopyBoth(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(client, make([]byte, 8)); err != nil {
-		t.Fatal(err)
-	}
+	startCopyBoth(t, client, c)
 	sizes := []int{128 << 10, 3, readBufSize - 5, readBufSize + 1, 64 << 10, 1}
 	var want [][]byte
 	var stream []byte

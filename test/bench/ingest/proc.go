@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/safekeeper/safekeeper/test/harness"
 )
 
 // ProcIO is /proc/PID/io of a process (all its threads): rchar/wchar are
@@ -150,7 +152,7 @@ func DescribeMachine(dir string) Machine {
 		m.TempFS = strings.TrimSpace(string(out))
 	}
 	m.TempFS = filepath.Clean(dir) + ": " + m.TempFS
-	if root, err := moduleRoot(); err == nil {
+	if root, err := harness.ModuleRoot(); err == nil {
 		git := func(args ...string) string {
 			cmd := exec.Command("git", args...)
 			cmd.Dir = root
@@ -166,22 +168,4 @@ func DescribeMachine(dir string) Machine {
 		m.Describe += " (branch " + git("rev-parse", "--abbrev-ref", "HEAD") + ")"
 	}
 	return m
-}
-
-// moduleRoot finds the directory of go.mod above the working directory.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }

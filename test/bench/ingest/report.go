@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/safekeeper/safekeeper/test/harness"
 )
 
 // Median returns the median of xs (the mean of the middle two for an even
@@ -197,7 +199,7 @@ func WriteDocSection(name, body string) (string, error) {
 	if os.Getenv("BENCH_WRITE_DOC") == "0" {
 		return "", nil
 	}
-	root, err := moduleRoot()
+	root, err := harness.ModuleRoot()
 	if err != nil {
 		return "", err
 	}
