@@ -126,6 +126,7 @@ func (c *replConn) timelineStatus() bool {
 	tl.repl.mu.Lock()
 	readers, slots := len(tl.repl.readers), len(tl.repl.slots)
 	tl.repl.mu.Unlock()
+	push := tl.pushStatus()
 	cols := []pgwire.Column{
 		pgwire.TextColumn("tenant_id"), pgwire.TextColumn("timeline_id"),
 		pgwire.Int8Column("term"), pgwire.TextColumn("voted_for"), pgwire.Int8Column("last_log_term"),
@@ -133,6 +134,7 @@ func (c *replConn) timelineStatus() bool {
 		pgwire.TextColumn("timeline_start_lsn"), pgwire.TextColumn("removed_up_to"),
 		pgwire.Int4Column("pg_timeline"), pgwire.TextColumn("system_id"), pgwire.Int4Column("wal_seg_size"),
 		pgwire.Int4Column("readers"), pgwire.Int4Column("slots"), pgwire.Int4Column("pg_version"),
+		pgwire.TextColumn("proposer_addr"), pgwire.Int8Column("last_push_term"), pgwire.Int8Column("last_push_age_ms"),
 	}
 	u := func(v uint64) []byte { return text(strconv.FormatUint(v, 10)) }
 	row := [][]byte{
@@ -142,6 +144,13 @@ func (c *replConn) timelineStatus() bool {
 		text(st.TimelineStartLSN.String()), text(max(st.RemovedUpTo, tl.store.RemovedUpTo()).String()),
 		u(uint64(st.PgTimeline)), u(st.SystemID), u(uint64(st.WalSegSize)),
 		u(uint64(readers)), u(uint64(slots)), u(uint64(st.PgVersion)),
+		nil, u(push.term), nil, // NULL: no proposer connected; none since the server started
+	}
+	if push.connected {
+		row[len(row)-3] = text(push.addr)
+	}
+	if !push.at.IsZero() {
+		row[len(row)-1] = u(uint64(time.Since(push.at).Milliseconds()))
 	}
 	return c.done(c.pc.SendRows(cols, [][][]byte{row}, "TIMELINE_STATUS"))
 }

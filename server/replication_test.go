@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -259,7 +260,8 @@ func TestCommandResultShapes(t *testing.T) {
 	_, err = exec(t, c, `DROP_REPLICATION_SLOT "s1"`)
 	wantCode(t, err, pgwire.UndefinedObject)
 	row = oneRow(t, must(exec(t, c, "TIMELINE_STATUS")), nil, "tenant_id", "timeline_id", "term", "voted_for", "last_log_term",
-		"flush_lsn", "commit_lsn", "truncate_lsn", "timeline_start_lsn", "removed_up_to", "pg_timeline", "system_id", "wal_seg_size", "readers", "slots", "pg_version")
+		"flush_lsn", "commit_lsn", "truncate_lsn", "timeline_start_lsn", "removed_up_to", "pg_timeline", "system_id", "wal_seg_size", "readers", "slots", "pg_version",
+		"proposer_addr", "last_push_term", "last_push_age_ms")
 	if row[2] != "1" || row[4] != "1" || row[5] != st.FlushLSN.String() || row[6] != st.CommitLSN.String() || row[8] != tStart.String() || row[14] != "1" {
 		t.Fatalf("TIMELINE_STATUS %q", row)
 	}
@@ -785,5 +787,43 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(delay)
 		delay = min(2*delay, 100*time.Millisecond)
+	}
+}
+
+// TestTimelineStatusReportsTheStreamingProposer: TIMELINE_STATUS names the
+// push connection that last streamed (sync and wal fetch use it to tell a
+// live proposer): nothing before the first SafeKeeperRequest, then its
+// address, term and a small age; once it disconnects the address is NULL
+// and the term and age remain.
+func TestTimelineStatusReportsTheStreamingProposer(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 3, proto.TermHistory{{Term: 3, StartLSN: tStart}}, tStart)
+	c := replConnect(t, addr, false, "")
+	cols := []string{"proposer_addr", "last_push_term", "last_push_age_ms"}
+	status := func() []string {
+		t.Helper()
+		row := oneRow(t, must(exec(t, c, "TIMELINE_STATUS")), nil, "tenant_id", "timeline_id", "term", "voted_for", "last_log_term",
+			"flush_lsn", "commit_lsn", "truncate_lsn", "timeline_start_lsn", "removed_up_to", "pg_timeline", "system_id", "wal_seg_size", "readers", "slots", "pg_version",
+			"proposer_addr", "last_push_term", "last_push_age_ms")
+		return row[len(row)-len(cols):]
+	}
+	// Elected, but nothing streamed yet (ProposerElected has no reply: a
+	// heartbeat's response shows the server has taken it).
+	if got := status(); got[0] != "NULL" || got[1] != "0" || got[2] != "NULL" {
+		t.Fatalf("%v before any SafeKeeperRequest = %q; want NULL, 0, NULL", cols, got)
+	}
+	p.push(5, 200, 0)
+	got := status()
+	if want := p.c.NetConn().LocalAddr().String(); got[0] != want || got[1] != "3" {
+		t.Fatalf("%v while streaming = %q; want %s, 3", cols, got, want)
+	}
+	if age, err := strconv.Atoi(got[2]); err != nil || age < 0 || age > 5000 {
+		t.Fatalf("last_push_age_ms %q while streaming", got[2])
+	}
+	p.c.Close()
+	waitFor(t, "the server to see the proposer leave", func() bool { return status()[0] == "NULL" })
+	if got := status(); got[1] != "3" || got[2] == "NULL" {
+		t.Fatalf("%v after the proposer left = %q; want NULL, 3, an age", cols, got)
 	}
 }

@@ -62,6 +62,29 @@ type timeline struct {
 	persistEvery time.Duration
 	// walBudget is the server's (Server.walBudget).
 	walBudget *semaphore.Weighted
+
+	// pushMu guards push.
+	pushMu sync.Mutex
+	push   pushInfo
+}
+
+// pushInfo is the proposer that last streamed to the timeline (sent a
+// SafeKeeperRequest, WAL or heartbeat, that the session did not refuse), as
+// TIMELINE_STATUS reports it: sync and wal fetch ask it whether a proposer
+// is live before they act on their own.
+type pushInfo struct {
+	conn      acceptor.ConnID
+	addr      string
+	term      uint64
+	at        time.Time // zero: none since the server started
+	connected bool      // conn is still open
+}
+
+// pushStatus returns the proposer that last streamed to the timeline.
+func (t *timeline) pushStatus() pushInfo {
+	t.pushMu.Lock()
+	defer t.pushMu.Unlock()
+	return t.push
 }
 
 // Status returns the state readers are served from (durable, but for a
@@ -174,6 +197,11 @@ func (o *owner) handle(ev event) {
 		o.act(o.sess.End(c.id))
 		delete(o.conns, c.id)
 		c.enqueue(*ev.end)
+		o.t.pushMu.Lock()
+		if o.t.push.conn == c.id {
+			o.t.push.connected = false
+		}
+		o.t.pushMu.Unlock()
 		return
 	}
 	if c.dead() {
@@ -187,6 +215,11 @@ func (o *owner) handle(ev event) {
 	}
 	if m, ok := ev.msg.(*proto.ProposerElected); ok && !r.Ends(c.id) {
 		o.t.log.Info("proposer elected", "term", m.Term, "start_streaming_at", m.StartStreamingAt, "conn", c.remote)
+	}
+	if m, ok := ev.msg.(*proto.SafeKeeperRequest); ok && !r.Ends(c.id) {
+		o.t.pushMu.Lock()
+		o.t.push = pushInfo{conn: c.id, addr: c.remote, term: m.Sender.Term, at: time.Now(), connected: true}
+		o.t.pushMu.Unlock()
 	}
 	o.act(r)
 }
