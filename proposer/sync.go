@@ -411,6 +411,21 @@ type timelineProbe struct {
 
 	systemID                       uint64
 	pgVersion, segSize, pgTimeline uint32
+
+	term, lastLogTerm                       uint64
+	flush, commit, timelineStart, removedTo proto.LSN
+	// proposerAddr is the push connection that last streamed, while it is
+	// connected ("" otherwise); lastPushTerm its term; lastPushAge the
+	// time since (-1: none since the safekeeper started).
+	proposerAddr string
+	lastPushTerm uint64
+	lastPushAge  time.Duration
+}
+
+// live reports whether a proposer of term streamed to the safekeeper within
+// window and is still connected.
+func (p timelineProbe) live(term uint64, window time.Duration) bool {
+	return p.proposerAddr != "" && p.lastPushTerm == term && p.lastPushAge >= 0 && p.lastPushAge <= window
 }
 
 // findTimeline asks every safekeeper (at once) whether it holds the
@@ -508,9 +523,11 @@ func probeTimeline(ctx context.Context, cfg *SyncConfig, addr string) timelinePr
 		return p
 	}
 	col := map[string]string{}
+	null := map[string]bool{}
 	for j, f := range res[0].FieldDescriptions {
 		if j < len(res[0].Rows[0]) {
 			col[f.Name] = string(res[0].Rows[0][j])
+			null[f.Name] = res[0].Rows[0][j] == nil
 		}
 	}
 	parse := func(name string, bits int) uint64 {
@@ -522,6 +539,24 @@ func probeTimeline(ctx context.Context, cfg *SyncConfig, addr string) timelinePr
 	}
 	p.systemID = parse("system_id", 64)
 	pgv, seg, tli := parse("pg_version", 32), parse("wal_seg_size", 32), parse("pg_timeline", 32)
+	p.term, p.lastLogTerm = parse("term", 64), parse("last_log_term", 64)
+	lsn := func(name string) proto.LSN {
+		l, err := proto.ParseLSN(col[name])
+		if err != nil && p.err == nil {
+			p.err = fmt.Errorf("%s: TIMELINE_STATUS %s %q: %w", addr, name, col[name], err)
+		}
+		return l
+	}
+	p.flush, p.commit = lsn("flush_lsn"), lsn("commit_lsn")
+	p.timelineStart, p.removedTo = lsn("timeline_start_lsn"), lsn("removed_up_to")
+	// A safekeeper of an older build has no push columns: no proposer.
+	p.proposerAddr, p.lastPushAge = col["proposer_addr"], -1
+	if _, ok := col["last_push_term"]; ok {
+		p.lastPushTerm = parse("last_push_term", 64)
+	}
+	if _, ok := col["last_push_age_ms"]; ok && !null["last_push_age_ms"] {
+		p.lastPushAge = time.Duration(parse("last_push_age_ms", 63)) * time.Millisecond
+	}
 	if p.err != nil {
 		return p
 	}

@@ -20,14 +20,17 @@ var ErrExportRange = errors.New("storage: export range outside the timeline's WA
 // path (opened read-only: it fails with ErrLocked while a safekeeper holds
 // it), as PostgreSQL segment files in outDir (created if missing), up to
 // *upto (nil: commit_lsn). Segments are named like pg_wal's
-// (TTTTTTTTXXXXXXXXYYYYYYYY); the unfinished last one is written as
-// NAME.partial, full size and zero-padded, as pg_receivewal does. Only
-// segments the timeline holds from their first byte are written: bytes
-// before timeline_start_lsn (or removed by retention) are unknown. Writing
-// NAME removes a NAME.partial left in outDir, and writing NAME.partial
-// removes NAME, so a restore_command never finds a stale form. Each file is
-// written durably (temporary file, fsync, rename, fsync of the directory).
-// Progress lines go to w.
+// (TTTTTTTTXXXXXXXXYYYYYYYY), the unfinished last one too: full size,
+// zero-padded after the WAL. PostgreSQL's restore_command is only ever asked
+// for NAME, never NAME.partial (pg_receivewal's form), so a last segment
+// written as NAME.partial is silently missed by `cp %f %p`: recovery ends one
+// segment early and promotes without its commits. Zero-padded, it replays to
+// the end of the exported WAL and stops there, as at any end of WAL. A
+// NAME.partial left in outDir (by pg_receivewal or an older build) is
+// removed. Only segments the timeline holds from their first byte are
+// written: bytes before timeline_start_lsn (or removed by retention) are
+// unknown. Each file is written durably (temporary file, fsync, rename,
+// fsync of the directory). Progress lines go to w.
 func Export(path string, key proto.TimelineKey, outDir string, uptoArg *proto.LSN, w io.Writer) error {
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("wal export: %w", err)
@@ -87,25 +90,25 @@ func Export(path string, key proto.TimelineKey, outDir string, uptoArg *proto.LS
 			n += uint64(m)
 		}
 		name := proto.SegmentFileName(st.PgTimeline, seg, segSize)
-		other := name + ".partial" // the other form of the segment's file, stale now
-		if want < segSize {
-			name, other = other, name
-			partial++
-		} else {
-			full++
-		}
+		stale := name + ".partial" // never asked for by a restore_command
 		// Remove the stale form first: a crash then leaves neither, never
-		// both, so a restore_command cannot pick the stale one.
-		if err := os.Remove(filepath.Join(outDir, other)); err == nil {
-			fmt.Fprintf(w, "removed %s: replaced by %s\n", other, name)
+		// both.
+		if err := os.Remove(filepath.Join(outDir, stale)); err == nil {
+			fmt.Fprintf(w, "removed %s: replaced by %s\n", stale, name)
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("wal export: %w", err)
 		}
 		if err := writeFileDurably(filepath.Join(outDir, name), buf); err != nil {
 			return fmt.Errorf("wal export: %w", err)
 		}
+		if want < segSize {
+			partial++
+			fmt.Fprintf(w, "wrote %s: unfinished, WAL up to %s, zero-padded\n", name, upto)
+		} else {
+			full++
+		}
 	}
-	fmt.Fprintf(w, "exported %s..%s: %d complete segment(s), %d partial\n", from, upto, full, partial)
+	fmt.Fprintf(w, "exported %s..%s: %d complete segment(s), %d unfinished\n", from, upto, full, partial)
 	return nil
 }
 

@@ -15,7 +15,7 @@ func walCommand() *cli.Command {
 		Name:         "wal",
 		Usage:        "offline tools for a safekeeper's stored WAL",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
-		Subcommands:  []*cli.Command{walExportCommand()},
+		Subcommands:  []*cli.Command{walExportCommand(), walFetchCommand()},
 		// No "wal help" subcommand of urfave/cli's: it answers an unknown
 		// name with an error that cannot be told from a failure.
 		HideHelpCommand: true,
@@ -39,12 +39,13 @@ func walExportCommand() *cli.Command {
 		UsageText: "safekeeper wal export --data-dir DIR --tenant-id HEX --timeline-id HEX --output DIR [--upto LSN]",
 		Description: "Reads the data directory offline and writes the timeline's WAL up to commit_lsn (or\n" +
 			"--upto, which may not be above commit_lsn) as segment files named like pg_wal's\n" +
-			"(TTTTTTTTXXXXXXXXYYYYYYYY); the unfinished last segment is written as NAME.partial, full\n" +
-			"size and zero-padded, as pg_receivewal does. Only segments the timeline holds from their\n" +
+			"(TTTTTTTTXXXXXXXXYYYYYYYY). The unfinished last segment gets its own name too, full size and\n" +
+			"zero-padded: a restore_command is only ever asked for that name, never for NAME.partial, so\n" +
+			"`cp %f %p` over this directory replays every exported commit and then finds the end of WAL\n" +
+			"(a NAME.partial left in --output is removed). Only segments the timeline holds from their\n" +
 			"first byte are written: bytes before timeline_start_lsn (or removed by retention) are\n" +
 			"unknown, so a timeline that does not start at a segment boundary skips its first segment.\n" +
-			"Writing NAME removes a NAME.partial left in --output by an earlier export, and writing\n" +
-			"NAME.partial removes NAME, so a restore_command never finds a stale form (each is reported).\n" +
+			"For a restore while the safekeepers run, use `safekeeper wal fetch` as restore_command.\n" +
 			"Refuses to run while a safekeeper holds the data directory.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "data-dir", "tenant-id", "timeline-id", "output") },

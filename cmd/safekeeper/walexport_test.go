@@ -85,10 +85,11 @@ func TestWALExportUptoOutsideTheTimeline(t *testing.T) {
 	}
 }
 
-// TestWALExportReplacesTheOtherFormOfASegment: writing segment N removes a
-// leftover N.partial, and writing N.partial removes a leftover N, so a
-// restore_command never finds a stale one next to the new one.
-func TestWALExportReplacesTheOtherFormOfASegment(t *testing.T) {
+// TestWALExportWritesTheLastSegmentUnderItsName: the unfinished last
+// segment is written as NAME, zero-padded, since a restore_command is only
+// asked for NAME (a NAME.partial would be skipped and its commits lost); a
+// NAME.partial left in the directory is removed, a stale NAME replaced.
+func TestWALExportWritesTheLastSegmentUnderItsName(t *testing.T) {
 	start := proto.LSN(0x1000000)
 	wal := bytes.Repeat([]byte{7}, 3*exportSegSize/2)
 	dataDir := storeTimeline(t, start, wal)
@@ -96,37 +97,41 @@ func TestWALExportReplacesTheOtherFormOfASegment(t *testing.T) {
 	seg2 := proto.SegmentFileName(1, start+exportSegSize, exportSegSize)
 	out := t.TempDir()
 	stale := bytes.Repeat([]byte{0xee}, exportSegSize)
-	for _, name := range []string{seg1 + ".partial", seg2} {
+	for _, name := range []string{seg1 + ".partial", seg2, seg2 + ".partial"} {
 		if err := os.WriteFile(filepath.Join(out, name), stale, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 
-	// Up to commit_lsn: segment 1 complete, segment 2 partial.
+	// Up to commit_lsn: segment 1 complete, segment 2 unfinished.
 	code, stdout, stderr := runExport(t, dataDir, out)
 	if code != 0 {
 		t.Fatalf("export: exit %d: %s", code, stderr)
 	}
-	wantFiles(t, out, seg1, seg2+".partial")
-	for _, name := range []string{seg1 + ".partial", seg2} {
+	wantFiles(t, out, seg1, seg2)
+	for _, name := range []string{seg1 + ".partial", seg2 + ".partial"} {
 		if !strings.Contains(stdout, "removed "+name) {
 			t.Errorf("the removal of %s is not reported:\n%s", name, stdout)
 		}
 	}
+	if !strings.Contains(stdout, "wrote "+seg2+": unfinished") {
+		t.Errorf("the unfinished segment is not reported:\n%s", stdout)
+	}
+	b, err := os.ReadFile(filepath.Join(out, seg2))
+	want := append(append([]byte(nil), wal[exportSegSize:]...), make([]byte, exportSegSize/2)...)
+	if err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("%s is not the timeline's last WAL, zero-padded to a whole segment: %v", seg2, err)
+	}
 
-	// Up to the middle of segment 1: its partial form replaces the
-	// complete one.
-	code, stdout, stderr = runExport(t, dataDir, out, "--upto", (start + exportSegSize/2).String())
+	// Up to the middle of segment 1: it is rewritten unfinished.
+	code, _, stderr = runExport(t, dataDir, out, "--upto", (start + exportSegSize/2).String())
 	if code != 0 {
 		t.Fatalf("export --upto: exit %d: %s", code, stderr)
 	}
-	wantFiles(t, out, seg1+".partial", seg2+".partial")
-	if !strings.Contains(stdout, "removed "+seg1) {
-		t.Errorf("the removal of %s is not reported:\n%s", seg1, stdout)
-	}
-	b, err := os.ReadFile(filepath.Join(out, seg1+".partial"))
-	if err != nil || !bytes.Equal(b[:exportSegSize/2], wal[:exportSegSize/2]) {
-		t.Fatalf("%s.partial does not hold the timeline's WAL: %v", seg1, err)
+	b, err = os.ReadFile(filepath.Join(out, seg1))
+	want = append(append([]byte(nil), wal[:exportSegSize/2]...), make([]byte, exportSegSize/2)...)
+	if err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("%s after --upto is not the WAL up to there, zero-padded: %v", seg1, err)
 	}
 }
 

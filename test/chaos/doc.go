@@ -4,8 +4,10 @@
 // fed by a safekeeper, and a bank-transfer workload whose total balance is
 // invariant. The tests kill -9 safekeepers, the proposer and the primary,
 // start two proposers at once, partition a safekeeper behind a
-// fault-injecting proxy (harness.Proxy) and fill a safekeeper's disk, and
-// then check what docs/correctness.md promises: every commit the primary
+// fault-injecting proxy (harness.Proxy), fill a safekeeper's disk and
+// restore a base backup with `safekeeper wal fetch` as its only WAL source
+// after the primary's host is lost, and then check what docs/correctness.md
+// promises: every commit the primary
 // acknowledged is present (on the standby, on a quorum), the total balance
 // is unchanged, and every safekeeper's WAL is byte-identical to the
 // primary's pg_wal.
