@@ -61,6 +61,13 @@ type Config struct {
 	// ElectionTimeout is how long a session waits for a quorum of grants
 	// before it gives up and starts over with a new term. Default 30 s.
 	ElectionTimeout time.Duration
+	// ProposerLease: before each campaign Run asks the safekeepers whether
+	// a proposer of a higher term than its own last one streamed to the
+	// timeline this recently, over a connection still open, and waits while
+	// one does — so two supervised proposers do not depose each other in
+	// turn. Default DefaultProposerLease; negative: never wait (take over
+	// at once).
+	ProposerLease time.Duration
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -89,6 +96,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.ReconnectMin, 100*time.Millisecond)
 	def(&c.ReconnectMax, 5*time.Second)
 	def(&c.ElectionTimeout, 30*time.Second)
+	def(&c.ProposerLease, DefaultProposerLease)
 	if c.BufferSize == 0 {
 		c.BufferSize = 64 << 20
 	}

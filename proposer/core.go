@@ -43,6 +43,7 @@ type DeposedError struct {
 	Addr       string // its configured address; set by Run and Sync (the core knows indexes only)
 	Term       uint64 // the term it showed
 	Ours       uint64 // this proposer's term
+	By         string // who streams to that safekeeper now, if Run found out; "" if not
 }
 
 func (e *DeposedError) Error() string {
@@ -56,7 +57,11 @@ func (e *DeposedError) Reason() string {
 	if who == "" {
 		who = fmt.Sprintf("#%d", e.Safekeeper)
 	}
-	return fmt.Sprintf("safekeeper %s is at term %d, above our term %d", who, e.Term, e.Ours)
+	msg := fmt.Sprintf("safekeeper %s is at term %d, above our term %d", who, e.Term, e.Ours)
+	if e.By != "" {
+		msg += "; " + e.By
+	}
+	return msg
 }
 
 // nameDeposed fills a *DeposedError's Addr from the configured addresses.

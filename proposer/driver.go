@@ -41,13 +41,20 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log := cfg.Logger
 	bo := backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax}
-	var lastTerm uint64
+	var lastTerm, ownTerm uint64
 	gaps := make([]responseGap, len(cfg.Safekeepers))
 	defer func() { logLinkStats(log, cfg.Safekeepers, gaps) }()
 	for {
+		if cfg.ProposerLease > 0 {
+			waitLease(ctx, cfg, ownTerm)
+			if ctx.Err() != nil {
+				return nil
+			}
+		}
 		s := newDriver(cfg, lastTerm)
 		err := s.run(ctx)
 		lastTerm = max(lastTerm, s.sess.Core().MaxTermSeen())
+		ownTerm = max(ownTerm, s.sess.Core().Ballot().Term)
 		for i, sk := range s.sks {
 			gaps[i].add(sk.gap)
 		}
@@ -55,7 +62,11 @@ func Run(ctx context.Context, cfg Config) error {
 			return nil
 		}
 		if errors.Is(err, ErrDeposed) || errors.Is(err, ErrDuplicateSafekeeper) {
-			return nameDeposed(err, cfg.Safekeepers)
+			return deposedBy(ctx, nameDeposed(err, cfg.Safekeepers),
+				SyncConfig{Safekeepers: cfg.Safekeepers, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ConnectTimeout: cfg.ConnectTimeout})
+		}
+		if errors.Is(err, ErrIncompatible) {
+			return err
 		}
 		if permanentUpstreamError(err) {
 			return &RejectedError{Err: err}
@@ -122,6 +133,10 @@ type driver struct {
 	commitTimer *time.Timer
 	commitTick  <-chan time.Time
 	cuEvents    chan streamChunk
+
+	// refusals: the safekeepers that refused our ServerInfo for good
+	// (their links stopped); Run ends once no quorum is left.
+	refusals map[int]error
 
 	lastStatus time.Time
 	lastCommit proto.LSN // commit reported in the last status update
@@ -334,6 +349,9 @@ func (s *driver) disconnect(sk *skState) {
 
 func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 	sk := s.sks[ev.sk]
+	if ev.refused {
+		return s.refused(ev)
+	}
 	if ev.out != nil { // a new, greeted connection
 		if sk.out != nil {
 			s.disconnect(sk)
@@ -365,6 +383,20 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 	if r.Elect {
 		return s.elect(ctx)
 	}
+	return nil
+}
+
+// refused records a safekeeper's refusal of our ServerInfo for good; once
+// no quorum is left, the session (and Run) ends with ErrIncompatible.
+func (s *driver) refused(ev skEvent) error {
+	if s.refusals == nil {
+		s.refusals = map[int]error{}
+	}
+	s.refusals[ev.sk] = ev.err
+	if refusalBlocksQuorum(len(s.refusals), len(s.cfg.Safekeepers)) {
+		return incompatibleError(s.refusals, s.cfg.Safekeepers)
+	}
+	s.log.Error("safekeeper refuses this primary for good; not retried, the others go on", "safekeeper", s.cfg.Safekeepers[ev.sk], "err", ev.err)
 	return nil
 }
 

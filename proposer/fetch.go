@@ -34,10 +34,10 @@ type FetchConfig struct {
 	Logger *slog.Logger
 	// ConnectTimeout bounds each connection attempt. Default 10 s.
 	ConnectTimeout time.Duration
-	// LiveWindow: a proposer that streamed (WAL or a heartbeat, every
+	// ProposerLease: a proposer that streamed (WAL or a heartbeat, every
 	// 200 ms by default) to a safekeeper this recently and is still
-	// connected is live. Default 2 s.
-	LiveWindow time.Duration
+	// connected is live. Default DefaultProposerLease.
+	ProposerLease time.Duration
 	// SettleTimeout bounds the wait for a live proposer to bring
 	// commit_lsn up to the WAL a quorum holds. Default 10 s.
 	SettleTimeout time.Duration
@@ -87,8 +87,8 @@ func Fetch(ctx context.Context, cfg FetchConfig, name string) (Fetched, error) {
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
-	if cfg.LiveWindow == 0 {
-		cfg.LiveWindow = 2 * time.Second
+	if cfg.ProposerLease == 0 {
+		cfg.ProposerLease = DefaultProposerLease
 	}
 	if cfg.SettleTimeout == 0 {
 		cfg.SettleTimeout = 10 * time.Second
@@ -250,7 +250,7 @@ func (f *fetcher) settle(ctx context.Context, holders []timelineProbe) (proto.LS
 	}
 	live := ""
 	for _, p := range holders {
-		if p.live(term, f.cfg.LiveWindow) {
+		if p.live(term, f.cfg.ProposerLease) {
 			live = p.proposerAddr
 		}
 	}
@@ -281,6 +281,7 @@ func (f *fetcher) settle(ctx context.Context, holders []timelineProbe) (proto.LS
 	f.cfg.Logger.Info("the safekeepers hold WAL above commit_lsn and no proposer is streaming; running sync to commit it",
 		"commit_lsn", commit, "flush_lsn", target, "term", term)
 	sc := f.sc
+	sc.Force = true // no proposer is live: settle checked
 	sc.SystemID, sc.PgVersion, sc.WalSegSize, sc.PgTimeline = holders[0].systemID, holders[0].pgVersion, holders[0].segSize, holders[0].pgTimeline
 	end, err := Sync(ctx, sc)
 	if err != nil {

@@ -21,6 +21,10 @@ type skEvent struct {
 	out     chan []byte           // the new connection's writer queue
 	msg     proto.Message
 	err     error
+	// refused: err is the safekeeper's refusal of our ServerInfo (rule 1:
+	// another cluster, major version or segment size), which no retry can
+	// fix; the link has stopped.
+	refused bool
 }
 
 // skLinks runs one connection goroutine per safekeeper: dial, greet with
@@ -63,6 +67,10 @@ func (l *skLinks) loop(ctx context.Context, i int) {
 	for gen := 1; ctx.Err() == nil; gen++ {
 		greeted, err := l.connection(ctx, i, gen)
 		if ctx.Err() != nil {
+			return
+		}
+		if !greeted && incompatible(err) {
+			l.post(ctx, skEvent{sk: i, gen: gen, err: err, refused: true})
 			return
 		}
 		if greeted {

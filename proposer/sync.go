@@ -58,6 +58,13 @@ type SyncConfig struct {
 	Logger *slog.Logger
 	// ConnectTimeout bounds each connection attempt. Default 10 s.
 	ConnectTimeout time.Duration
+	// Force runs sync even while a proposer streams to the timeline
+	// (deposing it). Without it Sync first asks every safekeeper and fails
+	// with ErrProposerLive when one reports a proposer that streamed within
+	// ProposerLease over a connection still open.
+	Force bool
+	// ProposerLease is that window. Default DefaultProposerLease.
+	ProposerLease time.Duration
 }
 
 // Sync is `safekeeper sync` (Neon's sync-safekeepers): it wins an election
@@ -98,6 +105,15 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 10 * time.Second
+	}
+	if cfg.ProposerLease == 0 {
+		cfg.ProposerLease = DefaultProposerLease
+	}
+	if !cfg.Force {
+		if l, ok := findLive(ctx, &cfg, 0, cfg.ProposerLease); ok {
+			return 0, fmt.Errorf("%w: %s; sync would depose it and the primary's commits would wait for a new proposer: stop it first, or pass --force",
+				ErrProposerLive, l)
+		}
 	}
 	if cfg.ProposerUUID.IsZero() {
 		c, err := Config{Upstream: "-", Safekeepers: cfg.Safekeepers, TenantID: proto.ID{1}, TimelineID: proto.ID{1}}.withDefaults()
@@ -143,6 +159,7 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 	}()
 	t := time.NewTicker(tick)
 	defer t.Stop()
+	var refusals map[int]error
 	for {
 		var r Ready
 		var err error
@@ -156,6 +173,15 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 		case ev := <-links.events:
 			sk := &y.sks[ev.sk]
 			switch {
+			case ev.refused:
+				if refusals == nil {
+					refusals = map[int]error{}
+				}
+				refusals[ev.sk] = ev.err
+				if refusalBlocksQuorum(len(refusals), len(cfg.Safekeepers)) {
+					return 0, incompatibleError(refusals, cfg.Safekeepers)
+				}
+				cfg.Logger.Error("safekeeper refuses the timeline's description for good; not retried", "safekeeper", cfg.Safekeepers[ev.sk], "err", ev.err)
 			case ev.out != nil: // a new, greeted connection
 				y.closeLink(ev.sk)
 				sk.gen, sk.out = ev.gen, ev.out

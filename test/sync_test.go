@@ -219,3 +219,50 @@ func TestSyncDoesNotCreateTimelines(t *testing.T) {
 		t.Fatalf("after sync --create only %v hold the timeline; want a quorum of 3", holders)
 	}
 }
+
+// TestSyncRefusesWhileAProposerStreams: sync would depose a live proposer
+// and leave the primary's commits waiting, so it refuses (exit 1, naming
+// the proposer) while one streamed within the lease over an open
+// connection; --force runs it anyway.
+func TestSyncRefusesWhileAProposerStreams(t *testing.T) {
+	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
+	var ps []*tp
+	gen := xlogtest.NewGenerator(tlStart, segSize, 1, sysID)
+	_, end := gen.Record(500)
+	wal := gen.Take()
+	for _, sk := range sks {
+		p := startTerm(t, sk, 1, 1)
+		p.send(p.appendReq(tlStart, wal, end))
+		if r := p.resp(); r.FlushLSN != end {
+			t.Fatalf("flush %v, want %v", r.FlushLSN, end)
+		}
+		ps = append(ps, p)
+	}
+	addrs := strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ",")
+	sync := func(extra ...string) (int, string, string) {
+		cmd := exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), append([]string{"sync", "--safekeepers", addrs,
+			"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String(), "--timeout", "30s"}, extra...)...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		cmd.Run()
+		return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+	}
+	proposerAddr := ps[0].c.NetConn().LocalAddr().String()
+	code, stdout, stderr := sync()
+	if code != 1 || stdout != "" || !strings.Contains(stderr, "a proposer is streaming to the timeline") || !strings.Contains(stderr, "--force") {
+		t.Fatalf("sync with a live proposer: exit %d, stdout %q; want exit 1 naming it and --force\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "term 1") || !strings.Contains(stderr, strings.Split(proposerAddr, ":")[0]) {
+		t.Errorf("the refusal does not name the proposer (term 1, %s): %s", proposerAddr, stderr)
+	}
+	// Nothing changed: the proposer still owns term 1 everywhere.
+	for i, sk := range sks {
+		if g := dial(t, sk, 1).greet(); g.VotedFor.Term != 1 {
+			t.Fatalf("safekeeper %d voted for term %d after a refused sync", i+1, g.VotedFor.Term)
+		}
+	}
+	code, stdout, stderr = sync("--force")
+	if got, err := proto.ParseLSN(strings.TrimSpace(stdout)); code != 0 || err != nil || got != end {
+		t.Fatalf("sync --force: exit %d, printed %q; want %v\n%s", code, stdout, end, stderr)
+	}
+}

@@ -32,9 +32,14 @@ func proposeCommand() *cli.Command {
 			"It reports flush = the quorum commit_lsn, so with synchronous_standby_names naming\n" +
 			"--application-name every commit waits until a quorum of safekeepers has it durable.\n" +
 			"Reconnects with backoff, except when the primary refuses it for good (unknown role, wrong\n" +
-			"password, invalid slot name, no such database: exit 1). SIGHUP is logged and ignored.\n" +
+			"password, invalid slot name, no such database: exit 1), and when so many safekeepers refuse\n" +
+			"this primary for good (their timeline has another system id, segment size or major version)\n" +
+			"that no quorum is possible (exit 1). Before each campaign it asks the safekeepers whether\n" +
+			"another proposer streamed to the timeline within --proposer-lease over a connection still\n" +
+			"open, and waits while one does, so a proposer restarted by its supervisor after it was deposed\n" +
+			"does not depose the new one in turn. SIGHUP is logged and ignored.\n" +
 			"Exit codes: 0 after SIGTERM/SIGINT, 2 usage error, 3 deposed (a higher term appeared on a\n" +
-			"safekeeper), 1 any other error.",
+			"safekeeper; the message names it and who streams to it), 1 any other error.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before: func(c *cli.Context) error {
 			return requireFlags(c, "upstream", "safekeepers", "tenant-id", "timeline-id")
@@ -47,6 +52,7 @@ func proposeCommand() *cli.Command {
 			&cli.StringFlag{Name: "slot", Value: "proposer", Usage: "physical replication slot on the primary (created with RESERVE_WAL if missing): 1-63 lowercase letters, digits, underscores"},
 			&cli.StringFlag{Name: "application-name", Value: "proposer", Usage: "application_name on the primary (1-63 printable ASCII bytes); name it in synchronous_standby_names"},
 			&cli.StringFlag{Name: "buffer-size", Value: "64MiB", Usage: "in-memory WAL kept for lagging safekeepers (e.g. 64MiB); older WAL is re-read from the primary"},
+			&cli.DurationFlag{Name: "proposer-lease", Value: proposer.DefaultProposerLease, Usage: "wait to campaign while another proposer streamed to the timeline this recently; 0: take over at once (deposing it)"},
 		},
 		Action: func(c *cli.Context) error {
 			log, tl, err := timelineArgs(c)
@@ -68,13 +74,20 @@ func proposeCommand() *cli.Command {
 			if err := checkSlotName(c.String("slot")); err != nil {
 				return usagef("--slot: %w", err)
 			}
+			lease := c.Duration("proposer-lease")
+			switch {
+			case lease < 0:
+				return usagef("--proposer-lease %v: want 0 (no wait) or a positive duration", lease)
+			case lease == 0:
+				lease = -1 // proposer.Config: negative disables the wait
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			defer ignoreSIGHUP(log)()
 			err = proposer.Run(ctx, proposer.Config{
 				Upstream: c.String("upstream"), Safekeepers: sks, TenantID: tenant, TimelineID: timeline,
 				SlotName: c.String("slot"), ApplicationName: c.String("application-name"), Logger: log,
-				BufferSize: bufSize,
+				BufferSize: bufSize, ProposerLease: lease,
 			})
 			if errors.Is(err, proposer.ErrDeposed) {
 				return deposedExit(err)

@@ -29,7 +29,10 @@ func syncCommand() *cli.Command {
 			"Sync never creates a timeline by accident: when no safekeeper holds it (a quorum answered\n" +
 			"that they do not), it fails (exit 1) and changes nothing. --create (with --system-id)\n" +
 			"initialises a brand-new timeline instead, as a compute does when it starts one; it prints 0/0.\n" +
-			"Exit codes: 0 success, 1 no quorum within --timeout, no such timeline or another error, 2 usage, 3 deposed.",
+			"Sync refuses (exit 1, naming it) while a proposer streams to the timeline: it would depose it\n" +
+			"and the primary's commits would wait; --force runs it anyway.\n" +
+			"Exit codes: 0 success, 1 no quorum within --timeout, no such timeline, a live proposer or another\n" +
+			"error, 2 usage, 3 deposed.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "safekeepers", "tenant-id", "timeline-id") },
 		Flags: []cli.Flag{
@@ -42,6 +45,7 @@ func syncCommand() *cli.Command {
 			&cli.UintFlag{Name: "pg-timeline", Value: 1, Usage: "with --system-id: PostgreSQL timeline id (TLI) of the timeline, at least 1"},
 			&cli.BoolFlag{Name: "create", Usage: "with --system-id: create the timeline on the safekeepers if none holds it (initialising a brand-new timeline); without it sync fails when no safekeeper holds the timeline"},
 			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up (exit 1) if no quorum is synced within this time"},
+			&cli.BoolFlag{Name: "force", Usage: "run even while a proposer streams to the timeline (it is deposed)"},
 		},
 		Action: func(c *cli.Context) error {
 			log, tl, err := timelineArgs(c)
@@ -63,7 +67,7 @@ func syncCommand() *cli.Command {
 			lsn, err := proposer.Sync(ctx, proposer.SyncConfig{
 				Safekeepers: sks, TenantID: tenant, TimelineID: timeline, SystemID: c.Uint64("system-id"),
 				PgVersion: uint32(c.Uint("pg-version")), WalSegSize: uint32(c.Uint("wal-seg-size")),
-				PgTimeline: uint32(c.Uint("pg-timeline")), Create: c.Bool("create"), Logger: log,
+				PgTimeline: uint32(c.Uint("pg-timeline")), Create: c.Bool("create"), Logger: log, Force: c.Bool("force"),
 			})
 			switch {
 			case errors.Is(err, proposer.ErrNoTimeline):

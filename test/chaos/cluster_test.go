@@ -112,19 +112,21 @@ func (c *cluster) proposerAddrs() string {
 	return strings.Join(addrs, ",")
 }
 
-func (c *cluster) startProposer(name, slot string) *harness.Process {
+func (c *cluster) startProposer(name, slot string, extra ...string) *harness.Process {
 	c.t.Helper()
-	return c.startProposerOn(timelineID, name, slot)
+	return c.startProposerOn(timelineID, name, slot, extra...)
 }
 
-// startProposerOn starts a proposer for timeline (of tenantID).
-func (c *cluster) startProposerOn(timeline proto.ID, name, slot string) *harness.Process {
+// startProposerOn starts a proposer for timeline (of tenantID), with extra
+// flags of `propose`.
+func (c *cluster) startProposerOn(timeline proto.ID, name, slot string, extra ...string) *harness.Process {
 	c.t.Helper()
-	return harness.StartProcess(c.t, name, "--log-level", "debug", "propose",
+	args := append([]string{"--log-level", "debug", "propose",
 		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", c.pg.Port),
 		"--safekeepers", c.proposerAddrs(),
 		"--tenant-id", tenantID.String(), "--timeline-id", timeline.String(),
-		"--slot", slot, "--application-name", name, "--buffer-size", "1MiB")
+		"--slot", slot, "--application-name", name, "--buffer-size", "1MiB"}, extra...)
+	return harness.StartProcess(c.t, name, args...)
 }
 
 // waitSyncStandby waits until the proposer named app streams as the

@@ -1,7 +1,9 @@
 package chaos
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -130,21 +132,79 @@ func TestPrimaryKill9TornTailTruncated(t *testing.T) {
 	c.checkSegments(final)
 }
 
-// TestTwoProposersOneWins: two proposers started at once against the same
-// timeline (each with its own slot, both allowed as synchronous standby):
-// one is elected, the other stops with a 'deposed' message and exit code 3.
-// The safekeepers' WAL equals the primary's: never mixed.
-func TestTwoProposersOneWins(t *testing.T) {
+// TestTwoSupervisedProposersDoNotPingPong: two proposers started at once
+// against the same timeline (each with its own slot, both allowed as
+// synchronous standby), each under a supervisor that restarts it when it
+// exits deposed (code 3), as systemd's Restart=on-failure would. One ends
+// up streaming; the other, restarted or refused, waits for the first one's
+// lease instead of deposing it: under load for 10 s nobody is deposed
+// again. When the streaming one's host is lost (kill -9, not restarted),
+// the waiting one takes over by itself and commits go on. The safekeepers'
+// WAL equals the primary's: never mixed.
+func TestTwoSupervisedProposersDoNotPingPong(t *testing.T) {
 	skipShort(t)
 	rng := newRand(t)
 	c := startCluster(t, options{noProposer: true, conf: []string{"synchronous_standby_names = 'ANY 1 (pa, pb)'"}})
-	pa, pb := c.startProposer("pa", "pa"), c.startProposer("pb", "pb")
-	name, w := c.race([]string{"pa", "pb"}, pa, pb)
-	c.prop = w
-	c.waitSyncStandby(name)
-	b := newBank(t, c.pg) // commits wait for the winner
-	b.start(2, rng)
-	c.waitAcked(b, 200, "with proposer "+name)
+	names := []string{"pa", "pb"}
+	procs := []*harness.Process{c.startProposer("pa", "pa"), c.startProposer("pb", "pb")}
+	restarts := []int{0, 0}
+	supervised := []bool{true, true}
+	// supervise restarts a proposer that exited deposed; any other exit fails.
+	supervise := func() {
+		for i, p := range procs {
+			if exited, code := p.Exited(); exited && supervised[i] {
+				if code != 3 || !strings.Contains(p.Log(), "deposed") {
+					t.Fatalf("proposer %s exited with code %d, want 3 and a 'deposed' message:\n%s", names[i], code, tailString(p.Log(), 30))
+				}
+				restarts[i]++
+				t.Logf("proposer %s deposed (restart %d): %s", names[i], restarts[i], lastLine(p.Log(), "deposed"))
+				p.Kill() // reaps it
+				p.Start()
+			}
+		}
+	}
+	// The initial race may depose one or the other; it is over once the
+	// same one has been the synchronous standby for 3 s.
+	leader, since := -1, time.Now()
+	harness.WaitFor(t, 120*time.Second, "one proposer streaming as the synchronous standby for 3 s", func() bool {
+		supervise()
+		out, err := c.pg.Query(context.Background(), "SELECT string_agg(application_name, ',') FROM pg_stat_replication WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')")
+		l := slices.Index(names, out)
+		if err != nil || l != leader {
+			leader, since = l, time.Now()
+		}
+		return leader >= 0 && time.Since(since) >= 3*time.Second
+	})
+	other := 1 - leader
+	b := newBank(t, c.pg)
+	b.start(3, rng)
+	before := restarts[0] + restarts[1]
+	settle := time.Now().Add(10 * time.Second)
+	harness.WaitFor(t, 60*time.Second, "10 s of load with both proposers supervised", func() bool {
+		supervise()
+		return time.Now().After(settle)
+	})
+	if n := restarts[0] + restarts[1]; n != before {
+		t.Fatalf("ping-pong: %d more deposals in 10 s after %s was streaming", n-before, names[leader])
+	}
+	if out, _ := c.pg.Query(context.Background(), "SELECT application_name FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')"); out != names[leader] {
+		t.Fatalf("synchronous standby %q after 10 s, want %s still", out, names[leader])
+	}
+	if !strings.Contains(procs[other].Log(), "another proposer is streaming to the timeline; waiting") {
+		t.Fatalf("proposer %s does not say it waits for %s:\n%s", names[other], names[leader], tailString(procs[other].Log(), 20))
+	}
+	c.waitAcked(b, 200, "with proposer "+names[leader])
+	t.Logf("%s streams, %s waits (%d deposals in the initial race, none since)", names[leader], names[other], before)
+
+	// The leader's host is lost: kill -9, not restarted. The waiting
+	// proposer takes over by itself.
+	supervised[leader] = false
+	procs[leader].Kill()
+	lost := time.Now()
+	c.prop = procs[other]
+	c.waitSyncStandby(names[other])
+	c.waitAcked(b, 200, "after "+names[other]+" took over")
+	t.Logf("%s killed -9; %s took over and 200 more transfers were acknowledged %v later", names[leader], names[other], time.Since(lost).Round(time.Millisecond))
 	b.stopAndReport()
 	acked, _ := b.snapshot()
 	final := c.finish()
@@ -205,7 +265,7 @@ func TestTakeoverUnderLoadEverySafekeeperFollows(t *testing.T) {
 		c.waitAcked(b, 100, fmt.Sprintf("with proposer p%d", i-1))
 		old, oldName := c.prop, fmt.Sprintf("p%d", i-1)
 		name := fmt.Sprintf("p%d", i)
-		next := c.startProposer(name, name)
+		next := c.startProposer(name, name, "--proposer-lease", "0") // take over at once
 		c.prop = nil // one of the two exits now
 		if winner, _ := c.race([]string{oldName, name}, old, next); winner != name {
 			t.Fatalf("the running proposer %s deposed the newcomer %s", oldName, name)
@@ -303,8 +363,8 @@ func TestPartitionedSafekeeperCatchesUp(t *testing.T) {
 // It failed before proposer.Core.Voted stopped treating every refusal after
 // the election as deposal (also one at the proposer's own term): the elected
 // proposer exited 3, deposed by a safekeeper "at term 1, above our term 1".
-// Kept apart from TestTwoProposersOneWins, which passes either way (one
-// proposer still ends up streaming).
+// Kept apart from TestTwoSupervisedProposersDoNotPingPong, which passes
+// either way (one proposer still ends up streaming).
 func TestElectedProposerNotDeposedBySameTermVote(t *testing.T) {
 	skipShort(t)
 	c := startCluster(t, options{proxies: true, noProposer: true})

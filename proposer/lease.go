@@ -1,0 +1,149 @@
+package proposer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DefaultProposerLease is how recently a proposer must have streamed to a
+// safekeeper (WAL or a heartbeat, every 200 ms by default), over a
+// connection still open, to count as live: a new proposer waits while one
+// is, and sync refuses to run.
+const DefaultProposerLease = 10 * time.Second
+
+// ErrProposerLive: sync found a proposer streaming to the timeline; it
+// would depose it, and the primary's commits would wait for a new one.
+var ErrProposerLive = errors.New("proposer: a proposer is streaming to the timeline")
+
+// ErrIncompatible: so many safekeepers refused the ServerInfo for good —
+// the timeline they hold belongs to another cluster (system id), another
+// PostgreSQL major version or another segment size — that no quorum is
+// possible. Retrying cannot fix it.
+var ErrIncompatible = errors.New("proposer: the safekeepers' timeline does not match this primary")
+
+// sqlstateInvalidParameterValue is a safekeeper's refusal of a ServerInfo
+// that does not match the timeline it holds (rule 1).
+const sqlstateInvalidParameterValue = "22023"
+
+// incompatible reports whether err is a safekeeper's refusal of our
+// ServerInfo (rule 1), which reconnecting cannot fix.
+func incompatible(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == sqlstateInvalidParameterValue
+}
+
+// LiveProposer is a proposer streaming to a timeline, as a safekeeper's
+// TIMELINE_STATUS reports it.
+type LiveProposer struct {
+	Addr       string // the proposer's address, as the safekeeper sees it
+	Term       uint64
+	Safekeeper string // the safekeeper that reported it
+	Age        time.Duration
+}
+
+func (l LiveProposer) String() string {
+	return fmt.Sprintf("the proposer of term %d at %s (streamed to safekeeper %s %v ago)", l.Term, l.Addr, l.Safekeeper, l.Age.Round(time.Millisecond))
+}
+
+// findLive asks every safekeeper at once (TIMELINE_STATUS) and returns a
+// proposer of a term above `above` that streamed within lease over a
+// connection still open, in the term the safekeeper votes in (one deposed
+// since does not count). Safekeepers that do not answer or do not hold the
+// timeline report none.
+func findLive(ctx context.Context, sc *SyncConfig, above uint64, lease time.Duration) (LiveProposer, bool) {
+	probes := make([]timelineProbe, len(sc.Safekeepers))
+	var wg sync.WaitGroup
+	for i, addr := range sc.Safekeepers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			probes[i] = probeTimeline(ctx, sc, addr)
+		}()
+	}
+	wg.Wait()
+	var best LiveProposer
+	found := false
+	for _, p := range probes {
+		if p.holds && p.lastPushTerm > above && p.live(p.term, lease) && (!found || p.lastPushTerm > best.Term) {
+			best = LiveProposer{Addr: p.proposerAddr, Term: p.lastPushTerm, Safekeeper: p.addr, Age: p.lastPushAge}
+			found = true
+		}
+	}
+	return best, found
+}
+
+// waitLease returns once no proposer of a term above ours streams to the
+// timeline (findLive), or when ctx ends. A proposer restarted by its
+// supervisor after it was deposed therefore waits for the one that deposed
+// it to stop instead of deposing it in turn.
+func waitLease(ctx context.Context, cfg Config, ours uint64) {
+	sc := SyncConfig{Safekeepers: cfg.Safekeepers, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ConnectTimeout: cfg.ConnectTimeout}
+	var seen LiveProposer
+	for ctx.Err() == nil {
+		pctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+		l, ok := findLive(pctx, &sc, ours, cfg.ProposerLease)
+		cancel()
+		if !ok {
+			if seen.Term != 0 {
+				cfg.Logger.Info("no other proposer streams to the timeline any more; campaigning", "last_seen", seen.String())
+			}
+			return
+		}
+		if l.Term != seen.Term || l.Addr != seen.Addr {
+			cfg.Logger.Info("another proposer is streaming to the timeline; waiting until it stops before campaigning",
+				"proposer", l.Addr, "term", l.Term, "safekeeper", l.Safekeeper, "proposer_lease", cfg.ProposerLease)
+		}
+		seen = l
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(time.Second, cfg.ProposerLease/4)):
+		}
+	}
+}
+
+// deposedBy fills a *DeposedError's By: who streams to the safekeeper that
+// showed the higher term. The deposer has usually only just won its votes,
+// so the safekeeper is asked for up to two seconds.
+func deposedBy(ctx context.Context, err error, sc SyncConfig) error {
+	var de *DeposedError
+	if !errors.As(err, &de) || de.Addr == "" {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for {
+		p := probeTimeline(ctx, &sc, de.Addr)
+		if p.holds && p.proposerAddr != "" && p.lastPushTerm >= de.Term {
+			de.By = fmt.Sprintf("the proposer of term %d streams to it from %s", p.lastPushTerm, p.proposerAddr)
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			de.By = fmt.Sprintf("no proposer of term %d streamed to it within 2s (a sync, or a proposer still being elected)", de.Term)
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// incompatibleError is ErrIncompatible with what each safekeeper said.
+func incompatibleError(refusals map[int]error, addrs []string) error {
+	var parts []string
+	for i, addr := range addrs {
+		if err, ok := refusals[i]; ok {
+			parts = append(parts, fmt.Sprintf("%s: %v", addr, err))
+		}
+	}
+	return fmt.Errorf("%w: %d of %d safekeepers refuse it for good, no quorum is possible (%s)",
+		ErrIncompatible, len(refusals), len(addrs), strings.Join(parts, "; "))
+}
+
+// refusalBlocksQuorum reports whether n refusals out of total leave fewer
+// than a quorum.
+func refusalBlocksQuorum(n, total int) bool { return total-n < total/2+1 }
