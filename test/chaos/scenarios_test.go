@@ -265,7 +265,8 @@ func TestTakeoverUnderLoadEverySafekeeperFollows(t *testing.T) {
 		c.waitAcked(b, 100, fmt.Sprintf("with proposer p%d", i-1))
 		old, oldName := c.prop, fmt.Sprintf("p%d", i-1)
 		name := fmt.Sprintf("p%d", i)
-		next := c.startProposer(name, name, "--proposer-lease", "0") // take over at once
+		// --proposer-lease 0: take over at once rather than wait.
+		next := c.startProposer(name, name, "--proposer-lease", "0")
 		c.prop = nil // one of the two exits now
 		if winner, _ := c.race([]string{oldName, name}, old, next); winner != name {
 			t.Fatalf("the running proposer %s deposed the newcomer %s", oldName, name)
