@@ -113,7 +113,10 @@ func (c *replConn) identifySystem() bool {
 	}
 	st, _ := tl.Status()
 	cols := []pgwire.Column{pgwire.TextColumn("systemid"), pgwire.Int4Column("timeline"), pgwire.TextColumn("xlogpos"), pgwire.TextColumn("dbname")}
-	row := [][]byte{text(strconv.FormatUint(st.SystemID, 10)), text(strconv.FormatUint(uint64(st.PgTimeline), 10)), text(st.CommitLSN.String()), nil}
+	// xlogpos is where pg_receivewal starts without a slot or files: never
+	// below the timeline's first byte (there is nothing there to serve; a
+	// new timeline with nothing committed yet answers its start).
+	row := [][]byte{text(strconv.FormatUint(st.SystemID, 10)), text(strconv.FormatUint(uint64(st.PgTimeline), 10)), text(max(st.CommitLSN, st.TimelineStartLSN).String()), nil}
 	return c.done(c.pc.SendRows(cols, [][][]byte{row}, "IDENTIFY_SYSTEM"))
 }
 

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -825,5 +827,87 @@ func TestTimelineStatusReportsTheStreamingProposer(t *testing.T) {
 	waitFor(t, "the server to see the proposer leave", func() bool { return status()[0] == "NULL" })
 	if got := status(); got[1] != "3" || got[2] == "NULL" {
 		t.Fatalf("%v after the proposer left = %q; want NULL, 3, an age", cols, got)
+	}
+}
+
+// TestIdentifySystemNeverBelowTheTimelineStart: a timeline with nothing
+// committed yet answers IDENTIFY_SYSTEM with its start, not 0/0, so a
+// pg_receivewal started right then asks for the first segment the timeline
+// holds instead of segment 0 (which it would be told was removed).
+func TestIdentifySystemNeverBelowTheTimelineStart(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	// A heartbeat with commit_lsn 0: its answer shows ProposerElected was
+	// taken; nothing is committed.
+	p.send(&proto.SafeKeeperRequest{Sender: p.ballot, BeginLSN: p.pos, EndLSN: p.pos})
+	if r := p.recv().(*proto.SafeKeeperResponse); r.CommitLSN != 0 {
+		t.Fatalf("commit_lsn %s, want 0/0", r.CommitLSN)
+	}
+	c := replConnect(t, addr, false, "")
+	row := oneRow(t, must(exec(t, c, "IDENTIFY_SYSTEM")), nil, "systemid", "timeline", "xlogpos", "dbname")
+	if row[2] != tStart.String() {
+		t.Fatalf("IDENTIFY_SYSTEM xlogpos %s on a timeline starting at %s with nothing committed; want its start", row[2], tStart)
+	}
+}
+
+// logBuffer collects a server's log lines for a test.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestReportsPastWhatWasSent: a standby that reconnects asks for its
+// segment's start and reports its replay position as flush before it has
+// been sent anything; that is clamped to what was sent (the slot does not
+// move past it) but not logged. A position past the end of the timeline's
+// WAL is no client's WAL: clamped, and logged once.
+func TestReportsPastWhatWasSent(t *testing.T) {
+	var logs logBuffer
+	s := startTestServer(t, t.TempDir(), func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	p.push(20, 300, tStart) // flushed, not yet committed: nothing to send
+	end := p.pos
+	c := replConnect(t, addr, false, "")
+	if _, err := exec(t, c, `CREATE_REPLICATION_SLOT "s" PHYSICAL (RESERVE_WAL)`); err != nil {
+		t.Fatal(err)
+	}
+	st := &stream{t: t, c: c, ctx: testCtx(t)}
+	st.start(fmt.Sprintf("START_REPLICATION SLOT s PHYSICAL %s TIMELINE 1", tStart))
+	// Before it was sent anything: the replay position, inside the WAL.
+	st.waitReply(tStart, tStart+100)
+	if strings.Contains(logs.String(), "reported a position past") {
+		t.Fatalf("a standby's replay position was logged as misbehaviour:\n%s", logs.String())
+	}
+	if row := readSlotRow(t, s, "s"); !strings.HasPrefix(row, "physical,"+tStart.String()+",") {
+		t.Fatalf("slot %q: want restart_lsn clamped to %s, what was sent", row, tStart)
+	}
+	p.heartbeat() // commit_lsn = end
+	st.readWAL(tStart, end)
+	st.waitReply(end, end+1<<20)
+	if n := strings.Count(logs.String(), "reported a position past the end of this timeline's WAL"); n != 1 {
+		t.Fatalf("a position past the timeline's WAL logged %d times, want once:\n%s", n, logs.String())
+	}
+	st.waitReply(end, end+2<<20)
+	if n := strings.Count(logs.String(), "reported a position past the end of this timeline's WAL"); n != 1 {
+		t.Fatalf("logged %d times after a second report, want once per stream", n)
+	}
+	if row := readSlotRow(t, s, "s"); !strings.HasPrefix(row, "physical,"+end.String()+",") {
+		t.Fatalf("slot %q: want restart_lsn clamped to %s, what was sent", row, end)
 	}
 }

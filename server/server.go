@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,10 +173,17 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
+	// Listen first: a server that cannot listen must leave the data
+	// directory as it was, not claimed for its node id.
+	ln, err := net.Listen("tcp", cfg.ListenPG)
+	if err != nil {
+		return nil, err
+	}
 	db, err := storage.Open(filepath.Join(cfg.DataDir, "safekeeper.db"), storage.Options{
 		Logger: cfg.Logger, UnsafeNoFsync: cfg.UnsafeNoFsync,
 	})
 	if err != nil {
+		ln.Close()
 		return nil, err
 	}
 	recorded, err := db.ClaimNodeID(cfg.NodeID)
@@ -183,11 +191,7 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 		err = &NodeIDMismatchError{DataDir: cfg.DataDir, Recorded: recorded, Configured: cfg.NodeID}
 	}
 	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", cfg.ListenPG)
-	if err != nil {
+		ln.Close()
 		db.Close()
 		return nil, err
 	}
@@ -419,7 +423,27 @@ func parseStartupIDs(options string) (startupIDs, error) {
 		}
 		ids.hasTimeline = true
 	}
+	for name := range opts {
+		if err := checkSettingName(name); err != nil {
+			return ids, err
+		}
+	}
 	return ids, nil
+}
+
+// checkSettingName accepts, besides tenant_id and timeline_id, what
+// PostgreSQL 15 accepts in startup options: its own settings and dotted
+// custom names (both ignored here). Any other name is refused with 22023,
+// naming it — a misspelt "-c tenantid=..." must not be silently ignored and
+// the client served another timeline.
+func checkSettingName(name string) error {
+	lower := strings.ToLower(name)
+	if lower == "tenant_id" || lower == "timeline_id" || strings.Contains(name, ".") || postgresSettings[lower] {
+		return nil
+	}
+	e := pgwire.Errorf(pgwire.InvalidParameterValue, "unrecognized configuration parameter %q in startup options", name)
+	e.Hint = "A safekeeper takes -c tenant_id=<32 hex digits> -c timeline_id=<32 hex digits>; PostgreSQL's own settings and dotted names are accepted and ignored."
+	return e
 }
 
 // startupIDs are the tenant and timeline ids a client named in its startup

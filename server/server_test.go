@@ -183,12 +183,21 @@ func TestStartupErrorsAreFatal(t *testing.T) {
 		{"options='-c foo=bar --x'", pgwire.InvalidParameterValue, `invalid options "-c foo=bar --x": "x" is not name=value`},
 		{"options='-c tenant_id=xyz'", pgwire.InvalidParameterValue, `invalid value for parameter "tenant_id": "xyz"`},
 		{"options='-c timeline_id=0123'", pgwire.InvalidParameterValue, `invalid value for parameter "timeline_id": "0123"`},
+		{"options='-c tenantid=" + tTenant.String() + "'", pgwire.InvalidParameterValue, `unrecognized configuration parameter "tenantid" in startup options`},
+		{"options='-c wal_sender_timeout=30s -c timelineid=1'", pgwire.InvalidParameterValue, `unrecognized configuration parameter "timelineid" in startup options`},
 		{"replication=maybe", pgwire.InvalidParameterValue, `invalid value for parameter "replication": "maybe"`},
 		{"replication=database", pgwire.FeatureNotSupported, "logical replication connections are not supported by a safekeeper"},
 	} {
 		_, err := pgconn.Connect(testCtx(t), fmt.Sprintf("host=%s port=%s user=tester sslmode=disable %s", host, port, tc.conn))
 		wantFatal(t, err, tc.code, tc.msg)
 	}
+	// What PostgreSQL accepts is accepted (and ignored): its own settings,
+	// in any case, and dotted custom names.
+	c0, err := pgconn.Connect(testCtx(t), fmt.Sprintf("host=%s port=%s user=tester sslmode=disable options='-c wal_sender_timeout=30s -c TimeZone=UTC -c sk.tenant=t1'", host, port))
+	if err != nil {
+		t.Fatalf("PostgreSQL settings and a dotted name in the startup options: %v", err)
+	}
+	c0.Close(testCtx(t))
 
 	// A WAL push stream ended by a protocol violation.
 	c := replConnect(t, s.Addr().String(), true, "")
@@ -455,4 +464,29 @@ func TestStorageFailureMidStreamIsLoggedAndRecovers(t *testing.T) {
 	if n := strings.Count(logs.String(), "storage failed"); n != 1 {
 		t.Fatalf("storage failure logged %d times, want once:\n%s", n, logs.String())
 	}
+}
+
+// TestFailedListenDoesNotClaimTheDataDir: a server that cannot listen (the
+// port is taken) fails without recording its node id in the data
+// directory, so the same directory can then be started with another id.
+func TestFailedListenDoesNotClaimTheDataDir(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	dir := t.TempDir()
+	if _, err := New(Config{NodeID: 7, ListenPG: taken.Addr().String(), DataDir: dir, UnsafeNoFsync: true}); err == nil {
+		t.Fatal("a server listening on a taken port started")
+	}
+	s, err := New(Config{NodeID: 8, ListenPG: "127.0.0.1:0", DataDir: dir, UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatalf("the data directory was claimed by the server that could not listen: %v", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s.Shutdown(ctx)
+	<-served
 }

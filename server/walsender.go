@@ -209,11 +209,14 @@ func (w *walSender) reader() {
 }
 
 // clampReported limits the positions a client reports to the end of the WAL
-// this stream has sent it: a reader cannot have received, flushed or
-// stored elsewhere WAL it was never sent, and retention, slots and the
-// proposer trust these positions (one bogus ps_applylsn would otherwise let
-// retention remove WAL up to commit_lsn for good). The first clamped report
-// of a stream is logged. Reader goroutine only.
+// this stream has sent it: retention, slots and the proposer trust these
+// positions (one bogus ps_applylsn would otherwise let retention remove WAL
+// up to commit_lsn for good). Stock clients report past it as a matter of
+// course — a standby that reconnects reports its replay position as flush
+// and apply before it has been sent anything, since it asks for the
+// segment's start — so that is not logged. A position past the end of the
+// timeline's WAL on this server is no client's WAL: the first one of a
+// stream is logged. Reader goroutine only.
 func (w *walSender) clampReported(what string, lsns ...*proto.LSN) {
 	sent := w.rd.position()
 	var over proto.LSN
@@ -223,10 +226,13 @@ func (w *walSender) clampReported(what string, lsns ...*proto.LSN) {
 			*l = sent
 		}
 	}
-	if over != 0 && !w.clampWarned {
+	if over == 0 || w.clampWarned {
+		return
+	}
+	if st, _ := w.tl.Status(); over > st.FlushLSN {
 		w.clampWarned = true
-		w.c.log.Warn("replication client reported a position past the WAL sent to it; using the end of what was sent",
-			"message", what, "reported", over, "sent_up_to", sent, "slot", w.cmd.Slot, "conn", w.c.id)
+		w.c.log.Warn("replication client reported a position past the end of this timeline's WAL; using the end of what was sent",
+			"message", what, "reported", over, "flush_lsn", st.FlushLSN, "sent_up_to", sent, "slot", w.cmd.Slot, "conn", w.c.id)
 	}
 }
 

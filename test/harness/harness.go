@@ -23,14 +23,37 @@ var (
 	buildErr  error
 )
 
+// binDirPrefix names the temporary directories Binary builds into:
+// safekeeper-bin-<pid of the test process>-<random>.
+const binDirPrefix = "safekeeper-bin-"
+
 // Main runs a test binary's tests (call it from TestMain) and then removes
-// the safekeeper binary Binary built for them.
+// the safekeeper binary Binary built for them. First it removes the build
+// directories of earlier test processes that are gone without removing
+// theirs (killed by go test's -timeout, or by a signal).
 func Main(m *testing.M) {
+	removeStaleBuilds()
 	code := m.Run()
 	if buildPath != "" {
 		os.RemoveAll(filepath.Dir(buildPath))
 	}
 	os.Exit(code)
+}
+
+// removeStaleBuilds removes every safekeeper-bin-<pid>-* directory in the
+// temporary directory whose process no longer exists.
+func removeStaleBuilds() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), binDirPrefix+"*"))
+	for _, d := range dirs {
+		pidStr, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(d), binDirPrefix), "-")
+		pid, err := strconv.Atoi(pidStr)
+		if !ok || err != nil || pid <= 0 {
+			continue // not ours, or from a build without the pid: leave it
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(d)
+		}
+	}
 }
 
 // Binary builds ./cmd/safekeeper once per test process and returns its path.
@@ -47,7 +70,7 @@ func Binary(t testing.TB) string {
 			buildErr = err
 			return
 		}
-		dir, err := os.MkdirTemp("", "safekeeper-bin-")
+		dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", binDirPrefix, os.Getpid()))
 		if err != nil {
 			buildErr = err
 			return
