@@ -2,8 +2,11 @@ package proposer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -18,6 +21,7 @@ import (
 type catchup struct {
 	cancel  context.CancelFunc
 	id      int
+	peer    int // the safekeeper it copies from (a term reader); -1: the primary
 	pending *streamChunk
 }
 
@@ -75,13 +79,51 @@ func (s *driver) startCatchup(ctx context.Context, sk *skState) {
 	if sk.cu != nil || time.Now().Before(sk.cuRetryAt) {
 		return
 	}
+	from := sk.cuFrom
+	peer := -1
+	if sk.cuFromPeer {
+		if peer = s.catchupPeer(sk.i, from); peer < 0 {
+			sk.cuFromPeer = false // no peer has more: the primary again, after the backoff
+			sk.cuRetryAt = time.Now().Add(sk.cuBackoff.next())
+			s.log.Error("no source holds the WAL a safekeeper needs: the primary removed it and no other safekeeper in this term has WAL past it",
+				"safekeeper", s.cfg.Safekeepers[sk.i], "from", from)
+			return
+		}
+	}
 	s.catchups++
 	cctx, cancel := context.WithCancel(ctx)
-	sk.cu = &catchup{cancel: cancel, id: s.catchups}
-	from := sk.cuFrom
-	s.log.Info("safekeeper behind the buffer; catching up from a second replication stream",
-		"safekeeper", s.cfg.Safekeepers[sk.i], "from", from, "buffer_start", s.buf.start)
-	go s.runCatchup(cctx, sk.i, sk.cu.id, from)
+	sk.cu = &catchup{cancel: cancel, id: s.catchups, peer: peer}
+	if peer >= 0 {
+		s.log.Info("safekeeper needs WAL the primary no longer has; catching up from a peer safekeeper (term reader)",
+			"safekeeper", s.cfg.Safekeepers[sk.i], "from", from, "peer", s.cfg.Safekeepers[peer], "term", s.sess.Core().Ballot().Term)
+	} else {
+		s.log.Info("safekeeper behind the buffer; catching up from a second replication stream",
+			"safekeeper", s.cfg.Safekeepers[sk.i], "from", from, "buffer_start", s.buf.start)
+	}
+	go s.runCatchup(cctx, sk.i, sk.cu.id, from, peer)
+}
+
+// catchupPeer picks the safekeeper to copy WAL from for safekeeper i, which
+// needs it from `from` on: the one streaming in this term with the highest
+// flush_lsn above from (its term reader serves up to its flush_lsn while
+// it votes in our term). -1 if none has WAL past from.
+func (s *driver) catchupPeer(i int, from proto.LSN) int {
+	best, bestFlush := -1, from
+	core := s.sess.Core()
+	for j := range s.sks {
+		if j == i || !s.sess.Streaming(j) || s.sks[j].cuBad {
+			continue
+		}
+		if f, ok := core.FlushLSN(j); ok && f > bestFlush {
+			best, bestFlush = j, f
+		}
+	}
+	if best < 0 {
+		for j := range s.sks { // every peer failed once: try them again
+			s.sks[j].cuBad = false
+		}
+	}
+	return best
 }
 
 func (s *driver) dropCatchup(sk *skState) {
@@ -95,17 +137,39 @@ func (s *driver) dropCatchup(sk *skState) {
 	sk.cu = nil
 }
 
-func (s *driver) runCatchup(ctx context.Context, i, id int, from proto.LSN) {
-	streamChunks(ctx, "primary", s.cfg.Upstream, s.cfg.ApplicationName+"_catchup", s.cfg.ConnectTimeout, from, 0, s.ui.Timeline, 0,
-		func(ev streamChunk) bool {
-			ev.sk, ev.id = i, id
-			select {
-			case s.cuEvents <- ev:
-				return true
-			case <-ctx.Done():
-				return false
-			}
-		})
+// runCatchup streams WAL from `from` for safekeeper i: from the primary, or
+// (peer ≥ 0) from safekeeper peer as a term reader of our term.
+func (s *driver) runCatchup(ctx context.Context, i, id int, from proto.LSN, peer int) {
+	post := func(ev streamChunk) bool {
+		ev.sk, ev.id = i, id
+		select {
+		case s.cuEvents <- ev:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	if peer < 0 {
+		streamChunks(ctx, "primary", s.cfg.Upstream, s.cfg.ApplicationName+"_catchup", s.cfg.ConnectTimeout, from, 0, s.ui.Timeline, 0, post)
+		return
+	}
+	addr := s.cfg.Safekeepers[peer]
+	host, port, err := splitHostPort(addr)
+	if err != nil {
+		post(streamChunk{err: err})
+		return
+	}
+	connStr := fmt.Sprintf("host=%s port=%s user=proposer sslmode=disable options='-c tenant_id=%s -c timeline_id=%s'",
+		host, port, s.cfg.TenantID, s.cfg.TimelineID)
+	streamChunks(ctx, "peer safekeeper "+addr, connStr, s.cfg.ApplicationName+"_peer_catchup", s.cfg.ConnectTimeout,
+		from, 0, s.ui.Timeline, s.sess.Core().Ballot().Term, post)
+}
+
+// segmentRemoved reports whether err is a server's "requested WAL segment
+// ... has already been removed" (58P01).
+func segmentRemoved(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "58P01"
 }
 
 func (s *driver) onCatchup(ctx context.Context, ev streamChunk) {
@@ -117,9 +181,21 @@ func (s *driver) onCatchup(ctx context.Context, ev streamChunk) {
 		return
 	}
 	if ev.err != nil {
+		peer := sk.cu.peer
+		s.dropCatchup(sk)
+		switch {
+		case peer < 0 && segmentRemoved(ev.err):
+			// The primary no longer has it: copy it from a peer at once.
+			s.log.Warn("the primary no longer has the WAL a safekeeper needs; trying a peer safekeeper",
+				"safekeeper", s.cfg.Safekeepers[ev.sk], "from", sk.cuFrom, "err", ev.err)
+			sk.cuFromPeer = true
+			sk.cuWant = true
+			return
+		case peer >= 0:
+			s.sks[peer].cuBad = segmentRemoved(ev.err) // it lacks it: try another peer first
+		}
 		d := sk.cuBackoff.next()
 		s.log.Error("catch-up stream failed", "safekeeper", s.cfg.Safekeepers[ev.sk], "err", ev.err, "retry_in", d)
-		s.dropCatchup(sk)
 		sk.cuRetryAt = time.Now().Add(d)
 		return
 	}

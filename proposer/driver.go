@@ -156,7 +156,13 @@ type skState struct {
 	cuFrom    proto.LSN // where
 	cuRetryAt time.Time
 	cuBackoff backoff
-	gap       responseGap // waits for a SafeKeeperResponse (Run logs them at exit)
+	// cuFromPeer: the primary answered 58P01 (it removed the WAL this
+	// safekeeper needs); the next catch-up copies from a peer safekeeper.
+	cuFromPeer bool
+	// cuBad: a catch-up from this safekeeper as the peer found the WAL
+	// removed there too; others are tried first.
+	cuBad bool
+	gap   responseGap // waits for a SafeKeeperResponse (Run logs them at exit)
 }
 
 type upstreamEvent struct {

@@ -1,0 +1,98 @@
+package chaos
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/test/harness"
+)
+
+// TestReplacedSafekeeperRecoversFromPeers: safekeeper 3's disk is replaced
+// (an empty data directory, same id and address) after the primary has
+// recycled the WAL from the timeline's start. The proposer's catch-up from
+// the primary gets 58P01, so it copies from a peer safekeeper instead (a
+// term reader of its term), and safekeeper 3 ends up with the whole
+// timeline, byte for byte as its peers, while commits go on; the primary's
+// slot, which waits for every safekeeper, moves on again once it has.
+func TestReplacedSafekeeperRecoversFromPeers(t *testing.T) {
+	skipShort(t)
+	rng := newRand(t)
+	c := startCluster(t, options{conf: []string{
+		// Recycle quickly: no WAL kept for anybody but the proposer's slot.
+		"wal_keep_size = 0", "max_wal_size = '32MB'", "min_wal_size = '16MB'",
+	}})
+	b := newBank(t, c.pg)
+	b.start(3, rng)
+	sts, _ := c.statuses()
+	start := sts[0].TimelineStart
+	startSeg := proto.SegmentFileName(1, start, c.pg.WALSegSize)
+
+	// WAL well past the timeline start, committed everywhere; then
+	// checkpoints until the primary no longer holds the first segment.
+	mark := start + 6<<20
+	harness.WaitFor(t, 180*time.Second, "6 MiB of WAL", func() bool { c.checkProposerAlive(); return c.flushLSN() >= mark })
+	c.waitCommitted(mark, 60*time.Second)
+	harness.WaitFor(t, 60*time.Second, "the primary to recycle "+startSeg, func() bool {
+		c.pg.Exec(t, "SELECT pg_switch_wal()")
+		c.pg.Exec(t, "CHECKPOINT")
+		_, err := os.Stat(filepath.Join(c.pg.WALDir(), startSeg))
+		return os.IsNotExist(err)
+	})
+
+	// Safekeeper 3 gets a new, empty disk.
+	sk := c.sks[2]
+	sk.Kill()
+	sk.DataDir = filepath.Join(t.TempDir(), "replaced")
+	sk.Start()
+	c.waitAcked(b, 200, "with safekeeper 3 replaced")
+	target := c.flushLSN()
+	harness.WaitFor(t, 120*time.Second, "safekeeper 3 to hold the WAL up to "+target.String(), func() bool {
+		c.checkProposerAlive()
+		st, err := timelineStatus(sk.Addr)
+		return err == nil && st.FlushLSN >= target
+	})
+	log := c.prop.Log()
+	if !strings.Contains(log, "catching up from a peer safekeeper") {
+		t.Fatalf("the proposer did not copy from a peer:\n%s", tailString(log, 30))
+	}
+	t.Logf("safekeeper 3 recovered from a peer: %s", lastLine(log, "catching up from a peer safekeeper"))
+	// The slot waits for every safekeeper: it moves past target once
+	// safekeeper 3 has it.
+	harness.WaitFor(t, 60*time.Second, "the proposer's slot to pass "+target.String(), func() bool {
+		out, err := c.pg.Query(t.Context(), "SELECT restart_lsn >= '"+target.String()+"'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'proposer'")
+		return err == nil && out == "t"
+	})
+
+	b.stopAndReport()
+	acked, _ := b.snapshot()
+	final := c.finish()
+	b.check(t, "primary", func(sql string) string { return c.pg.Exec(t, sql) }, acked)
+	// Every segment from the timeline's start: safekeeper 3's equals
+	// safekeeper 1's (the primary recycled the first ones).
+	for _, s := range c.sks {
+		if err := s.Stop(30 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one, three := c.export(c.sks[0]), c.export(sk)
+	seg := proto.LSN(c.pg.WALSegSize)
+	n := 0
+	for s := start; s+seg <= final; s += seg {
+		name := proto.SegmentFileName(1, s, uint64(seg))
+		a, errA := os.ReadFile(filepath.Join(one, name))
+		b, errB := os.ReadFile(filepath.Join(three, name))
+		if errA != nil || errB != nil || !bytes.Equal(a, b) {
+			t.Fatalf("segment %s: safekeeper 1 %v, safekeeper 3 %v, equal %v", name, errA, errB, bytes.Equal(a, b))
+		}
+		n++
+	}
+	t.Logf("safekeeper 3 holds all %d complete segments from the timeline start %s, equal to safekeeper 1's", n, start)
+	if n < 6 {
+		t.Fatalf("only %d segments compared", n)
+	}
+}
