@@ -129,7 +129,7 @@ func (c *replConn) timelineStatus() bool {
 	tl.repl.mu.Lock()
 	readers, slots := len(tl.repl.readers), len(tl.repl.slots)
 	tl.repl.mu.Unlock()
-	push := tl.pushStatus()
+	push, ret := tl.pushStatus(), tl.retention()
 	cols := []pgwire.Column{
 		pgwire.TextColumn("tenant_id"), pgwire.TextColumn("timeline_id"),
 		pgwire.Int8Column("term"), pgwire.TextColumn("voted_for"), pgwire.Int8Column("last_log_term"),
@@ -138,6 +138,7 @@ func (c *replConn) timelineStatus() bool {
 		pgwire.Int4Column("pg_timeline"), pgwire.TextColumn("system_id"), pgwire.Int4Column("wal_seg_size"),
 		pgwire.Int4Column("readers"), pgwire.Int4Column("slots"), pgwire.Int4Column("pg_version"),
 		pgwire.TextColumn("proposer_addr"), pgwire.Int8Column("last_push_term"), pgwire.Int8Column("last_push_age_ms"),
+		pgwire.TextColumn("retention_horizon"), pgwire.TextColumn("retention_reason"),
 	}
 	u := func(v uint64) []byte { return text(strconv.FormatUint(v, 10)) }
 	row := [][]byte{
@@ -148,12 +149,16 @@ func (c *replConn) timelineStatus() bool {
 		u(uint64(st.PgTimeline)), u(st.SystemID), u(uint64(st.WalSegSize)),
 		u(uint64(readers)), u(uint64(slots)), u(uint64(st.PgVersion)),
 		nil, u(push.term), nil, // NULL: no proposer connected; none since the server started
+		text(ret.Horizon.String()), text(ret.Reason),
 	}
 	if push.connected {
-		row[len(row)-3] = text(push.addr)
+		row[16] = text(push.addr)
 	}
 	if !push.at.IsZero() {
-		row[len(row)-1] = u(uint64(time.Since(push.at).Milliseconds()))
+		row[18] = u(uint64(time.Since(push.at).Milliseconds()))
+	}
+	if ret.Reason == "" {
+		row[20] = text("not computed yet")
 	}
 	return c.done(c.pc.SendRows(cols, [][][]byte{row}, "TIMELINE_STATUS"))
 }

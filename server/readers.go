@@ -134,7 +134,7 @@ func (r *replState) onStatus(rd *walReader, m pgwire.StandbyStatusUpdate) {
 	s := r.slots[rd.slot]
 	var save *storage.Slot
 	if s != nil && s.active == rd.connID {
-		if lsn := min(m.Flush, rd.position()); lsn > s.RestartLSN {
+		if lsn := min(m.Flush, rd.position()); lsn > s.RestartLSN && !s.invalidated {
 			s.RestartLSN, s.RestartTLI = lsn, r.tli
 			if !s.temporary && time.Since(s.savedAt) >= slotSaveInterval {
 				cp := s.Slot
@@ -179,7 +179,7 @@ func (r *replState) retentionInputs(in *retentionInputs) {
 	defer r.mu.Unlock()
 	for _, s := range r.slots {
 		if s.RestartLSN != 0 {
-			in.SlotRestart = append(in.SlotRestart, s.RestartLSN)
+			in.Slots = append(in.Slots, slotPos{Name: s.Name, RestartLSN: s.RestartLSN})
 		}
 	}
 	for rd := range r.readers {

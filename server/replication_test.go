@@ -44,7 +44,7 @@ func startTestServer(t *testing.T, dir string, tweak func(*Config)) *Server {
 // startHookedServer is startTestServer with test hooks.
 func startHookedServer(t *testing.T, dir string, tweak func(*Config), h hooks) *Server {
 	t.Helper()
-	cfg := Config{NodeID: 1, ListenPG: "127.0.0.1:0", DataDir: dir, UnsafeNoFsync: true, RetentionInterval: 10 * time.Millisecond}
+	cfg := Config{NodeID: 1, ListenPG: "127.0.0.1:0", DataDir: dir, UnsafeNoFsync: true, RetentionInterval: 10 * time.Millisecond, WalKeepSize: -1}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -263,7 +263,7 @@ func TestCommandResultShapes(t *testing.T) {
 	wantCode(t, err, pgwire.UndefinedObject)
 	row = oneRow(t, must(exec(t, c, "TIMELINE_STATUS")), nil, "tenant_id", "timeline_id", "term", "voted_for", "last_log_term",
 		"flush_lsn", "commit_lsn", "truncate_lsn", "timeline_start_lsn", "removed_up_to", "pg_timeline", "system_id", "wal_seg_size", "readers", "slots", "pg_version",
-		"proposer_addr", "last_push_term", "last_push_age_ms")
+		"proposer_addr", "last_push_term", "last_push_age_ms", "retention_horizon", "retention_reason")
 	if row[2] != "1" || row[4] != "1" || row[5] != st.FlushLSN.String() || row[6] != st.CommitLSN.String() || row[8] != tStart.String() || row[14] != "1" {
 		t.Fatalf("TIMELINE_STATUS %q", row)
 	}
@@ -664,22 +664,25 @@ func TestFeedbackReachesProposerAndRetention(t *testing.T) {
 	s := startTestServer(t, t.TempDir(), nil)
 	addr := s.Addr().String()
 	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
-	p.truncate = true
-	p.push(400, 9000, 0) // ~3.5 segments
-	end := p.pos
+	p.push(400, 9000, 0) // ~3.5 segments; truncate_lsn 0: the peers' WAL is unknown
 
 	standby := newStream(t, addr)
-	standby.start("START_REPLICATION " + end.String())
+	standby.start("START_REPLICATION " + p.pos.String())
 	h := pgwire.HotStandbyFeedback{SendTime: 77, Xmin: 1000, XminEpoch: 1, CatalogXmin: 900}
 	standby.sendCopy(h.Append(nil))
 	other := newStream(t, addr)
-	other.start("START_REPLICATION " + end.String())
+	other.start("START_REPLICATION " + p.pos.String())
 	h2 := pgwire.HotStandbyFeedback{SendTime: 55, Xmin: 2000, XminEpoch: 1}
 	other.sendCopy(h2.Append(nil))
 
 	if statusOf(t, s).RemovedUpTo != 0 {
-		t.Fatal("WAL removed before any consumer reported")
+		t.Fatal("WAL removed while truncate_lsn is 0 (a peer's flush_lsn unknown)")
 	}
+	// Now every peer has it all (truncate_lsn = commit_lsn): the consumer
+	// bounds removal.
+	p.truncate = true
+	p.push(1, 100, 0)
+	end := p.pos
 	consumer := newStream(t, addr)
 	consumer.start("START_REPLICATION " + end.String())
 	remote := tStart + 2*tSeg + 5000
@@ -710,8 +713,7 @@ func TestSlotHoldsRetention(t *testing.T) {
 	s := startTestServer(t, t.TempDir(), nil)
 	addr := s.Addr().String()
 	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
-	p.truncate = true
-	p.push(400, 9000, 0)
+	p.push(400, 9000, 0) // truncate_lsn 0: nothing is removed before the slot holds its WAL
 	end := p.pos
 	c := newStream(t, addr)
 	oneRow(t, must(exec(t, c.c, `CREATE_REPLICATION_SLOT "keep" PHYSICAL`)), nil, "slot_name", "consistent_point", "snapshot_name", "output_plugin")
@@ -722,6 +724,8 @@ func TestSlotHoldsRetention(t *testing.T) {
 	consumer.start("START_REPLICATION " + end.String())
 	z := pgwire.ConsumerFeedback{ReceivedLSN: end, RemoteConsistentLSN: end}
 	consumer.sendCopy(z.Append(nil))
+	p.truncate = true // every peer has it all: the slot bounds removal
+	p.push(1, 100, 0)
 	waitFor(t, "removal up to the slot's segment", func() bool {
 		p.heartbeat()
 		return statusOf(t, s).RemovedUpTo == tStart+tSeg
@@ -807,8 +811,8 @@ func TestTimelineStatusReportsTheStreamingProposer(t *testing.T) {
 		t.Helper()
 		row := oneRow(t, must(exec(t, c, "TIMELINE_STATUS")), nil, "tenant_id", "timeline_id", "term", "voted_for", "last_log_term",
 			"flush_lsn", "commit_lsn", "truncate_lsn", "timeline_start_lsn", "removed_up_to", "pg_timeline", "system_id", "wal_seg_size", "readers", "slots", "pg_version",
-			"proposer_addr", "last_push_term", "last_push_age_ms")
-		return row[len(row)-len(cols):]
+			"proposer_addr", "last_push_term", "last_push_age_ms", "retention_horizon", "retention_reason")
+		return row[16 : 16+len(cols)]
 	}
 	// Elected, but nothing streamed yet (ProposerElected has no reply: a
 	// heartbeat's response shows the server has taken it).

@@ -43,6 +43,18 @@ type Config struct {
 	// timeout, like wal_sender_timeout = 0: silent readers stay connected and
 	// idle streams still get a keepalive every 10 s.
 	WalSenderTimeout time.Duration
+	// WalKeepSize is how much WAL below commit_lsn is kept whatever else
+	// retention says (PostgreSQL's wal_keep_size). Default 1 GiB; negative:
+	// none.
+	WalKeepSize int64
+	// MaxPeerWALKeepSize: a peer safekeeper whose flush_lsn (truncate_lsn)
+	// is further behind commit_lsn than this no longer holds WAL here.
+	// Default 16 GiB.
+	MaxPeerWALKeepSize int64
+	// MaxSlotWALKeepSize: a replication slot whose restart_lsn is further
+	// behind commit_lsn than this is invalidated (PostgreSQL's
+	// max_slot_wal_keep_size). 0 or negative: no limit (the default).
+	MaxSlotWALKeepSize int64
 	// RetentionInterval is the least time between two WAL removal passes of
 	// a timeline (see retention.go). Default 1 s.
 	RetentionInterval time.Duration
@@ -71,6 +83,15 @@ func (c *Config) withDefaults() error {
 	}
 	if c.WalSenderTimeout == 0 {
 		c.WalSenderTimeout = 60 * time.Second
+	}
+	switch {
+	case c.WalKeepSize == 0:
+		c.WalKeepSize = 1 << 30
+	case c.WalKeepSize < 0:
+		c.WalKeepSize = 0
+	}
+	if c.MaxPeerWALKeepSize <= 0 {
+		c.MaxPeerWALKeepSize = 16 << 30
 	}
 	if c.RetentionInterval <= 0 {
 		c.RetentionInterval = time.Second

@@ -25,6 +25,28 @@ type slotState struct {
 	active    uint64 // connection streaming from it; 0 when free
 	saved     proto.LSN
 	savedAt   time.Time
+	// invalidated: retention found it too far behind (max_slot_wal_keep_size)
+	// and released its WAL; it reserves none again while this server runs.
+	invalidated bool
+}
+
+// invalidateSlot releases slot name's WAL (restart_lsn 0, saved) if its
+// restart_lsn is still at; it reports whether it did.
+func (r *replState) invalidateSlot(name string, at proto.LSN) bool {
+	r.mu.Lock()
+	s := r.slots[name]
+	if s == nil || s.RestartLSN != at {
+		r.mu.Unlock()
+		return false
+	}
+	s.RestartLSN, s.invalidated = 0, true
+	save := !s.temporary
+	cp := s.Slot
+	r.mu.Unlock()
+	if save {
+		r.saveSlot(cp)
+	}
+	return true
 }
 
 // createSlot creates a slot; a temporary one belongs to connection conn.

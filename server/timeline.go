@@ -63,9 +63,22 @@ type timeline struct {
 	// walBudget is the server's (Server.walBudget).
 	walBudget *semaphore.Weighted
 
-	// pushMu guards push.
-	pushMu sync.Mutex
-	push   pushInfo
+	// pushMu guards push and retained.
+	pushMu   sync.Mutex
+	push     pushInfo
+	retained retention // the last horizon retention computed
+}
+
+func (t *timeline) setRetention(r retention) {
+	t.pushMu.Lock()
+	t.retained = retention{Horizon: r.Horizon, Reason: r.Reason}
+	t.pushMu.Unlock()
+}
+
+func (t *timeline) retention() retention {
+	t.pushMu.Lock()
+	defer t.pushMu.Unlock()
+	return t.retained
 }
 
 // pushInfo is the proposer that last streamed to the timeline (sent a

@@ -384,11 +384,14 @@ func (w *walSender) send(limit proto.LSN) (sent bool, err error) {
 		w.c.log.Warn("no WAL in storage below the readable limit", "pos", w.pos, "limit", limit)
 		return false, nil
 	}
+	// The reader's position moves first: the client may answer (its
+	// report clamped to the position) before SendXLogData returns. If
+	// the send fails the stream ends, and with it the reader's reports.
+	w.rd.pos.Store(uint64(w.pos) + uint64(n))
 	if err := w.c.pc.SendXLogData(&pgwire.XLogData{DataStart: w.pos, WALEnd: limit, SendTime: pgwire.TimeToPG(time.Now()), Data: w.buf[:n]}); err != nil {
 		return false, err
 	}
 	w.pos += proto.LSN(n)
-	w.rd.pos.Store(uint64(w.pos))
 	return true, w.c.pc.Flush()
 }
 

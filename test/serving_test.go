@@ -63,6 +63,9 @@ type walFeeder struct {
 	ctx    context.Context
 	ballot proto.Ballot
 	pos    proto.LSN
+	// holdTruncate: pushes send truncate_lsn 0 (a peer's flush unknown),
+	// so retention removes nothing until the test lets it.
+	holdTruncate bool
 }
 
 func newFeeder(t *testing.T, pg *pgtest.Cluster, sk *harness.Safekeeper) *walFeeder {
@@ -160,7 +163,7 @@ func (f *walFeeder) push() proto.LSN {
 		for off := 0; off < len(buf); off += proto.MaxWALPerRequest {
 			chunk := buf[off:min(off+proto.MaxWALPerRequest, len(buf))]
 			f.send(&proto.SafeKeeperRequest{Sender: f.ballot, BeginLSN: f.pos, EndLSN: f.pos + proto.LSN(len(chunk)),
-				CommitLSN: flush, TruncateLSN: flush, WAL: chunk})
+				CommitLSN: flush, TruncateLSN: f.truncateAt(flush), WAL: chunk})
 			f.pos += proto.LSN(len(chunk))
 			reqs++
 		}
@@ -176,6 +179,15 @@ func (f *walFeeder) push() proto.LSN {
 }
 
 // heartbeat sends an empty request and returns the response.
+// truncateAt is the truncate_lsn a push at flush sends: flush (every peer
+// has it: there are none), or 0 while holdTruncate is set.
+func (f *walFeeder) truncateAt(flush proto.LSN) proto.LSN {
+	if f.holdTruncate {
+		return 0
+	}
+	return flush
+}
+
 func (f *walFeeder) heartbeat() *proto.SafeKeeperResponse {
 	f.t.Helper()
 	f.send(&proto.SafeKeeperRequest{Sender: f.ballot, BeginLSN: f.pos, EndLSN: f.pos})
@@ -407,8 +419,9 @@ func TestHotStandbyFedBySafekeeper(t *testing.T) {
 // 58P01.
 func TestConsumerFeedbackRelayAndRetention(t *testing.T) {
 	pg := svPrimary(t)
-	sk := harness.StartSafekeeper(t, 1, "--unsafe-no-fsync", "--retention-interval", "50ms")
+	sk := harness.StartSafekeeper(t, 1, "--unsafe-no-fsync", "--retention-interval", "50ms", "--wal-keep-size", "0")
 	f := newFeeder(t, pg, sk)
+	f.holdTruncate = true // nothing removed before the consumer reports
 	for i := 0; i < 4; i++ {
 		pg.Exec(t, "create table if not exists c(x int, pad text); insert into c select g, repeat('z', 300) from generate_series(1, 2000) g; select pg_switch_wal();")
 	}
@@ -450,6 +463,10 @@ func TestConsumerFeedbackRelayAndRetention(t *testing.T) {
 		r := f.heartbeat()
 		return r.Consumer.RemoteConsistentLSN == remote && r.Consumer.ReceivedLSN == received && r.Consumer.TimelineSize == 12345
 	})
+	// Every peer has it all now (there are none): the consumer bounds
+	// removal.
+	f.send(&proto.SafeKeeperRequest{Sender: f.ballot, BeginLSN: f.pos, EndLSN: f.pos, CommitLSN: end, TruncateLSN: end})
+	f.recv()
 	want := (f.start + 2*proto.LSN(f.seg)).String()
 	status := svConn(t, sk)
 	harness.WaitFor(t, 30*time.Second, "removed_up_to "+want, func() bool {

@@ -210,6 +210,9 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "unsafe-no-fsync", Hidden: true, Usage: "TESTS AND BENCHMARKS ONLY: never fsync; a crash loses acknowledged WAL"},
 			&cli.DurationFlag{Name: "wal-sender-timeout", Value: 60 * time.Second, Usage: "disconnect a replication client silent this long; it is asked for a reply after half of it (at most 10s); 0 disables, like PostgreSQL's wal_sender_timeout = 0"},
 			&cli.DurationFlag{Name: "retention-interval", Value: time.Second, Usage: "least time between two WAL removal passes of a timeline"},
+			&cli.StringFlag{Name: "wal-keep-size", Value: "1GB", Usage: "WAL kept below commit_lsn whatever else retention says, as PostgreSQL's wal_keep_size (e.g. 1GB, 512MB; 0: none)"},
+			&cli.StringFlag{Name: "max-slot-wal-keep-size", Value: "-1", Usage: "invalidate a replication slot whose restart_lsn is further behind commit_lsn than this, as PostgreSQL's max_slot_wal_keep_size (-1: never)"},
+			&cli.StringFlag{Name: "max-peer-wal-keep-size", Value: "16GB", Usage: "stop keeping WAL for a peer safekeeper further behind commit_lsn than this (it then recovers with `safekeeper timeline pull`)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -234,6 +237,21 @@ func runCommand() *cli.Command {
 			if c.Duration("retention-interval") <= 0 {
 				return usagef("--retention-interval %v: want a positive duration", c.Duration("retention-interval"))
 			}
+			walKeep, err := parsePGSize(c.String("wal-keep-size"), false)
+			if err != nil {
+				return usagef("--wal-keep-size: %w", err)
+			}
+			slotKeep, err := parsePGSize(c.String("max-slot-wal-keep-size"), true)
+			if err != nil {
+				return usagef("--max-slot-wal-keep-size: %w", err)
+			}
+			peerKeep, err := parsePGSize(c.String("max-peer-wal-keep-size"), false)
+			if err != nil || peerKeep == 0 {
+				return usagef("--max-peer-wal-keep-size %q: want a positive size like 16GB", c.String("max-peer-wal-keep-size"))
+			}
+			if walKeep == 0 {
+				walKeep = -1 // server.Config: negative keeps none
+			}
 			log, err := logger(c)
 			if err != nil {
 				return err
@@ -250,6 +268,7 @@ func runCommand() *cli.Command {
 				NodeID: c.Uint64("id"), ListenPG: c.String("listen-pg"), DataDir: dir,
 				Logger: log, UnsafeNoFsync: c.Bool("unsafe-no-fsync"),
 				WalSenderTimeout: walSenderTimeout, RetentionInterval: c.Duration("retention-interval"),
+				WalKeepSize: walKeep, MaxSlotWALKeepSize: slotKeep, MaxPeerWALKeepSize: peerKeep,
 			})
 			if errors.Is(err, server.ErrNodeIDMismatch) {
 				return usageError{err} // the data dir belongs to another --id
@@ -292,4 +311,34 @@ func checkListenAddr(addr string) error {
 		return fmt.Errorf("port %q: want a number from 0 to 65535", port)
 	}
 	return nil
+}
+
+// parsePGSize parses a size as PostgreSQL writes its memory settings: a
+// number with an optional unit B, kB, MB, GB or TB (1024-based, as
+// PostgreSQL's), plain bytes without one. With allowUnlimited, -1 means no
+// limit (returned as -1).
+func parsePGSize(s string, allowUnlimited bool) (int64, error) {
+	t := strings.TrimSpace(s)
+	if allowUnlimited && t == "-1" {
+		return -1, nil
+	}
+	mult := int64(1)
+	for _, u := range []struct {
+		suf string
+		m   int64
+	}{{"kB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"TB", 1 << 40}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suf) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suf)), u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<60)/mult {
+		want := "a size like 1GB or 512MB"
+		if allowUnlimited {
+			want += ", or -1"
+		}
+		return 0, fmt.Errorf("%q: want %s", s, want)
+	}
+	return n * mult, nil
 }
