@@ -57,6 +57,8 @@ type options struct {
 	// sk3 adjusts safekeeper 3 before the proposer starts (e.g. moves its
 	// data directory); it must leave it running.
 	sk3 func(sk *harness.Safekeeper)
+	// skArgs are extra flags of every `safekeeper run`.
+	skArgs []string
 }
 
 // cluster is the pipeline under test.
@@ -83,7 +85,7 @@ func startCluster(t *testing.T, o options) *cluster {
 	}, o.conf...)
 	c.pg = pgtest.Start(t, pgtest.Options{WALSegSizeMB: segMB, Conf: conf})
 	for id := uint64(1); id <= 3; id++ {
-		sk := harness.StartSafekeeper(t, id)
+		sk := harness.StartSafekeeper(t, id, o.skArgs...)
 		if id == 3 && o.sk3 != nil {
 			o.sk3(sk)
 		}
