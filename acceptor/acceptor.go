@@ -239,10 +239,17 @@ func (a *Acceptor) ProposerElected(from proto.Ballot, m *proto.ProposerElected) 
 			ErrProtocol, m.TimelineStartLSN, a.st.TimelineStartLSN)
 	}
 	cp := a.st.History.Upto(a.st.FlushLSN).CommonPoint(a.st.FlushLSN, m.History)
-	if a.st.TimelineStartLSN == 0 {
+	empty := a.st.TimelineStartLSN == 0 || a.st.FlushLSN <= a.st.TimelineStartLSN
+	if empty {
 		cp = m.TimelineStartLSN // no WAL yet: everything starts at the timeline start
 	}
-	if cp != m.StartStreamingAt && !a.hooks.skipCommonPointCheck {
+	// joining: a safekeeper that holds no WAL may start at a later segment
+	// boundary instead (README_PROTO.md, "Joining late"): the WAL below it
+	// is committed and held by its peers, which may have removed what lies
+	// before; it holds the timeline from there, as if it had removed the
+	// rest.
+	joining := empty && m.StartStreamingAt > cp && m.StartStreamingAt.SegmentOffset(uint64(a.st.WalSegSize)) == 0
+	if cp != m.StartStreamingAt && !joining && !a.hooks.skipCommonPointCheck {
 		return fmt.Errorf("%w: start_streaming_at %s, but this safekeeper's WAL agrees with the proposer's history up to %s",
 			ErrCommonPointMismatch, m.StartStreamingAt, cp)
 	}
@@ -254,6 +261,9 @@ func (a *Acceptor) ProposerElected(from proto.Ballot, m *proto.ProposerElected) 
 	next.TimelineStartLSN = m.TimelineStartLSN
 	next.FlushLSN = m.StartStreamingAt
 	next.TruncateLSN = min(next.TruncateLSN, next.CommitLSN)
+	if joining {
+		next.RemovedUpTo = max(next.RemovedUpTo, m.StartStreamingAt) // nothing held below it: 58P01 for readers
+	}
 	if err := a.store.TruncateWAL(m.StartStreamingAt); err != nil {
 		return a.fail(err)
 	}

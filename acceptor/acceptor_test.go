@@ -613,3 +613,38 @@ func TestRebootDiscardsWALPastFlush(t *testing.T) {
 		t.Fatalf("resume at %v", f.a.WriteLSN())
 	}
 }
+
+// TestRule4_EmptySafekeeperJoinsLate: a safekeeper that holds no WAL may be
+// told to start at a later segment boundary (its peers removed what lies
+// before): it holds the timeline from there, as if it had removed the
+// rest, and takes WAL from that point. Not inside a segment, and not once
+// it holds WAL.
+func TestRule4_EmptySafekeeperJoinsLate(t *testing.T) {
+	f := newFixture(t)
+	b1 := ballot(1, 1)
+	f.vote(b1)
+	join := tlStart + 3*segSize
+	inside := &proto.ProposerElected{Term: 1, StartStreamingAt: join + 8, TimelineStartLSN: tlStart, History: hist(1, tlStart)}
+	if err := f.a.ProposerElected(b1, inside); !errors.Is(err, ErrCommonPointMismatch) {
+		t.Fatalf("a late start inside a segment: %v, want ErrCommonPointMismatch", err)
+	}
+	if err := f.a.ProposerElected(b1, &proto.ProposerElected{Term: 1, StartStreamingAt: join, TimelineStartLSN: tlStart, History: hist(1, tlStart)}); err != nil {
+		t.Fatalf("an empty safekeeper joining at %s: %v", join, err)
+	}
+	st, _, _ := f.store.Durable()
+	if st.FlushLSN != join || st.RemovedUpTo != join || st.TimelineStartLSN != tlStart || f.a.WriteLSN() != join {
+		t.Fatalf("after joining at %s: flush %s, removed_up_to %s, start %s, write %s", join, st.FlushLSN, st.RemovedUpTo, st.TimelineStartLSN, f.a.WriteLSN())
+	}
+	gen := xlogtest.NewGenerator(join, segSize, 1, 7)
+	_, end := gen.Record(300)
+	if r := f.appendWAL(b1, gen.Take(), 0); r.FlushLSN != end {
+		t.Fatalf("flush %s after WAL from the join point, want %s", r.FlushLSN, end)
+	}
+	// Holding WAL now: a later start is refused as any mismatch.
+	b2 := ballot(2, 2)
+	f.vote(b2)
+	err := f.a.ProposerElected(b2, &proto.ProposerElected{Term: 2, StartStreamingAt: join + segSize, TimelineStartLSN: tlStart, History: hist(1, tlStart, 2, join+segSize)})
+	if !errors.Is(err, ErrCommonPointMismatch) {
+		t.Fatalf("a safekeeper holding WAL told to start later: %v, want ErrCommonPointMismatch", err)
+	}
+}

@@ -87,6 +87,7 @@ func (s *driver) startCatchup(ctx context.Context, sk *skState) {
 			sk.cuRetryAt = time.Now().Add(sk.cuBackoff.next())
 			s.log.Error("no source holds the WAL a safekeeper needs: the primary removed it and no other safekeeper in this term has WAL past it",
 				"safekeeper", s.cfg.Safekeepers[sk.i], "from", from)
+			s.findJoinPoint(ctx, sk.i)
 			return
 		}
 	}
@@ -101,6 +102,67 @@ func (s *driver) startCatchup(ctx context.Context, sk *skState) {
 			"safekeeper", s.cfg.Safekeepers[sk.i], "from", from, "buffer_start", s.buf.start)
 	}
 	go s.runCatchup(cctx, sk.i, sk.cu.id, from, peer)
+}
+
+// findJoinPoint asks the other safekeepers (TIMELINE_STATUS) where the
+// oldest whole segment they still hold starts, and posts it for safekeeper
+// i: if i holds no WAL, it rejoins there (Core.SetJoinPoint) instead of at
+// the timeline start, whose WAL neither the primary nor any peer has.
+func (s *driver) findJoinPoint(ctx context.Context, i int) {
+	if s.joinProbe {
+		return
+	}
+	s.joinProbe = true
+	sc := SyncConfig{Safekeepers: s.cfg.Safekeepers, TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID, ConnectTimeout: s.cfg.ConnectTimeout}
+	seg := uint64(s.ui.SegSize)
+	go func() {
+		var best proto.LSN
+		for j, addr := range s.cfg.Safekeepers {
+			if j == i {
+				continue
+			}
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			p := probeTimeline(pctx, &sc, addr)
+			cancel()
+			if !p.holds || p.timelineStart == 0 {
+				continue
+			}
+			held := max(p.timelineStart, p.removedTo)
+			if off := held.SegmentOffset(seg); off != 0 {
+				held += proto.LSN(seg - off) // whole segments only
+			}
+			if held <= p.flush && (best == 0 || held < best) {
+				best = held
+			}
+		}
+		select {
+		case s.joinEvents <- joinEvent{sk: i, at: best}:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// joinEvent is findJoinPoint's answer: where safekeeper sk may rejoin (0:
+// no peer holds a whole segment).
+type joinEvent struct {
+	sk int
+	at proto.LSN
+}
+
+// onJoinPoint sets safekeeper ev.sk's join point and reconnects it, so its
+// next ProposerElected starts there if it still holds no WAL.
+func (s *driver) onJoinPoint(ev joinEvent) {
+	s.joinProbe = false
+	core := s.sess.Core()
+	if ev.at == 0 || ev.at > core.CommitLSN() {
+		s.log.Error("no peer holds a whole committed segment to join from; the safekeeper needs `safekeeper timeline pull` or a peer that has the WAL",
+			"safekeeper", s.cfg.Safekeepers[ev.sk], "oldest_held", ev.at, "commit_lsn", core.CommitLSN())
+		return
+	}
+	s.log.Warn("safekeeper holds no WAL and no source has the timeline's start any more; it joins at the oldest whole segment its peers hold",
+		"safekeeper", s.cfg.Safekeepers[ev.sk], "join_at", ev.at, "commit_lsn", core.CommitLSN())
+	core.SetJoinPoint(ev.sk, ev.at)
+	s.disconnect(s.sks[ev.sk]) // it reconnects, is greeted and elected again
 }
 
 // catchupPeer picks the safekeeper to copy WAL from for safekeeper i, which

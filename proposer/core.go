@@ -124,6 +124,10 @@ type skCore struct {
 	termFlush proto.LSN            // highest flush_lsn it reported in this term
 	known     bool                 // flush below is known
 	flush     proto.LSN            // last known flush_lsn
+	// joinAt: when this safekeeper holds no WAL, start it here (a segment
+	// boundary at or below commit_lsn) instead of the timeline start, whose
+	// WAL no source has any more (SetJoinPoint). 0: the timeline start.
+	joinAt proto.LSN
 }
 
 // NewCore returns a core for n safekeepers and a proposer uuid.
@@ -332,8 +336,11 @@ func (c *Core) ProposerElected(i int) (*proto.ProposerElected, error) {
 		panic("proposer: ProposerElected before the election or the grant")
 	}
 	start := e.TimelineStartLSN
-	if s.fresh.TimelineStartLSN != 0 {
+	empty := s.fresh.TimelineStartLSN == 0 || s.fresh.FlushLSN <= s.fresh.TimelineStartLSN
+	if !empty {
 		start = s.fresh.History.CommonPoint(s.fresh.FlushLSN, e.History)
+	} else if s.joinAt > start && s.joinAt <= c.commit {
+		start = s.joinAt // it holds no WAL: it joins late (README_PROTO.md)
 	}
 	if start < s.fresh.CommitLSN {
 		return nil, fmt.Errorf("%w: safekeeper #%d: start_streaming_at %s below its commit_lsn %s", ErrCannotJoin, i, start, s.fresh.CommitLSN)
@@ -345,6 +352,12 @@ func (c *Core) ProposerElected(i int) (*proto.ProposerElected, error) {
 		Term: e.Term, StartStreamingAt: start, TimelineStartLSN: e.TimelineStartLSN, History: e.History.Clone(),
 	}, nil
 }
+
+// SetJoinPoint makes safekeeper i, if it holds no WAL at its next
+// ProposerElected, start at l (a segment boundary, at most commit_lsn)
+// rather than at the timeline start: the WAL below l is on its peers, and
+// nobody holds what lies before any more.
+func (c *Core) SetJoinPoint(i int, l proto.LSN) { c.sks[i].joinAt = l }
 
 // Response records a SafeKeeperResponse of safekeeper i (after its
 // ProposerElected). A term above ours means deposed. It returns whether

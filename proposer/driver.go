@@ -133,6 +133,8 @@ type driver struct {
 	commitTimer *time.Timer
 	commitTick  <-chan time.Time
 	cuEvents    chan streamChunk
+	joinEvents  chan joinEvent
+	joinProbe   bool // a findJoinPoint is running
 
 	// refusals: the safekeepers that refused our ServerInfo for good
 	// (their links stopped); Run ends once no quorum is left.
@@ -219,6 +221,7 @@ func (s *driver) run(ctx context.Context) error {
 	}
 	s.upEvents = make(chan upstreamEvent, 64)
 	s.cuEvents = make(chan streamChunk, 16)
+	s.joinEvents = make(chan joinEvent, 1)
 	s.links.start(ctx)
 	defer func() {
 		cancel()
@@ -266,6 +269,8 @@ func (s *driver) loop(ctx context.Context) error {
 			}
 		case ev := <-s.cuEvents:
 			s.onCatchup(ctx, ev)
+		case ev := <-s.joinEvents:
+			s.onJoinPoint(ev)
 		case now := <-s.commitTick:
 			s.commitTick = nil
 			s.act(ctx, s.sess.Tick(now))

@@ -622,11 +622,19 @@ func (r *commitReq) apply(timelines *bolt.Bucket, maxChunk int) error {
 	if wal == nil {
 		return fmt.Errorf("%w: timeline %s has no %q bucket", ErrCorrupt, name, bucketWAL)
 	}
-	// The retention horizon is owned by storage (RemoveWAL), not the caller.
+	// The retention horizon is owned by storage (RemoveWAL), not the
+	// caller, with one exception: a timeline that holds no WAL takes a
+	// higher one, a segment boundary, from the caller (a safekeeper joining
+	// late: it holds the timeline from there).
+	want := r.state.RemovedUpTo.SegmentStart(t.segSize)
 	r.state.RemovedUpTo = old.RemovedUpTo
 	pos := walRangeOf(wal, old.RemovedUpTo)
+	if want > old.RemovedUpTo && pos.empty() {
+		r.state.RemovedUpTo = want
+		pos = walRange{first: want, end: want}
+	}
 	for _, op := range r.ops {
-		if pos, err = pos.step(op, old.RemovedUpTo); err != nil {
+		if pos, err = pos.step(op, r.state.RemovedUpTo); err != nil {
 			r.reqErr = true
 			return fmt.Errorf("timeline %s: %w", name, err)
 		}

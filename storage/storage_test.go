@@ -1027,3 +1027,58 @@ func ExampleTimeline_ReadWAL() {
 	fmt.Printf("%s %s\n", buf[:n], tl.EndLSN())
 	// Output: WAL 0/1000032
 }
+
+// TestLateJoinerTakesTheHorizon: a timeline that holds no WAL takes a
+// higher removed_up_to from the caller (a safekeeper joining late starts
+// holding the timeline there): reads below fail with ErrWALRemoved, a write
+// below is refused, it survives a reopen; once WAL is held, a higher value
+// from the caller is ignored again.
+func TestLateJoinerTakesTheHorizon(t *testing.T) {
+	path := testPath(t)
+	db := openTest(t, path, Options{})
+	st := testState(1)
+	tl, err := db.CreateTimeline(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const join = proto.LSN(5 * testSegSize)
+	st.RemovedUpTo = join + 100 // rounded down to its segment
+	if err := tl.TruncateWAL(join); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.Commit(st); err != nil {
+		t.Fatal(err)
+	}
+	if got := tl.RemovedUpTo(); got != join {
+		t.Fatalf("RemovedUpTo %s, want %s", got, join)
+	}
+	if err := tl.WriteWAL(join-8, walData(join-8, 8, 1)); !errors.Is(err, ErrBadLSN) {
+		t.Fatalf("a write below the joiner's horizon: %v, want ErrBadLSN", err)
+	}
+	data := walData(join, 3000, 1)
+	if err := tl.WriteWAL(join, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.Commit(st); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, tl, join, join+3000, 4096); !bytes.Equal(got, data) {
+		t.Fatal("WAL differs")
+	}
+	if _, err := tl.ReadWAL(join-1, make([]byte, 10)); !errors.Is(err, ErrWALRemoved) {
+		t.Fatalf("ReadWAL below the joiner's horizon = %v, want ErrWALRemoved", err)
+	}
+	st.RemovedUpTo = join + 2*testSegSize // ignored: WAL is held
+	if err := tl.Commit(st); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	db = openTest(t, path, Options{})
+	tl, got, err := db.OpenTimeline(st.TenantID, st.TimelineID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.RemovedUpTo != join || tl.RemovedUpTo() != join {
+		t.Fatalf("after reopen: removed_up_to %s / %s, want %s", got.RemovedUpTo, tl.RemovedUpTo(), join)
+	}
+}

@@ -196,7 +196,10 @@ func (t *Timeline) TruncateWAL(lsn proto.LSN) error {
 // DB's group commit: it returns after the fsync that covers them.
 //
 // s.TenantID, s.TimelineID and s.WalSegSize must be the timeline's.
-// s.RemovedUpTo is ignored: the stored value is the one RemoveWAL set.
+// s.RemovedUpTo is ignored — the stored value is the one RemoveWAL set —
+// unless the timeline holds no WAL and it is higher: then it becomes the
+// horizon, rounded down to a segment boundary (a safekeeper that joins a
+// timeline late holds it from there; reads below fail with ErrWALRemoved).
 //
 // On error nothing of this commit is durable and the staged changes are
 // dropped: the timeline is back at its last committed state, which the
@@ -219,6 +222,7 @@ func (t *Timeline) Commit(s acceptor.State) error {
 			if err == nil {
 				t.mu.Lock()
 				t.end = r.end
+				t.removedUpTo = max(t.removedUpTo, r.state.RemovedUpTo)
 				t.mu.Unlock()
 				return nil
 			}

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,4 +96,100 @@ func TestReplacedSafekeeperRecoversFromPeers(t *testing.T) {
 	if n < 6 {
 		t.Fatalf("only %d segments compared", n)
 	}
+}
+
+// TestReplacedSafekeeperJoinsWherePeersHoldWAL: as above, but the peers
+// keep only --wal-keep-size of WAL, so neither the primary nor any peer
+// holds the timeline's start any more. The empty safekeeper joins at the
+// oldest whole segment its peers still hold (it then holds the timeline
+// from there: a read below is 58P01, never zeros), copies from a peer and
+// follows the quorum, byte for byte as its peers.
+func TestReplacedSafekeeperJoinsWherePeersHoldWAL(t *testing.T) {
+	skipShort(t)
+	rng := newRand(t)
+	c := startCluster(t, options{
+		skArgs: []string{"--wal-keep-size", "2MB", "--retention-interval", "100ms"},
+		conf:   []string{"wal_keep_size = 0", "max_wal_size = '32MB'", "min_wal_size = '16MB'"},
+	})
+	b := newBank(t, c.pg)
+	b.start(3, rng)
+	sts, _ := c.statuses()
+	start := sts[0].TimelineStart
+	seg := proto.LSN(c.pg.WALSegSize)
+	for i := 0; i < 12; i++ {
+		c.pg.Exec(t, "SELECT pg_switch_wal()")
+	}
+	mark := c.flushLSN()
+	c.waitCommitted(mark, 60*time.Second)
+	startSeg := proto.SegmentFileName(1, start, uint64(seg))
+	harness.WaitFor(t, 60*time.Second, "the primary to recycle "+startSeg, func() bool {
+		c.pg.Exec(t, "SELECT pg_switch_wal()")
+		c.pg.Exec(t, "CHECKPOINT")
+		_, err := os.Stat(filepath.Join(c.pg.WALDir(), startSeg))
+		return os.IsNotExist(err)
+	})
+	c.waitCommitted(c.flushLSN(), 60*time.Second)
+	// Every safekeeper removed the timeline's first segments.
+	harness.WaitFor(t, 30*time.Second, "the safekeepers to remove WAL past the timeline start", func() bool {
+		for _, sk := range c.sks {
+			rm, _ := proto.ParseLSN(statusRow(t, sk.Addr)["removed_up_to"])
+			if rm <= start+2*seg {
+				return false
+			}
+		}
+		return true
+	})
+
+	sk := c.sks[2]
+	sk.Kill()
+	sk.DataDir = filepath.Join(t.TempDir(), "replaced")
+	sk.Start()
+	c.waitAcked(b, 200, "with safekeeper 3 replaced")
+	target := c.flushLSN()
+	harness.WaitFor(t, 120*time.Second, "safekeeper 3 to hold the WAL up to "+target.String(), func() bool {
+		c.checkProposerAlive()
+		st, err := timelineStatus(sk.Addr)
+		return err == nil && st.FlushLSN >= target
+	})
+	row := statusRow(t, sk.Addr)
+	joined, _ := proto.ParseLSN(row["removed_up_to"])
+	if tls, _ := proto.ParseLSN(row["timeline_start_lsn"]); tls != start || joined <= start || joined.SegmentOffset(uint64(seg)) != 0 {
+		t.Fatalf("safekeeper 3: timeline_start_lsn %s, removed_up_to %s; want the timeline's start %s and a later segment boundary", tls, joined, start)
+	}
+	if !strings.Contains(c.prop.Log(), "it joins at the oldest whole segment its peers hold") {
+		t.Fatalf("the proposer did not make safekeeper 3 join late:\n%s", tailString(c.prop.Log(), 40))
+	}
+	t.Logf("safekeeper 3 joined at %s (timeline start %s): %s", joined, start, lastLine(c.prop.Log(), "joins at the oldest whole segment"))
+	want := fmt.Sprintf("58P01 requested WAL segment %s has already been removed", proto.SegmentFileName(1, start, uint64(seg)))
+	if got := startAt(t, sk, start); got != want {
+		t.Fatalf("a read below safekeeper 3's first byte: %q, want %q", got, want)
+	}
+
+	b.stopAndReport()
+	acked, _ := b.snapshot()
+	final := c.finish()
+	b.check(t, "primary", func(sql string) string { return c.pg.Exec(t, sql) }, acked)
+	for _, s := range c.sks {
+		if err := s.Stop(30 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one, three := c.export(c.sks[0]), c.export(sk)
+	n := 0
+	for s := joined; s+seg <= final; s += seg {
+		name := proto.SegmentFileName(1, s, uint64(seg))
+		a, errA := os.ReadFile(filepath.Join(one, name))
+		b, errB := os.ReadFile(filepath.Join(three, name))
+		if os.IsNotExist(errA) {
+			continue // removed on safekeeper 1 by now
+		}
+		if errA != nil || errB != nil || !bytes.Equal(a, b) {
+			t.Fatalf("segment %s: safekeeper 1 %v, safekeeper 3 %v, equal %v", name, errA, errB, bytes.Equal(a, b))
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no segment compared")
+	}
+	t.Logf("%d segments from %s compared: equal", n, joined)
 }
