@@ -678,24 +678,35 @@ func TestFeedbackReachesProposerAndRetention(t *testing.T) {
 	if statusOf(t, s).RemovedUpTo != 0 {
 		t.Fatal("WAL removed while truncate_lsn is 0 (a peer's flush_lsn unknown)")
 	}
-	// Now every peer has it all (truncate_lsn = commit_lsn): the consumer
-	// bounds removal.
-	p.truncate = true
-	p.push(1, 100, 0)
 	end := p.pos
 	consumer := newStream(t, addr)
 	consumer.start("START_REPLICATION " + end.String())
 	remote := tStart + 2*tSeg + 5000
 	z := pgwire.ConsumerFeedback{TimelineSize: 1 << 20, ReceivedLSN: end, DiskConsistentLSN: end, RemoteConsistentLSN: remote, ReplyTime: 99}
 	consumer.sendCopy(z.Append(nil))
-
 	var r *proto.SafeKeeperResponse
-	waitFor(t, "feedback in SafeKeeperResponse and removal up to the consumer's segment", func() bool {
+	waitFor(t, "feedback in SafeKeeperResponse", func() bool {
 		r = p.heartbeat()
 		hsOK := r.HotStandby == proto.HotStandbyFeedback{TS: 77, Xmin: 1<<32 | 1000, CatalogXmin: 900}
 		consOK := r.Consumer == proto.ConsumerFeedback{TimelineSize: 1 << 20, ReceivedLSN: end, DiskConsistentLSN: end, RemoteConsistentLSN: remote, ReplyTime: 99}
-		return hsOK && consOK && statusOf(t, s).RemovedUpTo == tStart+2*tSeg
+		return hsOK && consOK
 	})
+	// Now every peer has it all (truncate_lsn = commit_lsn): the consumer
+	// bounds removal.
+	p.truncate = true
+	p.push(1, 100, 0)
+	end = p.pos
+	waitFor(t, "removal up to the consumer's segment", func() bool {
+		p.heartbeat()
+		return statusOf(t, s).RemovedUpTo == tStart+2*tSeg
+	})
+	s.mu.Lock()
+	tl := s.timelines[proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline}]
+	s.mu.Unlock()
+	s.retainOnce(tl) // one more pass with every input settled
+	if got := statusOf(t, s).RemovedUpTo; got != tStart+2*tSeg {
+		t.Fatalf("removed_up_to %s, want %s: the consumer's remote_consistent_lsn %s did not hold retention", got, tStart+2*tSeg, remote)
+	}
 	c := newStream(t, addr)
 	c.start("START_REPLICATION " + (tStart + tSeg).String())
 	if e := c.expect("ErrorResponse").(*pgproto3.ErrorResponse); e.Code != pgwire.UndefinedFile ||
@@ -719,7 +730,7 @@ func TestSlotHoldsRetention(t *testing.T) {
 	oneRow(t, must(exec(t, c.c, `CREATE_REPLICATION_SLOT "keep" PHYSICAL`)), nil, "slot_name", "consistent_point", "snapshot_name", "output_plugin")
 	c.start("START_REPLICATION SLOT keep " + tStart.String())
 	c.readWAL(tStart, end)
-	c.status(tStart+tSeg+10, tStart+tSeg+10, false)
+	c.waitReply(tStart+tSeg+10, tStart+tSeg+10) // the slot follows it before truncate_lsn lets anything go
 	consumer := newStream(t, addr)
 	consumer.start("START_REPLICATION " + end.String())
 	z := pgwire.ConsumerFeedback{ReceivedLSN: end, RemoteConsistentLSN: end}

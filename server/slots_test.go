@@ -98,8 +98,7 @@ func TestReportedPositionsClampedToWALSent(t *testing.T) {
 	s := startTestServer(t, t.TempDir(), nil)
 	addr := s.Addr().String()
 	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
-	p.truncate = true
-	p.push(150, 9000, 0) // ~1.3 segments
+	p.push(150, 9000, 0) // ~1.3 segments; truncate_lsn 0: nothing removed yet
 	y := p.pos
 	from := tStart + 1000
 
@@ -127,6 +126,7 @@ func TestReportedPositionsClampedToWALSent(t *testing.T) {
 	// More WAL, committed and on every safekeeper (truncate_lsn): only the
 	// consumer's report holds retention now.
 	wal2Start := p.pos
+	p.truncate = true
 	wal2, _ := p.push(300, 9000, 0)
 	horizon := y.SegmentStart(tSeg)
 	waitFor(t, "removal up to the segment of "+y.String(), func() bool {
