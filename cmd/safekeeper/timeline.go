@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/safekeeper/safekeeper/acceptor"
+	"github.com/safekeeper/safekeeper/proposer"
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/storage"
+)
+
+func timelineCommand() *cli.Command {
+	return &cli.Command{
+		Name:            "timeline",
+		Usage:           "manage a safekeeper's timelines",
+		OnUsageError:    func(c *cli.Context, err error, _ bool) error { return usageError{err} },
+		Subcommands:     []*cli.Command{timelinePullCommand()},
+		HideHelpCommand: true,
+		Action: func(c *cli.Context) error {
+			if c.Args().First() == "help" {
+				return c.App.RunContext(c.Context, append([]string{c.App.Name, "help", "timeline"}, c.Args().Tail()...))
+			}
+			if c.NArg() > 0 {
+				return usagef("unknown command \"timeline %s\"; 'safekeeper help timeline' lists its subcommands", c.Args().First())
+			}
+			return cli.ShowSubcommandHelp(c)
+		},
+	}
+}
+
+// pullCommitBytes is how much copied WAL one pull transaction holds.
+const pullCommitBytes = 64 << 20
+
+func timelinePullCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "pull",
+		Usage:     "copy a whole timeline from a peer safekeeper into this one's data directory (server must be stopped)",
+		UsageText: "safekeeper timeline pull --from HOST:PORT --data-dir DIR --tenant-id HEX --timeline-id HEX",
+		Description: "For a safekeeper that lacks a timeline its peers hold (a replaced disk, a peer that was away\n" +
+			"longer than their --max-peer-wal-keep-size): copies the peer's control state (vote, term\n" +
+			"history, flush_lsn, commit_lsn) and its WAL, from the timeline start if the peer still holds it,\n" +
+			"else from the first whole segment it holds, up to its flush_lsn (read as a term reader of its\n" +
+			"term). Atomic: the WAL goes in in transactions that leave the timeline empty until the last one,\n" +
+			"which writes the state; a crash or failure mid-pull leaves an empty timeline that a new pull (or\n" +
+			"the proposer) fills. Refuses a timeline the data directory already holds WAL of, and a data\n" +
+			"directory a running safekeeper holds. Start the safekeeper afterwards; the proposer streams it the\n" +
+			"rest.",
+		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
+		Before:       func(c *cli.Context) error { return requireFlags(c, "from", "data-dir", "tenant-id", "timeline-id") },
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "from", Usage: "host:port of the peer safekeeper to copy from (required)"},
+			&cli.StringFlag{Name: "data-dir", Usage: "this safekeeper's data directory (required)"},
+			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
+			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)"},
+			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Minute, Usage: "give up (exit 1) after this long"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("timeline pull takes no arguments, got %q", c.Args().Slice())
+			}
+			if err := checkListenAddr(c.String("from")); err != nil {
+				return usagef("--from %q: %w", c.String("from"), err)
+			}
+			tenant, timeline, err := parseIDs(c)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+			defer cancel()
+			return pullTimeline(ctx, c, c.String("from"), filepath.Join(c.String("data-dir"), "safekeeper.db"), tenant, timeline)
+		},
+	}
+}
+
+func pullTimeline(ctx context.Context, c *cli.Context, from, path string, tenant, timeline proto.ID) error {
+	db, err := storage.Open(path, storage.Options{Timeout: 200 * time.Millisecond})
+	if errors.Is(err, storage.ErrLocked) {
+		return fmt.Errorf("timeline pull: %s is in use (a safekeeper is running on it?); stop it first: %w", filepath.Dir(path), err)
+	}
+	if err != nil {
+		return fmt.Errorf("timeline pull: %w", err)
+	}
+	defer db.Close()
+	tl, local, err := db.OpenTimeline(tenant, timeline)
+	switch {
+	case errors.Is(err, storage.ErrNoTimeline):
+		tl = nil
+	case err != nil:
+		return fmt.Errorf("timeline pull: %w", err)
+	case local.TimelineStartLSN != 0 && local.FlushLSN > local.TimelineStartLSN:
+		return fmt.Errorf("timeline pull: %s already holds timeline %s/%s (WAL up to %s); nothing copied", filepath.Dir(path), tenant, timeline, local.FlushLSN)
+	}
+	peer, err := proposer.PeerState(ctx, from, tenant, timeline, 0)
+	if err != nil {
+		return fmt.Errorf("timeline pull: %w", err)
+	}
+	first, end := peer.FirstHeld(), peer.Info.FlushLSN
+	if peer.Info.TimelineStartLSN == 0 || first >= end {
+		return fmt.Errorf("timeline pull: %s holds no whole segment of WAL of the timeline (start %s, removed up to %s, flush_lsn %s)",
+			from, peer.Info.TimelineStartLSN, peer.RemovedUpTo, end)
+	}
+	// The state of every transaction but the last: no WAL yet (a crash
+	// here leaves an empty timeline: acceptor.New discards WAL above
+	// flush_lsn 0), the horizon at the first byte copied.
+	empty := acceptor.State{TenantID: tenant, TimelineID: timeline, SystemID: peer.SystemID, PgVersion: peer.PgVersion,
+		WalSegSize: peer.WalSegSize, PgTimeline: peer.PgTimeline}
+	if tl == nil {
+		if tl, err = db.CreateTimeline(empty); err != nil {
+			return fmt.Errorf("timeline pull: %w", err)
+		}
+	} else if local.SystemID != peer.SystemID || local.WalSegSize != peer.WalSegSize || local.PgTimeline != peer.PgTimeline {
+		return fmt.Errorf("timeline pull: the empty timeline here describes another cluster (system_id %d, segment size %d, TLI %d) than %s's (%d, %d, %d)",
+			local.SystemID, local.WalSegSize, local.PgTimeline, from, peer.SystemID, peer.WalSegSize, peer.PgTimeline)
+	}
+	if first > peer.Info.TimelineStartLSN {
+		empty.RemovedUpTo = first // storage takes it: the timeline holds no WAL yet
+	}
+	if err := tl.TruncateWAL(0); err != nil {
+		return fmt.Errorf("timeline pull: %w", err)
+	}
+	staged := 0
+	err = proposer.CopyWAL(ctx, &peer, tenant, timeline, first, end, 0, func(at proto.LSN, wal []byte) error {
+		if err := tl.WriteWAL(at, wal); err != nil {
+			return err
+		}
+		if staged += len(wal); staged >= pullCommitBytes {
+			staged = 0
+			return tl.Commit(empty)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("timeline pull: copying %s..%s from %s: %w (the timeline here is left empty)", first, end, from, err)
+	}
+	st := empty
+	st.VotedFor = peer.Info.VotedFor
+	st.History = peer.Info.History.Upto(end).Clone()
+	st.TimelineStartLSN = peer.Info.TimelineStartLSN
+	st.FlushLSN = end
+	st.CommitLSN = min(peer.Info.CommitLSN, end)
+	st.TruncateLSN = min(peer.Info.TruncateLSN, st.CommitLSN)
+	if err := tl.Commit(st); err != nil {
+		return fmt.Errorf("timeline pull: %w (the timeline here is left empty)", err)
+	}
+	fmt.Fprintf(c.App.Writer, "pulled timeline %s/%s from %s: WAL %s..%s (%d bytes), term %d, commit_lsn %s\n",
+		tenant, timeline, from, first, end, uint64(end-first), st.VotedFor.Term, st.CommitLSN)
+	return nil
+}

@@ -1,0 +1,124 @@
+package proposer
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/safekeeper/safekeeper/proto"
+)
+
+// PeerTimeline is what a peer safekeeper holds of a timeline, read for a
+// pull (`safekeeper timeline pull`) without changing anything there.
+type PeerTimeline struct {
+	Addr string
+	// Info is the peer's answer to a greeting: voted_for, the term history
+	// cut at flush_lsn, flush_lsn, commit_lsn, truncate_lsn,
+	// timeline_start_lsn.
+	Info                              proto.SafeKeeperInfo
+	SystemID                          uint64
+	PgVersion, WalSegSize, PgTimeline uint32
+	// RemovedUpTo is the peer's retention horizon: it holds no WAL below.
+	RemovedUpTo proto.LSN
+}
+
+// FirstHeld is where a copy of the peer's WAL starts: the timeline start
+// when the peer holds it from there, else the first whole segment it holds.
+func (p *PeerTimeline) FirstHeld() proto.LSN {
+	start := p.Info.TimelineStartLSN
+	if p.RemovedUpTo <= start {
+		return start
+	}
+	l, seg := p.RemovedUpTo, uint64(p.WalSegSize)
+	if off := l.SegmentOffset(seg); off != 0 {
+		l += proto.LSN(seg - off)
+	}
+	return l
+}
+
+// PeerState reads a peer's state of a timeline: TIMELINE_STATUS, then a
+// greeting (ServerInfo; the SafeKeeperInfo answer), which changes nothing
+// on a timeline the peer holds. ErrNoTimeline if it does not hold it.
+func PeerState(ctx context.Context, addr string, tenant, timeline proto.ID, connectTimeout time.Duration) (PeerTimeline, error) {
+	if connectTimeout == 0 {
+		connectTimeout = 10 * time.Second
+	}
+	sc := SyncConfig{Safekeepers: []string{addr}, TenantID: tenant, TimelineID: timeline, ConnectTimeout: connectTimeout}
+	p := probeTimeline(ctx, &sc, addr)
+	switch {
+	case p.missing:
+		return PeerTimeline{}, fmt.Errorf("%w: %s does not hold timeline %s/%s", ErrNoTimeline, addr, tenant, timeline)
+	case p.err != nil:
+		return PeerTimeline{}, p.err
+	}
+	var uuid proto.ID
+	if _, err := io.ReadFull(rand.Reader, uuid[:]); err != nil {
+		return PeerTimeline{}, err
+	}
+	c, err := Dial(ctx, DialConfig{Addr: addr, TenantID: tenant, TimelineID: timeline, ApplicationName: "timeline_pull", ConnectTimeout: connectTimeout})
+	if err != nil {
+		return PeerTimeline{}, err
+	}
+	defer c.Close()
+	if err := c.Send(&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: p.pgVersion, SystemID: p.systemID,
+		TenantID: tenant, TimelineID: timeline, PgTimeline: p.pgTimeline, WalSegSize: p.segSize, ProposerUUID: uuid}); err != nil {
+		return PeerTimeline{}, err
+	}
+	m, err := c.Recv(ctx)
+	if err != nil {
+		return PeerTimeline{}, fmt.Errorf("%s: greeting: %w", addr, err)
+	}
+	info, ok := m.(*proto.SafeKeeperInfo)
+	if !ok {
+		return PeerTimeline{}, fmt.Errorf("%s: greeting answered with %T", addr, m)
+	}
+	return PeerTimeline{Addr: addr, Info: *info, SystemID: p.systemID, PgVersion: p.pgVersion, WalSegSize: p.segSize,
+		PgTimeline: p.pgTimeline, RemovedUpTo: p.removedTo}, nil
+}
+
+// CopyWAL streams the peer's WAL [from, to) to deliver, chunk by chunk in
+// order, as a term reader of term (served up to the peer's flush_lsn while
+// it votes in that term; a term change ends it with an error). A deliver
+// error stops the copy and is returned.
+func CopyWAL(ctx context.Context, p *PeerTimeline, tenant, timeline proto.ID, from, to proto.LSN, connectTimeout time.Duration,
+	deliver func(start proto.LSN, wal []byte) error) error {
+	if connectTimeout == 0 {
+		connectTimeout = 10 * time.Second
+	}
+	host, port, err := splitHostPort(p.Addr)
+	if err != nil {
+		return err
+	}
+	connStr := fmt.Sprintf("host=%s port=%s user=pull sslmode=disable options='-c tenant_id=%s -c timeline_id=%s'", host, port, tenant, timeline)
+	up, err := dialUpstream(ctx, "peer safekeeper "+p.Addr, connStr, "timeline_pull", connectTimeout)
+	if err != nil {
+		return err
+	}
+	defer up.close()
+	if err := up.startReplicationTerm(ctx, "", from, p.PgTimeline, p.Info.VotedFor.Term); err != nil {
+		return fmt.Errorf("%s: %w", p.Addr, err)
+	}
+	got := from
+	var derr error
+	err = up.forward(ctx, from, to, func(at proto.LSN, wal []byte) bool {
+		if at != got {
+			derr = fmt.Errorf("%s: WAL at %s, expected %s", p.Addr, at, got)
+			return false
+		}
+		wal = wal[:min(len(wal), int(to-at))]
+		if derr = deliver(at, wal); derr != nil {
+			return false
+		}
+		got += proto.LSN(len(wal))
+		return true
+	})
+	if err == nil {
+		err = derr
+	}
+	if err == nil && got < to {
+		err = fmt.Errorf("%s: stream ended at %s, below %s", p.Addr, got, to)
+	}
+	return err
+}

@@ -1,0 +1,177 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/xlog/xlogtest"
+	"github.com/safekeeper/safekeeper/test/harness"
+)
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Run()
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+}
+
+// statusOf reads TIMELINE_STATUS of timeline 1 by column name.
+func statusOf(t *testing.T, sk *harness.Safekeeper) map[string]string {
+	t.Helper()
+	ctx := harness.Context(t, 10*time.Second)
+	host, port, _ := strings.Cut(sk.Addr, ":")
+	c, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=t sslmode=disable replication=true options='-c tenant_id=%s -c timeline_id=%s'",
+		host, port, tenant(1), proto.ID{0xbb, 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	res, err := c.Exec(ctx, "TIMELINE_STATUS").ReadAll()
+	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 {
+		t.Fatalf("TIMELINE_STATUS: %v", err)
+	}
+	row := map[string]string{}
+	for i, f := range res[0].FieldDescriptions {
+		row[f.Name] = string(res[0].Rows[0][i])
+	}
+	return row
+}
+
+func exportWAL(t *testing.T, sk *harness.Safekeeper) string {
+	t.Helper()
+	out := t.TempDir()
+	if code, _, stderr := runCLI(t, "wal", "export", "--data-dir", sk.DataDir, "--tenant-id", tenant(1).String(),
+		"--timeline-id", proto.ID{0xbb, 1}.String(), "--output", out); code != 0 {
+		t.Fatalf("wal export: exit %d: %s", code, stderr)
+	}
+	return out
+}
+
+// TestTimelinePullCopiesAWholeTimeline: `safekeeper timeline pull` copies a
+// peer's timeline into a stopped safekeeper's data directory — its vote,
+// term history, flush_lsn and commit_lsn and its WAL byte for byte — after
+// which it is a member the proposer streams on to. From a peer whose
+// retention removed the timeline's first segments it copies from the first
+// whole segment held, and then holds the timeline from there (58P01 below).
+// It refuses a data directory a server holds and a timeline already there.
+func TestTimelinePullCopiesAWholeTimeline(t *testing.T) {
+	src := harness.StartSafekeeper(t, 1)
+	trimmed := harness.StartSafekeeper(t, 2, "--wal-keep-size", "0", "--retention-interval", "50ms")
+	dst := harness.StartSafekeeper(t, 3)
+	dst2 := harness.StartSafekeeper(t, 4)
+	gen := xlogtest.NewGenerator(tlStart, segSize, 1, sysID)
+	var end proto.LSN
+	for i := 0; i < 900; i++ {
+		_, end = gen.Record(3000)
+	}
+	wal := gen.Take()
+	ps := []*tp{startTerm(t, src, 1, 1), startTerm(t, trimmed, 1, 1)}
+	for _, p := range ps {
+		n := 0
+		for off := 0; off < len(wal); off += proto.MaxWALPerRequest {
+			r := p.appendReq(tlStart+proto.LSN(off), wal[off:min(len(wal), off+proto.MaxWALPerRequest)], end)
+			r.TruncateLSN = end // every safekeeper has it: retention may remove it on trimmed
+			p.send(r)
+			n++
+		}
+		for range n {
+			p.resp()
+		}
+		p.send(p.appendReq(end, nil, end)) // commit_lsn = end
+		p.resp()
+	}
+	harness.WaitFor(t, 30*time.Second, "safekeeper 2 to remove its first segments", func() bool {
+		rm, _ := proto.ParseLSN(statusOf(t, trimmed)["removed_up_to"])
+		return rm > tlStart
+	})
+	pull := func(from, into *harness.Safekeeper) (int, string, string) {
+		return runCLI(t, "timeline", "pull", "--from", from.Addr, "--data-dir", into.DataDir,
+			"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String())
+	}
+	if code, _, stderr := pull(src, dst); code != 1 || !strings.Contains(stderr, "in use") {
+		t.Fatalf("pull into a running safekeeper's data dir: exit %d: %s", code, stderr)
+	}
+	if err := dst.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := pull(src, dst)
+	if code != 0 || !strings.Contains(stdout, "pulled timeline") {
+		t.Fatalf("pull: exit %d\n%s%s", code, stdout, stderr)
+	}
+	t.Logf("%s", strings.TrimSpace(stdout))
+	if code, _, stderr := pull(src, dst); code != 1 || !strings.Contains(stderr, "already holds") {
+		t.Fatalf("a second pull: exit %d: %s", code, stderr)
+	}
+	dst.Start()
+	a, b := statusOf(t, src), statusOf(t, dst)
+	for _, col := range []string{"term", "voted_for", "last_log_term", "flush_lsn", "commit_lsn", "timeline_start_lsn", "system_id", "pg_timeline", "removed_up_to"} {
+		if a[col] != b[col] {
+			t.Errorf("%s: peer %q, pulled %q", col, a[col], b[col])
+		}
+	}
+	// The proposer of term 1 goes on with the pulled one as with any member.
+	p := dial(t, dst, 1)
+	if g := p.greet(); g.FlushLSN != end || g.VotedFor != node(1, 1) {
+		t.Fatalf("pulled safekeeper greets with flush %s, vote %v; want %s, %v", g.FlushLSN, g.VotedFor, end, node(1, 1))
+	}
+	p.vote(node(1, 1))
+	p.elected(end, hist(1, uint64(tlStart)))
+	_, end2 := gen.Record(500)
+	more := gen.Take()
+	p.send(p.appendReq(end, more, end2))
+	if r := p.resp(); r.FlushLSN != end2 {
+		t.Fatalf("append after the pull: flush %s, want %s", r.FlushLSN, end2)
+	}
+	p.c.Close()
+	for _, sk := range []*harness.Safekeeper{src, dst} {
+		if err := sk.Stop(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one, three := exportWAL(t, src), exportWAL(t, dst)
+	for s := tlStart; s+segSize <= end; s += segSize {
+		name := proto.SegmentFileName(1, s, segSize)
+		x, errX := os.ReadFile(filepath.Join(one, name))
+		y, errY := os.ReadFile(filepath.Join(three, name))
+		if errX != nil || errY != nil || !bytes.Equal(x, y) {
+			t.Fatalf("segment %s: peer %v, pulled %v, equal %v", name, errX, errY, bytes.Equal(x, y))
+		}
+	}
+
+	// From the trimmed peer: the first whole segment it holds.
+	if err := dst2.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if code, stdout, stderr := pull(trimmed, dst2); code != 0 {
+		t.Fatalf("pull from a trimmed peer: exit %d\n%s%s", code, stdout, stderr)
+	}
+	dst2.Start()
+	rm := statusOf(t, trimmed)["removed_up_to"]
+	if got := statusOf(t, dst2)["removed_up_to"]; got != rm {
+		t.Fatalf("pulled from a peer holding WAL from %s: removed_up_to %s", rm, got)
+	}
+	below := proto.LSN(tlStart)
+	host, port, _ := strings.Cut(dst2.Addr, ":")
+	conn, err := pgconn.Connect(harness.Context(t, 10*time.Second), fmt.Sprintf("host=%s port=%s user=t sslmode=disable replication=true options='-c tenant_id=%s -c timeline_id=%s'",
+		host, port, tenant(1), proto.ID{0xbb, 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(harness.Context(t, 10*time.Second), fmt.Sprintf("START_REPLICATION PHYSICAL %s TIMELINE 1", below)).ReadAll()
+	if err == nil || !strings.Contains(err.Error(), "58P01") {
+		t.Fatalf("a read below the pulled timeline's first byte: %v, want 58P01", err)
+	}
+}
