@@ -55,6 +55,8 @@ func DecodeProposerMessage(src []byte) (Message, error) {
 		m = &ProposerElected{}
 	case TagSafeKeeperRequest:
 		m = &SafeKeeperRequest{}
+	case TagTimelineHistory:
+		m = &TimelineHistory{}
 	default:
 		return nil, fmt.Errorf("%w: unknown proposer message tag %q", ErrMalformed, src[0])
 	}

@@ -14,6 +14,7 @@ func seedMessages() [][]byte {
 		(&SafeKeeperInfo{History: TermHistory{{1, 1}}}).Encode(nil),
 		(&VoteResponse{}).Encode(nil),
 		(&SafeKeeperResponse{}).Encode(nil),
+		(&TimelineHistory{PgTimeline: 2, Content: []byte("1\t0/3000158\tno recovery target specified\n")}).Encode(nil),
 		{'e', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff},
 	}
 }
