@@ -1,6 +1,7 @@
 package acceptor
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -180,10 +181,91 @@ func (a *Acceptor) CheckServerInfo(m *proto.ServerInfo) error {
 		return fmt.Errorf("%w: PostgreSQL major version %d differs from the timeline's %d", ErrIncompatible, m.PgVersion/10000, s.PgVersion/10000)
 	case m.WalSegSize != s.WalSegSize:
 		return fmt.Errorf("%w: wal_seg_size %d differs from the timeline's %d", ErrIncompatible, m.WalSegSize, s.WalSegSize)
-	case m.PgTimeline != s.PgTimeline:
-		return fmt.Errorf("%w: pg_timeline %d differs from the timeline's %d", ErrIncompatible, m.PgTimeline, s.PgTimeline)
+	case m.PgTimeline < s.PgTimeline:
+		// A primary of an older PostgreSQL timeline (the one before a
+		// promotion, back again) must not write on.
+		return fmt.Errorf("%w: pg_timeline %d is older than the timeline's %d: a standby was promoted since", ErrIncompatible, m.PgTimeline, s.PgTimeline)
 	}
+	// A newer pg_timeline is a promoted primary: it switches the timeline
+	// once its TimelineHistory checks out (Acceptor.TimelineHistory).
 	return nil
+}
+
+// pgSwitch is a PostgreSQL timeline switch a connection asks for: its
+// ServerInfo named timeline TLI, newer than the stored one, and its
+// TimelineHistory says the stored timeline ended at ParentEnd.
+type pgSwitch struct {
+	TLI       uint32
+	Content   []byte
+	ParentEnd proto.LSN // where the stored timeline ended; ^0 for a timeline without WAL yet adopting its history
+}
+
+// view is info as the new timeline sees this safekeeper: WAL past
+// ParentEnd belongs to the old timeline only (the promoted standby never
+// had it) and is not counted, so an election never picks it and
+// ProposerElected truncates it.
+func (sw *pgSwitch) view(info *proto.SafeKeeperInfo) {
+	if sw == nil || info.FlushLSN <= sw.ParentEnd {
+		return
+	}
+	info.FlushLSN = sw.ParentEnd
+	info.History = info.History.Upto(sw.ParentEnd).Clone()
+	info.LastLogTerm = info.History.LastTerm()
+	info.CommitLSN = min(info.CommitLSN, sw.ParentEnd)
+	info.TruncateLSN = min(info.TruncateLSN, info.CommitLSN)
+}
+
+// TimelineHistory checks the history file of PostgreSQL timeline m.PgTimeline
+// (named by the connection's ServerInfo) against the stored timeline and
+// returns the switch it asks for, nil if none: the stored timeline must be
+// an ancestor, ending at or above commit_lsn (else the promoted primary
+// lacks committed WAL), and the stored history a prefix of the new one.
+func (a *Acceptor) TimelineHistory(named uint32, m *proto.TimelineHistory) (*pgSwitch, error) {
+	s := &a.st
+	if m.PgTimeline != named {
+		return nil, fmt.Errorf("%w: TimelineHistory of PostgreSQL timeline %d after a ServerInfo naming %d", ErrProtocol, m.PgTimeline, named)
+	}
+	if named == s.PgTimeline {
+		switch {
+		case bytes.Equal(m.Content, s.PgHistory):
+			return nil, nil
+		case len(s.PgHistory) == 0 && s.TimelineStartLSN == 0:
+			// A timeline created by a primary already past timeline 1:
+			// its history is recorded with the first ProposerElected.
+			return &pgSwitch{TLI: named, Content: bytes.Clone(m.Content), ParentEnd: ^proto.LSN(0)}, nil
+		}
+		return nil, fmt.Errorf("%w: the history of PostgreSQL timeline %d differs from the one this timeline recorded", ErrIncompatible, named)
+	}
+	ends, err := proto.ParsePgHistory(named, m.Content)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrProtocol, err)
+	}
+	if s.PgTimeline > 1 && len(s.PgHistory) > 0 {
+		stored, err := proto.ParsePgHistory(s.PgTimeline, s.PgHistory)
+		if err != nil {
+			return nil, fmt.Errorf("%w: the stored history of timeline %d: %w", ErrStorage, s.PgTimeline, err)
+		}
+		for i, e := range stored {
+			if i >= len(ends) || ends[i] != e {
+				return nil, fmt.Errorf("%w: PostgreSQL timeline %d's history does not continue timeline %d's", ErrIncompatible, named, s.PgTimeline)
+			}
+		}
+	}
+	var parentEnd proto.LSN
+	found := false
+	for _, e := range ends {
+		if e.TLI == s.PgTimeline {
+			parentEnd, found = e.End, true
+		}
+	}
+	switch {
+	case !found:
+		return nil, fmt.Errorf("%w: PostgreSQL timeline %d does not descend from this timeline's %d", ErrIncompatible, named, s.PgTimeline)
+	case a.inmem.CommitLSN > parentEnd:
+		return nil, fmt.Errorf("%w: PostgreSQL timeline %d branched off timeline %d at %s, below its commit_lsn %s: the promoted primary lacks committed WAL",
+			ErrIncompatible, named, s.PgTimeline, parentEnd, a.inmem.CommitLSN)
+	}
+	return &pgSwitch{TLI: named, Content: bytes.Clone(m.Content), ParentEnd: parentEnd}, nil
 }
 
 // RequestVote handles a vote request (rule 2). All staged WAL is made durable
@@ -221,8 +303,23 @@ func (a *Acceptor) RequestVote(m *proto.RequestVote) (*proto.VoteResponse, *prot
 // commit_lsn (ErrTruncateCommitted); otherwise it truncates its WAL at
 // start_streaming_at, adopts the history and commits both in one step.
 func (a *Acceptor) ProposerElected(from proto.Ballot, m *proto.ProposerElected) error {
+	return a.proposerElected(from, m, nil)
+}
+
+// proposerElected is ProposerElected for a connection that may switch the
+// PostgreSQL timeline (sw non-nil): the common point is computed on the
+// WAL the new timeline shares (up to sw.ParentEnd), and the switch is
+// recorded in the same commit.
+func (a *Acceptor) proposerElected(from proto.Ballot, m *proto.ProposerElected, sw *pgSwitch) error {
 	if err := a.flushStaged(); err != nil {
 		return err
+	}
+	if sw != nil && a.st.PgTimeline >= sw.TLI && sw.ParentEnd != ^proto.LSN(0) {
+		// Another connection switched the timeline meanwhile.
+		if a.st.PgTimeline != sw.TLI || !bytes.Equal(a.st.PgHistory, sw.Content) {
+			return fmt.Errorf("%w: the timeline is on PostgreSQL timeline %d now", ErrIncompatible, a.st.PgTimeline)
+		}
+		sw = nil
 	}
 	if err := a.checkTerm(from, m.Term, "ProposerElected"); err != nil {
 		return err
@@ -238,7 +335,11 @@ func (a *Acceptor) ProposerElected(from proto.Ballot, m *proto.ProposerElected) 
 		return fmt.Errorf("%w: ProposerElected timeline_start_lsn %s, this timeline starts at %s",
 			ErrProtocol, m.TimelineStartLSN, a.st.TimelineStartLSN)
 	}
-	cp := a.st.History.Upto(a.st.FlushLSN).CommonPoint(a.st.FlushLSN, m.History)
+	flush := a.st.FlushLSN
+	if sw != nil {
+		flush = min(flush, sw.ParentEnd) // WAL past it is the old timeline's only
+	}
+	cp := a.st.History.Upto(flush).CommonPoint(flush, m.History)
 	empty := a.st.TimelineStartLSN == 0 || a.st.FlushLSN <= a.st.TimelineStartLSN
 	if empty {
 		cp = m.TimelineStartLSN // no WAL yet: everything starts at the timeline start
@@ -263,6 +364,13 @@ func (a *Acceptor) ProposerElected(from proto.Ballot, m *proto.ProposerElected) 
 	next.TruncateLSN = min(next.TruncateLSN, next.CommitLSN)
 	if joining {
 		next.RemovedUpTo = max(next.RemovedUpTo, m.StartStreamingAt) // nothing held below it: 58P01 for readers
+	}
+	if sw != nil {
+		if m.StartStreamingAt > sw.ParentEnd {
+			return fmt.Errorf("%w: start_streaming_at %s is past where PostgreSQL timeline %d branched off (%s)",
+				ErrCommonPointMismatch, m.StartStreamingAt, sw.TLI, sw.ParentEnd)
+		}
+		next.PgTimeline, next.PgHistory = sw.TLI, bytes.Clone(sw.Content)
 	}
 	if err := a.store.TruncateWAL(m.StartStreamingAt); err != nil {
 		return a.fail(err)

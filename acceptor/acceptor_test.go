@@ -119,7 +119,6 @@ func TestRule1_ServerInfoMustMatchTimeline(t *testing.T) {
 		"system_id":    func(m *proto.ServerInfo) { m.SystemID++ },
 		"pg major":     func(m *proto.ServerInfo) { m.PgVersion = 160001 },
 		"wal_seg_size": func(m *proto.ServerInfo) { m.WalSegSize = 16 << 20 },
-		"pg_timeline":  func(m *proto.ServerInfo) { m.PgTimeline = 2 },
 		"timeline_id":  func(m *proto.ServerInfo) { m.TimelineID = proto.ID{3} },
 	} {
 		m := testInfo

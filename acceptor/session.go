@@ -97,6 +97,11 @@ type sessionConn struct {
 	order  order
 	ballot proto.Ballot // granted on this connection
 	dead   bool         // ended by an error: nothing more from it counts
+	// pgTLI is the PostgreSQL timeline its ServerInfo named; history is
+	// set once its TimelineHistory came, sw when that asks for a switch.
+	pgTLI   uint32
+	history bool
+	sw      *pgSwitch
 }
 
 // NewSession starts the session of a timeline from its durable state st:
@@ -213,8 +218,25 @@ func (s *Session) step(r *Ready, c ConnID, sc *sessionConn, m proto.Message) {
 			s.refuse(r, c, err)
 			return
 		}
+		sc.pgTLI = m.PgTimeline
 		s.reply(r, c, info)
+	case *proto.TimelineHistory:
+		if sc.history {
+			s.fail(r, c, fmt.Errorf("%w: a second TimelineHistory", ErrProtocol))
+			return
+		}
+		sw, err := s.acc.TimelineHistory(sc.pgTLI, m)
+		if err != nil {
+			s.refuse(r, c, err)
+			return
+		}
+		sc.history, sc.sw = true, sw
 	case *proto.RequestVote:
+		if stored := s.acc.st.PgTimeline; sc.pgTLI > stored && sc.sw == nil {
+			s.refuse(r, c, fmt.Errorf("%w: ServerInfo named PostgreSQL timeline %d, newer than this timeline's %d: its TimelineHistory must come before RequestVote",
+				ErrIncompatible, sc.pgTLI, stored))
+			return
+		}
 		verdict, info, err := s.acc.RequestVote(m)
 		if verdict != nil {
 			s.reply(r, c, verdict)
@@ -224,9 +246,10 @@ func (s *Session) step(r *Ready, c ConnID, sc *sessionConn, m proto.Message) {
 			return
 		}
 		sc.ballot = m.Candidate
+		sc.sw.view(info)
 		s.reply(r, c, info)
 	case *proto.ProposerElected:
-		if err := s.acc.ProposerElected(sc.ballot, m); err != nil {
+		if err := s.acc.proposerElected(sc.ballot, m, sc.sw); err != nil {
 			s.refuse(r, c, err)
 		}
 	case *proto.SafeKeeperRequest:
@@ -382,6 +405,11 @@ func (o order) next(m proto.Message) (order, error) {
 	case *proto.ServerInfo:
 		if o != wantServerInfo {
 			return bad("ServerInfo")
+		}
+		return wantVote, nil
+	case *proto.TimelineHistory:
+		if o != wantVote {
+			return bad("TimelineHistory")
 		}
 		return wantVote, nil
 	case *proto.RequestVote:

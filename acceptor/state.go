@@ -1,6 +1,8 @@
 package acceptor
 
 import (
+	"slices"
+
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -35,11 +37,18 @@ type State struct {
 	// RemovedUpTo is the start of the oldest WAL still retained (WAL below it
 	// was removed by retention); 0 if nothing was removed.
 	RemovedUpTo proto.LSN
+	// PgHistory is PgTimeline's history file as PostgreSQL wrote it (empty
+	// for timeline 1, which has none): recorded when a proposer of a
+	// promoted primary switched the timeline to PgTimeline (README_PROTO.md,
+	// "PostgreSQL timeline switches"). Its lines give where each ancestor
+	// timeline ended.
+	PgHistory []byte
 }
 
 // Clone returns a deep copy of s.
 func (s State) Clone() State {
 	s.History = s.History.Clone()
+	s.PgHistory = slices.Clone(s.PgHistory)
 	return s
 }
 

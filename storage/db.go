@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -53,8 +54,14 @@ var (
 	keyFormat       = []byte("format")
 	bucketTimelines = []byte("timelines")
 	keyControl      = []byte("control")
+	keyPgHistory    = []byte("pg_history")
 	bucketWAL       = []byte("wal")
 )
+
+// pgHistoryRecord frames a timeline's PostgreSQL history file
+// (acceptor.State.PgHistory), stored under pg_history next to the control
+// record once the timeline switched past PostgreSQL timeline 1.
+var pgHistoryRecord = recordKind{name: "timeline history record", magic: [4]byte{'S', 'K', 'P', 'H'}, version: 1, variable: true}
 
 // formatVersion is stored under meta/format. Open refuses other versions.
 const formatVersion = 2
@@ -432,7 +439,30 @@ func readControl(tb *bolt.Bucket) (acceptor.State, error) {
 	if v == nil {
 		return acceptor.State{}, fmt.Errorf("%w: no control record", ErrCorrupt)
 	}
-	return decodeState(v)
+	st, err := decodeState(v)
+	if err != nil {
+		return st, err
+	}
+	if h := tb.Get(keyPgHistory); h != nil {
+		body, err := pgHistoryRecord.open(h)
+		if err != nil {
+			return acceptor.State{}, err
+		}
+		st.PgHistory = bytes.Clone(body)
+	}
+	return st, nil
+}
+
+// writePgHistory stores s.PgHistory next to the control record when it
+// differs from old's (it changes only at a PostgreSQL timeline switch).
+func writePgHistory(tb *bolt.Bucket, old, s *acceptor.State) error {
+	if bytes.Equal(old.PgHistory, s.PgHistory) {
+		return nil
+	}
+	if len(s.PgHistory) == 0 {
+		return tb.Delete(keyPgHistory)
+	}
+	return tb.Put(keyPgHistory, pgHistoryRecord.append(nil, func(dst []byte) []byte { return append(dst, s.PgHistory...) }))
 }
 
 // checkSegSize refuses, with ErrBadState, a wal_seg_size PostgreSQL would
@@ -680,6 +710,9 @@ func (r *commitReq) apply(timelines *bolt.Bucket, maxChunk int) error {
 		r.wrote += len(w.data)
 	}
 	if err := tb.Put(keyControl, encodeState(nil, &r.state)); err != nil {
+		return err
+	}
+	if err := writePgHistory(tb, &old, &r.state); err != nil {
 		return err
 	}
 	r.end = pos

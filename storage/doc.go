@@ -28,6 +28,8 @@ when WAL may be removed are the acceptor's and the server's decisions.
 	timelines/                    bucket
 	  <tenant_id ‖ timeline_id>/  bucket per timeline, 32-byte name
 	    control -> control record (acceptor.State)
+	    pg_history -> PostgreSQL history file of pg_timeline, once > 1
+	                  (framed: magic "SKPH", version 1, the bytes, crc32c)
 	    wal/                      bucket, FillPercent 1.0
 	      <u64 BE LSN>/           extent: a bucket per Commit and segment
 	        <u64 BE LSN> -> chunk WAL bytes starting at that LSN

@@ -1082,3 +1082,25 @@ func TestLateJoinerTakesTheHorizon(t *testing.T) {
 		t.Fatalf("after reopen: removed_up_to %s / %s, want %s", got.RemovedUpTo, tl.RemovedUpTo(), join)
 	}
 }
+
+// TestPgHistoryStored: a state's PostgreSQL history file is stored with
+// the commit that sets it and read back, also after a reopen.
+func TestPgHistoryStored(t *testing.T) {
+	path := testPath(t)
+	db := openTest(t, path, Options{})
+	st := testState(1)
+	tl, err := db.CreateTimeline(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.PgTimeline, st.PgHistory = 2, []byte("1\t0/3000158\tno recovery target specified\n")
+	if err := tl.Commit(st); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	db = openTest(t, path, Options{})
+	_, got, err := db.OpenTimeline(st.TenantID, st.TimelineID)
+	if err != nil || got.PgTimeline != 2 || !bytes.Equal(got.PgHistory, st.PgHistory) {
+		t.Fatalf("after reopen: TLI %d, history %q, %v", got.PgTimeline, got.PgHistory, err)
+	}
+}
