@@ -95,17 +95,24 @@ func TestDiskStaysBoundedWithStandbysReading(t *testing.T) {
 	recv.waitSegment(t, end-seg)
 
 	// Resuming at a retained LSN is served; below it, 58P01 naming it.
+	// The workers stop first, so the horizon stays where it is read.
+	b.stopAndReport()
 	sk := c.sks[2]
-	at := removed[2]
+	// One segment above the horizon is well inside what is kept (wal_keep_size
+	// is 4 segments and commit_lsn no longer moves); one below was removed.
+	rm, _ := proto.ParseLSN(statusRow(t, sk.Addr)["removed_up_to"])
+	if rm < removed[2] {
+		t.Fatalf("removed_up_to went back from %s to %s", removed[2], rm)
+	}
+	at := rm + seg
 	if got := startAt(t, sk, at); got != "" {
 		t.Fatalf("START_REPLICATION at the retained %s: %s", at, got)
 	}
-	gone := at - seg
+	gone := rm - seg
 	want := fmt.Sprintf("requested WAL segment %s has already been removed", proto.SegmentFileName(1, gone, uint64(seg)))
 	if got := startAt(t, sk, gone); got != "58P01 "+want {
 		t.Fatalf("START_REPLICATION at the removed %s: %q, want 58P01 %q", gone, got, want)
 	}
-	b.stopAndReport()
 	acked, _ := b.snapshot()
 	b.check(t, "standby fed by safekeeper 1", func(sql string) string { return sb.query(t, sql) }, acked)
 }
