@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/proto/replcmd"
 )
@@ -89,9 +90,7 @@ func (c *replConn) handle(q string) bool {
 	case replcmd.Show:
 		return c.show(cmd)
 	case replcmd.TimelineHistory:
-		// This safekeeper keeps no timeline history files; a walsender
-		// answers a TLI whose file it lacks with this error.
-		return c.fail(pgwire.Errorf(pgwire.UndefinedFile, "could not open file \"pg_wal/%08X.history\": No such file or directory", cmd.TLI))
+		return c.timelineHistory(cmd)
 	case replcmd.ReadSlot:
 		return c.readSlot(cmd)
 	case replcmd.CreateSlot:
@@ -105,6 +104,35 @@ func (c *replConn) handle(q string) bool {
 }
 
 func text(s string) []byte { return []byte(s) }
+
+// timelineHistory answers TIMELINE_HISTORY n with the history file of
+// PostgreSQL timeline n, the bytes PostgreSQL wrote: the timeline's own
+// (recorded at the switch to it) or, for an ancestor, its first lines. A
+// timeline without one (1, or one the timeline never was on) gets the
+// walsender's error for a missing file.
+func (c *replConn) timelineHistory(cmd replcmd.TimelineHistory) bool {
+	tl, err := c.timeline()
+	if err != nil {
+		return c.fail(err)
+	}
+	st, _ := tl.Status()
+	content, ok := []byte(nil), false
+	switch {
+	case cmd.TLI == st.PgTimeline && len(st.PgHistory) > 0:
+		content, ok = st.PgHistory, true
+	case cmd.TLI < st.PgTimeline:
+		content, ok = proto.PgHistoryPrefix(st.PgHistory, cmd.TLI)
+	}
+	name := fmt.Sprintf("%08X.history", cmd.TLI)
+	if !ok {
+		return c.fail(pgwire.Errorf(pgwire.UndefinedFile, "could not open file \"pg_wal/%s\": No such file or directory", name))
+	}
+	// As PostgreSQL's walsender: filename text and content bytea, both
+	// with typmod 0; the content goes raw (no client decodes the type).
+	cols := []pgwire.Column{{Name: "filename", TypeOID: pgwire.TextOID, TypeSize: pgwire.TextSize, TypeMod: 0},
+		{Name: "content", TypeOID: 17, TypeSize: -1, TypeMod: 0}}
+	return c.done(c.pc.SendRows(cols, [][][]byte{{text(name), content}}, "TIMELINE_HISTORY"))
+}
 
 func (c *replConn) identifySystem() bool {
 	tl, err := c.timeline()

@@ -51,6 +51,14 @@ type replState struct {
 	kick chan struct{} // wakes the retention goroutine; capacity 1
 }
 
+// setTLI records a PostgreSQL timeline switch: slots advancing from now
+// on restart on tli.
+func (r *replState) setTLI(tli uint32) {
+	r.mu.Lock()
+	r.tli = tli
+	r.mu.Unlock()
+}
+
 func newReplState(store *storage.Timeline, tli uint32, log *slog.Logger) (*replState, error) {
 	r := &replState{store: store, tli: tli, log: log, readers: map[*walReader]struct{}{}, slots: map[string]*slotState{}, kick: make(chan struct{}, 1)}
 	slots, err := store.Slots()

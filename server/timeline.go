@@ -111,6 +111,9 @@ func (t *timeline) Status() (acceptor.State, <-chan struct{}) {
 }
 
 func (t *timeline) publish(st acceptor.State) {
+	if st.PgTimeline != t.state.PgTimeline && t.repl != nil {
+		t.repl.setTLI(st.PgTimeline) // a PostgreSQL timeline switch: slots restart on the new one
+	}
 	t.mu.Lock()
 	t.state = st
 	close(t.changed)

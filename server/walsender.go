@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -38,7 +39,7 @@ func startCheck(st startView, cmd replcmd.StartReplication) error {
 	if tli == 0 {
 		tli = st.PgTimeline
 	}
-	if tli != st.PgTimeline {
+	if tli != st.PgTimeline && !st.Historic {
 		e := pgwire.Errorf(pgwire.InternalError, "requested starting point %s on timeline %d is not in this server's history", cmd.Start, tli)
 		e.Detail = fmt.Sprintf("This safekeeper holds timeline %d only.", st.PgTimeline)
 		return e
@@ -57,6 +58,7 @@ func startCheck(st startView, cmd replcmd.StartReplication) error {
 
 // startView is what startCheck needs of the timeline.
 type startView struct {
+	Historic      bool // the stream is of an ancestor PostgreSQL timeline (checked already)
 	PgTimeline    uint32
 	Term          uint64
 	Limit         proto.LSN
@@ -76,10 +78,64 @@ func nextChunk(pos, limit proto.LSN) proto.LSN {
 	return end &^ (walPageSize - 1)
 }
 
+// historicEnd resolves a START_REPLICATION on an ancestor PostgreSQL
+// timeline tli of st's: where tli ended (the switch point) and the
+// timeline that followed it, from st's history file. ok is false when tli
+// is not an ancestor.
+func historicEnd(st acceptor.State, tli uint32) (end proto.LSN, next uint32, ok bool) {
+	if tli == 0 || tli >= st.PgTimeline || len(st.PgHistory) == 0 {
+		return 0, 0, false
+	}
+	ends, err := proto.ParsePgHistory(st.PgTimeline, st.PgHistory)
+	if err != nil {
+		return 0, 0, false
+	}
+	for i, e := range ends {
+		if e.TLI == tli {
+			next = st.PgTimeline
+			if i+1 < len(ends) {
+				next = ends[i+1].TLI
+			}
+			return e.End, next, true
+		}
+	}
+	return 0, 0, false
+}
+
+// sendNextTimeline sends the result set that ends a stream of a historic
+// timeline (PostgreSQL's: next_tli, next_tli_startpos), then
+// CommandComplete START_STREAMING and START_REPLICATION and ReadyForQuery.
+func (c *replConn) sendNextTimeline(next uint32, at proto.LSN) bool {
+	cols := []pgwire.Column{pgwire.Int8Column("next_tli"), pgwire.TextColumn("next_tli_startpos")}
+	if err := c.pc.SendRows(cols, [][][]byte{{text(strconv.FormatUint(uint64(next), 10)), text(at.String())}}, "START_STREAMING"); err != nil {
+		return false
+	}
+	// Two CommandCompletes: libpqrcv_endstreaming and pg_receivewal each
+	// read one more after the result set.
+	return c.done(c.pc.SendCommandComplete("START_REPLICATION"))
+}
+
 func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 	tl, err := c.timeline()
 	if err != nil {
 		return c.fail(err)
+	}
+	// An ancestor PostgreSQL timeline: checked before COPY, as the
+	// walsender does; a start at its end gets the next timeline at once.
+	hist := histView{end: ^proto.LSN(0)}
+	if st, _ := tl.Status(); cmd.TLI != 0 && cmd.TLI != st.PgTimeline {
+		end, next, ok := historicEnd(st, cmd.TLI)
+		switch {
+		case ok && cmd.Start > end:
+			e := pgwire.Errorf(pgwire.InternalError, "requested starting point %s on timeline %d is not in this server's history", cmd.Start, cmd.TLI)
+			e.Detail = fmt.Sprintf("This server's history forked from timeline %d at %s.", cmd.TLI, end)
+			return c.fail(e)
+		case ok && cmd.Start == end:
+			c.log.Info("START_REPLICATION at the end of a historic timeline", "timeline", cmd.TLI, "next", next, "at", end)
+			return c.sendNextTimeline(next, end)
+		case ok:
+			hist = histView{on: true, end: end, next: next}
+		}
 	}
 	if cmd.Slot != "" {
 		if err := tl.repl.acquireSlot(cmd.Slot, c.id); err != nil {
@@ -93,7 +149,7 @@ func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 	}
 	st, _ := tl.Status()
 	w := &walSender{
-		c: c, tl: tl, cmd: cmd, pos: cmd.Start, segSize: uint64(st.WalSegSize), tli: st.PgTimeline,
+		c: c, tl: tl, cmd: cmd, pos: cmd.Start, segSize: uint64(st.WalSegSize), tli: st.PgTimeline, hist: hist,
 		rd:       &walReader{connID: c.id, slot: cmd.Slot},
 		replyNow: make(chan struct{}, 1), gotStatus: make(chan struct{}, 1), readerDone: make(chan error, 1),
 	}
@@ -112,10 +168,19 @@ func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 
 // walSender is one START_REPLICATION stream. The connection's goroutine
 // sends; one reader goroutine reads the client's CopyData and signals it.
+// histView is a stream of an ancestor PostgreSQL timeline: it ends at end,
+// the switch point, and next follows.
+type histView struct {
+	on   bool
+	end  proto.LSN
+	next uint32
+}
+
 type walSender struct {
 	c       *replConn
 	tl      *timeline
 	cmd     replcmd.StartReplication
+	hist    histView
 	rd      *walReader
 	segSize uint64
 	tli     uint32
@@ -139,6 +204,9 @@ func (w *walSender) view(st acceptor.State) startView {
 	if w.cmd.HasTerm {
 		v.Limit = st.FlushLSN
 	}
+	if w.hist.on {
+		v.Historic, v.Limit = true, min(v.Limit, w.hist.end)
+	}
 	return v
 }
 
@@ -148,6 +216,7 @@ type streamEnd int
 const (
 	endClose    streamEnd = iota // the connection is closed
 	endCopyDone                  // the client sent CopyDone: back to query mode
+	endHistoric                  // a historic timeline was sent to its end
 )
 
 // run streams until the client ends the stream, it fails or times out, or
@@ -156,6 +225,32 @@ func (w *walSender) run() bool {
 	w.lastRecv.Store(time.Now().UnixNano())
 	go w.reader()
 	end := w.loop()
+	if end == endHistoric {
+		// PostgreSQL's end of a historic timeline: CopyDone, the client's
+		// CopyDone, then the next timeline's result set.
+		w.c.log.Info("WAL stream reached the end of its timeline", "timeline", w.cmd.TLI, "at", w.pos, "next", w.hist.next)
+		if w.c.pc.SendCopyDone() != nil || w.c.pc.Flush() != nil {
+			w.c.pc.Close()
+			<-w.readerDone
+			return false
+		}
+		wait := w.c.srv.cfg.WalSenderTimeout
+		if wait <= 0 {
+			wait = time.Minute
+		}
+		select {
+		case err := <-w.readerDone:
+			if !errors.Is(err, pgwire.ErrCopyDone) {
+				w.c.pc.Close()
+				return false
+			}
+		case <-time.After(wait):
+			w.c.pc.Close()
+			<-w.readerDone
+			return false
+		}
+		return w.c.sendNextTimeline(w.hist.next, w.hist.end)
+	}
 	if end == endCopyDone {
 		// The reader has exited (it stops at CopyDone).
 		w.c.pc.SendCopyDone()
@@ -320,6 +415,12 @@ func (w *walSender) loop() streamEnd {
 				return endClose
 			}
 			quietSince = now
+		}
+		if w.hist.on && w.pos >= w.hist.end {
+			if w.c.pc.Flush() != nil {
+				return endClose
+			}
+			return endHistoric
 		}
 		if w.pos < limit {
 			sent, err := w.send(limit)
