@@ -212,8 +212,12 @@ func (s *driver) run(ctx context.Context) error {
 		TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID, PgTimeline: s.ui.Timeline,
 		WalSegSize: s.ui.SegSize, ProposerUUID: s.cfg.ProposerUUID, WalEnd: s.ui.XLogPos,
 	}
+	var hist *proto.TimelineHistory
+	if s.ui.Timeline > 1 {
+		hist = &proto.TimelineHistory{PgTimeline: s.ui.Timeline, Content: s.ui.History}
+	}
 	s.links = &skLinks{
-		addrs: s.cfg.Safekeepers, si: &s.si, queueCap: s.cfg.MaxInFlight + 16, log: s.log,
+		addrs: s.cfg.Safekeepers, si: &s.si, hist: hist, queueCap: s.cfg.MaxInFlight + 16, log: s.log,
 		bo:     backoff{min: s.cfg.ReconnectMin, max: s.cfg.ReconnectMax},
 		events: make(chan skEvent, 256),
 		dial: DialConfig{TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID,

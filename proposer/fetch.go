@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -110,10 +112,11 @@ func Fetch(ctx context.Context, cfg FetchConfig, name string) (Fetched, error) {
 	tli := holders[0].pgTimeline
 	if hist != nil {
 		n, _ := strconv.ParseUint(hist[1], 16, 32)
-		// A timeline's safekeepers hold one PostgreSQL timeline, and TLI 1
-		// has no history file (PostgreSQL never writes one).
-		return Fetched{}, fmt.Errorf("%w: %s: the safekeepers hold PostgreSQL timeline %d only, which has no history file for timeline %d",
-			ErrNotFound, name, tli, n)
+		content, from, err := f.history(ctx, holders, uint32(n))
+		if err != nil {
+			return Fetched{}, err
+		}
+		return Fetched{Data: content, From: from}, nil
 	}
 	segTLI, _ := strconv.ParseUint(seg[1], 16, 32)
 	hi, _ := strconv.ParseUint(seg[2], 16, 32)
@@ -123,11 +126,27 @@ func Fetch(ctx context.Context, cfg FetchConfig, name string) (Fetched, error) {
 	if lo >= perID {
 		return Fetched{}, fmt.Errorf("proposer: %q is not a WAL segment name for %d-byte segments", name, segSize)
 	}
-	if uint32(segTLI) != tli {
-		return Fetched{}, fmt.Errorf("%w: %s is of PostgreSQL timeline %d; the safekeepers hold timeline %d", ErrNotFound, name, segTLI, tli)
-	}
 	start := proto.LSN((hi*perID + lo) * segSize)
 	end := start + proto.LSN(segSize)
+	if uint32(segTLI) != tli {
+		// An ancestor's segment: served whole if it lies below where that
+		// timeline ended (the bytes are the same on every later one); the
+		// segment holding the switch is asked for under the new name.
+		content, _, err := f.history(ctx, holders, tli)
+		if err != nil {
+			return Fetched{}, err
+		}
+		ends, _ := proto.ParsePgHistory(tli, content)
+		ancestorEnd, ok := proto.LSN(0), false
+		for _, e := range ends {
+			if e.TLI == uint32(segTLI) {
+				ancestorEnd, ok = e.End, true
+			}
+		}
+		if !ok || end > ancestorEnd {
+			return Fetched{}, fmt.Errorf("%w: %s is of PostgreSQL timeline %d, which the safekeepers' timeline %d does not hold there", ErrNotFound, name, segTLI, tli)
+		}
+	}
 
 	commit := maxCommit(holders)
 	res := Fetched{Start: start, End: end}
@@ -149,6 +168,38 @@ func Fetch(ctx context.Context, cfg FetchConfig, name string) (Fetched, error) {
 		return Fetched{}, fmt.Errorf("%s: %w", name, err)
 	}
 	return res, nil
+}
+
+// history returns the history file of PostgreSQL timeline n from the first
+// holder that answers TIMELINE_HISTORY n (ErrNotFound if they have none).
+func (f *fetcher) history(ctx context.Context, holders []timelineProbe, n uint32) ([]byte, string, error) {
+	var errs []error
+	for _, p := range holders {
+		host, port, err := splitHostPort(p.addr)
+		if err != nil {
+			return nil, "", err
+		}
+		connStr := fmt.Sprintf("host=%s port=%s user=fetch sslmode=disable options='-c tenant_id=%s -c timeline_id=%s'",
+			host, port, f.cfg.TenantID, f.cfg.TimelineID)
+		up, err := dialUpstream(ctx, "safekeeper "+p.addr, connStr, "wal_fetch", f.cfg.ConnectTimeout)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		h, err := pglogrepl.TimelineHistory(ctx, up.pg, int32(n))
+		up.close()
+		var pe *pgconn.PgError
+		switch {
+		case errors.As(err, &pe) && pe.Code == "58P01":
+			return nil, "", fmt.Errorf("%w: %08X.history: the safekeepers' PostgreSQL timeline %d has no history file for timeline %d",
+				ErrNotFound, n, p.pgTimeline, n)
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: TIMELINE_HISTORY %d: %w", p.addr, n, err))
+			continue
+		}
+		return h.Content, p.addr, nil
+	}
+	return nil, "", fmt.Errorf("no safekeeper answered TIMELINE_HISTORY %d: %w", n, errors.Join(errs...))
 }
 
 type fetcher struct {

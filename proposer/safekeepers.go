@@ -33,9 +33,12 @@ type skEvent struct {
 // the connection's out queue (encoded payloads; closing it ends the writer)
 // and never blocks on it: it keeps at most queueCap payloads queued.
 type skLinks struct {
-	addrs    []string
-	dial     DialConfig
-	si       *proto.ServerInfo
+	addrs []string
+	dial  DialConfig
+	si    *proto.ServerInfo
+	// hist, when set, follows every greeting: the PostgreSQL timeline
+	// history of a promoted primary (README_PROTO.md).
+	hist     *proto.TimelineHistory
 	queueCap int
 	bo       backoff
 	log      *slog.Logger
@@ -107,6 +110,11 @@ func (l *skLinks) connection(ctx context.Context, i, gen int) (greeted bool, err
 	info, ok := m.(*proto.SafeKeeperInfo)
 	if !ok {
 		return false, fmt.Errorf("greeting: got %T, want SafeKeeperInfo", m)
+	}
+	if l.hist != nil {
+		if err := c.Send(l.hist); err != nil {
+			return false, err
+		}
 	}
 	out := make(chan []byte, l.queueCap)
 	writerDone := make(chan struct{})

@@ -29,6 +29,7 @@ type upstreamInfo struct {
 	SegSize    uint32
 	PgVersion  uint32 // server_version_num
 	RestartLSN proto.LSN
+	History    []byte // the history file of Timeline (> 1: a promoted primary)
 }
 
 // dialUpstream opens a physical replication connection (replication=true)
@@ -92,6 +93,15 @@ func (u *upstream) identify(ctx context.Context) (upstreamInfo, error) {
 		return in, fmt.Errorf("proposer: server_version_num %q: %w", ver, err)
 	}
 	in.PgVersion = uint32(v)
+	if in.Timeline > 1 {
+		// A promoted primary: its history file goes to the safekeepers
+		// (TimelineHistory), which switch the timeline with it.
+		h, err := pglogrepl.TimelineHistory(ctx, u.pg, int32(in.Timeline))
+		if err != nil {
+			return in, fmt.Errorf("proposer: TIMELINE_HISTORY %d: %w", in.Timeline, err)
+		}
+		in.History = h.Content
+	}
 	return in, nil
 }
 
