@@ -29,12 +29,29 @@ func TestPgTimelineSwitchServed(t *testing.T) {
 	wal1, _ := p.push(30, 2000, 0)
 	switchAt := p.pos // the promoted standby replayed all of it
 	p.c.Close()
+	// A standby following timeline 1 while the switch happens.
+	live := newStream(t, addr)
+	live.start(fmt.Sprintf("START_REPLICATION %s TIMELINE 1", tStart))
+	live.readWAL(tStart, switchAt)
 
 	// The proposer of the promoted primary, term 2, timeline 2.
 	content := []byte(fmt.Sprintf("1\t%s\tno recovery target specified\n", switchAt))
 	q := newTestPush2(t, addr, switchAt, content)
 	wal2, _ := q.push(30, 2000, 0)
 	end := q.pos
+	// Its stream ends at the switch: no byte of timeline 2 on it.
+	for {
+		m := live.msg()
+		if _, ok := m.(*pgproto3.CopyDone); ok {
+			break
+		}
+		if cd, ok := m.(*pgproto3.CopyData); ok && cd.Data[0] == 'w' {
+			t.Fatal("WAL past the switch sent on a timeline 1 stream")
+		}
+	}
+	live.c.Frontend().Send(&pgproto3.CopyDone{})
+	live.c.Frontend().Flush()
+	expectNextTimeline(t, live, switchAt)
 
 	c := replConnect(t, addr, false, "")
 	if row := oneRow(t, must(exec(t, c, "IDENTIFY_SYSTEM")), nil, "systemid", "timeline", "xlogpos", "dbname"); row[1] != "2" {

@@ -148,8 +148,12 @@ func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 		return false
 	}
 	st, _ := tl.Status()
+	tli := st.PgTimeline
+	if hist.on {
+		tli = cmd.TLI
+	}
 	w := &walSender{
-		c: c, tl: tl, cmd: cmd, pos: cmd.Start, segSize: uint64(st.WalSegSize), tli: st.PgTimeline, hist: hist,
+		c: c, tl: tl, cmd: cmd, pos: cmd.Start, segSize: uint64(st.WalSegSize), tli: tli, hist: hist,
 		rd:       &walReader{connID: c.id, slot: cmd.Slot},
 		replyNow: make(chan struct{}, 1), gotStatus: make(chan struct{}, 1), readerDone: make(chan error, 1),
 	}
@@ -386,6 +390,13 @@ func (w *walSender) loop() streamEnd {
 		st, changed := w.tl.Status()
 		if w.cmd.HasTerm && st.VotedFor.Term != w.cmd.Term {
 			return w.fatal(pgwire.Errorf(codeStaleTerm, "term changed from %d to %d: this stream of term %d ends", w.cmd.Term, st.VotedFor.Term, w.cmd.Term))
+		}
+		if !w.hist.on && st.PgTimeline != w.tli {
+			// The timeline switched under this stream (a promoted primary's
+			// proposer): what it streams is historic now, up to the switch.
+			if end, next, ok := historicEnd(st, w.tli); ok {
+				w.hist = histView{on: true, end: end, next: next}
+			}
 		}
 		limit := w.view(st).Limit
 		select {
