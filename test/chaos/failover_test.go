@@ -1,0 +1,156 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/test/harness"
+	"github.com/safekeeper/safekeeper/test/pgtest"
+)
+
+// TestFailoverPromoteAndReprotect is the bad day, whole: a primary with the
+// proposer and three safekeepers under load; the primary's host is lost
+// (kill -9 of the primary and the proposer); `safekeeper sync` brings the
+// quorum to the end of WAL; a hot standby streaming from safekeeper 1
+// replays to it and is promoted (PostgreSQL timeline 2); a proposer started
+// against the new primary protects it on the same safekeepers, which switch
+// to timeline 2 (TIMELINE_HISTORY 2 is the new primary's file); a second
+// standby, following the old primary's timeline through safekeeper 2,
+// follows the new one there. Every transfer acknowledged by either primary
+// is on the new primary and on the second standby.
+func TestFailoverPromoteAndReprotect(t *testing.T) {
+	skipShort(t)
+	rng := newRand(t)
+	c := startCluster(t, options{})
+	b := newBank(t, c.pg)
+	next := c.startStandby(c.sks[0])    // to be promoted
+	follower := c.startStandby(c.sks[1]) // follows through timeline 2
+	b.start(4, rng)
+	c.waitAcked(b, 300, "on the first primary")
+
+	// The primary's host is lost.
+	c.prop.Kill()
+	c.pg.Kill(t)
+	b.halt(30 * time.Second)
+	acked1, _ := b.snapshot()
+	c.prop = nil
+
+	// sync: the quorum's end of WAL, committed.
+	var addrs []string
+	for _, sk := range c.sks {
+		addrs = append(addrs, sk.Addr)
+	}
+	code, out, stderr := runSafekeeper(t, "sync", "--safekeepers", strings.Join(addrs, ","),
+		"--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(), "--timeout", "60s")
+	if code != 0 {
+		t.Fatalf("sync: exit %d: %s", code, stderr)
+	}
+	end, err := proto.ParseLSN(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("sync printed %q", out)
+	}
+
+	// The standby replays to it and is promoted.
+	next.waitReplay(t, end)
+	c.pg.Run(t, "pg_ctl", "-D", next.data, "-w", "-t", "60", "promote")
+	harness.WaitFor(t, 60*time.Second, "the promoted standby to leave recovery", func() bool {
+		return next.query(t, "select pg_is_in_recovery()") == "f"
+	})
+	if tli := next.query(t, "select substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"); tli != "00000002" {
+		t.Fatalf("promoted server on timeline %s, want 2", tli)
+	}
+	next.query(t, "alter system set synchronous_standby_names = 'proposer'")
+	next.query(t, "select pg_reload_conf()")
+
+	// A proposer protects the new primary on the same safekeepers.
+	np := &pgtest.Cluster{Dir: next.dir, DataDir: next.data, SocketDir: next.dir, Port: next.port, Bin: c.pg.Bin, WALSegSize: c.pg.WALSegSize}
+	prop := harness.StartProcess(t, "proposer2", "--log-level", "debug", "propose",
+		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", next.port),
+		"--safekeepers", c.proposerAddrs(), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
+		"--slot", "proposer", "--application-name", "proposer", "--buffer-size", "1MiB")
+	c.prop = prop
+	harness.WaitFor(t, 90*time.Second, "the proposer streaming as the new primary's synchronous standby", func() bool {
+		c.checkProposerAlive()
+		out, err := np.Query(context.Background(), "SELECT state || '/' || sync_state FROM pg_stat_replication WHERE application_name = 'proposer'")
+		return err == nil && out == "streaming/sync"
+	})
+	b2 := &bank{t: t, pg: np, stop: make(chan struct{}), acked: map[int64]proto.LSN{}}
+	b2.ctx, b2.hard = context.WithCancel(context.Background())
+	t.Cleanup(func() { b2.halt(0) })
+	b2.next.Store(b.next.Load() + 1_000_000)
+	b2.start(3, rng)
+	c.waitAcked(b2, 300, "on the promoted primary")
+
+	// The safekeepers switched to timeline 2, with the new primary's history.
+	history := next.query(t, "select pg_read_file('pg_wal/00000002.history')")
+	for i, sk := range c.sks {
+		row := statusRow(t, sk.Addr)
+		if row["pg_timeline"] != "2" {
+			t.Errorf("safekeeper %d: pg_timeline %s, want 2", i+1, row["pg_timeline"])
+		}
+	}
+	if got := timelineHistoryOf(t, c.sks[2]); strings.TrimSpace(got) != strings.TrimSpace(history) {
+		t.Errorf("TIMELINE_HISTORY 2 on safekeeper 3 = %q, the new primary's file %q", got, history)
+	}
+
+	b2.stopAndReport()
+	acked2, _ := b2.snapshot()
+	final := lsnOf(t, next.query(t, "select pg_current_wal_flush_lsn()"))
+	c.waitCommitted(final, 60*time.Second)
+	follower.waitReplay(t, final)
+	if tli := follower.query(t, "select received_tli from pg_stat_wal_receiver"); tli != "2" {
+		t.Errorf("the second standby receives timeline %s, want 2", tli)
+	}
+	query := func(s *standby) func(string) string { return func(sql string) string { return s.query(t, sql) } }
+	b.check(t, "promoted primary (first primary's transfers)", query(next), acked1)
+	b2.check(t, "promoted primary (its own transfers)", query(next), acked2)
+	b.check(t, "second standby (first primary's transfers)", query(follower), acked1)
+	b2.check(t, "second standby (promoted primary's transfers)", query(follower), acked2)
+	t.Logf("failover: %d transfers acknowledged before, %d after; sync at %s; both on the promoted primary and the standby that followed it through a safekeeper",
+		len(acked1), len(acked2), end)
+}
+
+func runSafekeeper(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), args...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Run()
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+}
+
+func lsnOf(t *testing.T, s string) proto.LSN {
+	t.Helper()
+	l, err := proto.ParseLSN(strings.TrimSpace(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// timelineHistoryOf runs TIMELINE_HISTORY 2 on a safekeeper.
+func timelineHistoryOf(t *testing.T, sk *harness.Safekeeper) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	host, port, _ := strings.Cut(sk.Addr, ":")
+	conn, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres sslmode=disable replication=true options='-c tenant_id=%s -c timeline_id=%s'",
+		host, port, tenantID, timelineID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	res, err := conn.Exec(ctx, "TIMELINE_HISTORY 2").ReadAll()
+	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 {
+		t.Fatalf("TIMELINE_HISTORY 2: %v", err)
+	}
+	return string(res[0].Rows[0][1])
+}
+
