@@ -30,7 +30,7 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	rng := newRand(t)
 	c := startCluster(t, options{})
 	b := newBank(t, c.pg)
-	next := c.startStandby(c.sks[0])    // to be promoted
+	next := c.startStandby(c.sks[0])     // to be promoted
 	follower := c.startStandby(c.sks[1]) // follows through timeline 2
 	b.start(4, rng)
 	c.waitAcked(b, 300, "on the first primary")
@@ -153,4 +153,3 @@ func timelineHistoryOf(t *testing.T, sk *harness.Safekeeper) string {
 	}
 	return string(res[0].Rows[0][1])
 }
-
