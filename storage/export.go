@@ -74,6 +74,18 @@ func Export(path string, key proto.TimelineKey, outDir string, uptoArg *proto.LS
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return fmt.Errorf("wal export: %w", err)
 	}
+	// Segments are named by the PostgreSQL timeline they belong to, as in
+	// PostgreSQL's own pg_wal and archive: an ancestor's up to the segment
+	// holding its end, where the next one's begin.
+	ends, _ := proto.ParsePgHistory(st.PgTimeline, st.PgHistory) // none before a switch
+	tliOf := func(seg proto.LSN) uint32 {
+		for _, e := range ends {
+			if seg < e.End.SegmentStart(segSize) {
+				return e.TLI
+			}
+		}
+		return st.PgTimeline
+	}
 	buf := make([]byte, segSize)
 	full, partial := 0, 0
 	for seg := from; seg < upto; seg += proto.LSN(segSize) {
@@ -89,7 +101,7 @@ func Export(path string, key proto.TimelineKey, outDir string, uptoArg *proto.LS
 			}
 			n += uint64(m)
 		}
-		name := proto.SegmentFileName(st.PgTimeline, seg, segSize)
+		name := proto.SegmentFileName(tliOf(seg), seg, segSize)
 		stale := name + ".partial" // never asked for by a restore_command
 		// Remove the stale form first: a crash then leaves neither, never
 		// both.

@@ -1,9 +1,12 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -115,6 +118,43 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	b2.check(t, "second standby (promoted primary's transfers)", query(follower), acked2)
 	t.Logf("failover: %d transfers acknowledged before, %d after; sync at %s; both on the promoted primary and the standby that followed it through a safekeeper",
 		len(acked1), len(acked2), end)
+
+	// wal export names each segment by its timeline, as PostgreSQL does,
+	// and the timeline 2 ones are the promoted primary's byte for byte.
+	if err := prop.Stop(30 * time.Second); err != nil {
+		t.Errorf("proposer exit: %v", err)
+	}
+	next.query(t, "select pg_switch_wal()")
+	sk := c.sks[0]
+	if err := sk.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	exported := c.export(sk)
+	seg := proto.LSN(c.pg.WALSegSize)
+	byTLI := map[uint32]int{}
+	for s := end.SegmentStart(uint64(seg)) - 2*seg; s+seg <= final; s += seg {
+		tli := uint32(2)
+		if s < end.SegmentStart(uint64(seg)) {
+			tli = 1
+		}
+		name := proto.SegmentFileName(tli, s, uint64(seg))
+		mine, err := os.ReadFile(filepath.Join(exported, name))
+		if err != nil {
+			t.Errorf("segment %s not exported under its timeline's name: %v", name, err)
+			continue
+		}
+		if tli == 2 {
+			theirs, err := os.ReadFile(filepath.Join(next.data, "pg_wal", name))
+			if err != nil || !bytes.Equal(mine, theirs) {
+				t.Errorf("segment %s: differs from the promoted primary's (%v)", name, err)
+			}
+		}
+		byTLI[tli]++
+	}
+	if byTLI[1] == 0 || byTLI[2] == 0 {
+		t.Errorf("exported segments by timeline: %v, want both", byTLI)
+	}
+	t.Logf("wal export across the switch: %d segments named for timeline 1, %d for timeline 2 (equal to the promoted primary's)", byTLI[1], byTLI[2])
 }
 
 func runSafekeeper(t *testing.T, args ...string) (int, string, string) {
