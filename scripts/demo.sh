@@ -5,9 +5,14 @@
 # three `safekeeper run` processes; the primary's commits wait for a quorum
 # (synchronous_standby_names names the proposer). pgbench runs for a while;
 # a hot standby fed only by a safekeeper replays the WAL. Then the demo checks
-# that every complete WAL segment exported from each safekeeper is
-# byte-identical to the primary's, that the standby's query results equal the
-# primary's, prints a report and removes everything it made.
+# that the standby's query results equal the primary's. Then the bad day:
+# under a ledger workload the primary's host is lost (kill -9 of the primary
+# and the proposer), `safekeeper sync` commits the quorum's end of WAL, the
+# standby replays to it and is promoted (PostgreSQL timeline 2), a new
+# proposer protects it on the same safekeepers, and every acknowledged ledger
+# transaction is counted on the promoted primary. Last, every complete WAL
+# segment exported from each safekeeper is compared with the old primary's,
+# a report is printed and everything the demo made is removed.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +33,7 @@ pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 if [ "$(id -u)" = 0 ]; then chown postgres: "$WORK"; fi
 
 PIDS=()
+ALL_OK=1
 cleanup() {
   set +e
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
@@ -149,6 +155,7 @@ psql_p -c "select pg_switch_wal()" >/dev/null
 psql_p -c "create table demo_end(x int)" -c "insert into demo_end values (1)" >/dev/null
 END_LSN=$(psql_p -c "select pg_current_wal_flush_lsn()")
 WAL_BYTES=$(psql_p -c "select pg_wal_lsn_diff('$END_LSN', '$START_LSN')::bigint")
+LAST_OLD=$(psql_p -c "select pg_walfile_name('$END_LSN')") # segments below it are complete
 
 say "waiting for every safekeeper's commit_lsn and the standby's replay to reach $END_LSN"
 sk_commit_ok() {
@@ -166,11 +173,59 @@ P_RES=$(psql_p -c "$Q" | tr '\n' ' ')
 S_RES=$(pg "$PGBIN/psql" -h 127.0.0.1 -p "$SPORT" -U postgres -XAtq -c "$Q" | tr '\n' ' ')
 say "$(sk_status | sed 's/^ | //')"
 
+# ---- The bad day: the primary's host is lost under load. ----
+say "the bad day: a ledger workload, then kill -9 of the primary and the proposer (its host is lost)"
+psql_p -c "create table ledger(id bigserial primary key, at timestamptz default now())" >/dev/null
+echo "insert into ledger default values;" > "$WORK/ledger.sql"
+chmod 0644 "$WORK/ledger.sql"
+(cd "$WORK" && pg "$PGBIN/pgbench" -n -h 127.0.0.1 -p "$PPORT" -U postgres -c 4 -j 2 -T 60 -f "$WORK/ledger.sql" postgres >"$WORK/ledger1.out" 2>&1) &
+LEDGER=$!
+ledger_rows() { [ "$(psql_p -c "select count(*) >= 300 from ledger")" = t ]; }
+wait_until 60 "300 ledger rows" ledger_rows
+PMPID=$(head -1 "$WORK/primary/postmaster.pid")
+kill -9 "$PROPOSER" 2>/dev/null || true
+kill -9 "$PMPID" $(pgrep -P "$PMPID") 2>/dev/null || true
+wait "$LEDGER" 2>/dev/null || true
+ACK1=$(awk '/number of transactions actually processed/ {split($NF,a,"/"); print a[1]}' "$WORK/ledger1.out")
+say "primary killed -9 with ${ACK1:-0} ledger transactions acknowledged"
+
+say "safekeeper sync: the quorum's end of WAL, committed"
+SYNC_LSN=$("$BIN" sync --safekeepers "$(IFS=,; echo "${SKADDRS[*]}")" --tenant-id $TENANT --timeline-id $TIMELINE --timeout 60s 2>"$WORK/sync.log") \
+  || { cat "$WORK/sync.log"; exit 1; }
+say "synced at $SYNC_LSN; the standby (fed by safekeeper 1) replays to it, then is promoted"
+standby_at() { [ "$(pg "$PGBIN/psql" -h 127.0.0.1 -p "$SPORT" -U postgres -XAtqc "select pg_last_wal_replay_lsn() >= '$SYNC_LSN'::pg_lsn")" = t ]; }
+wait_until 120 "the standby's replay of $SYNC_LSN" standby_at
+pg "$PGBIN/pg_ctl" -D "$WORK/standby" -w -t 60 promote >/dev/null
+psql_s() { pg "$PGBIN/psql" -h 127.0.0.1 -p "$SPORT" -U postgres -d postgres -XAtq "$@"; }
+promoted() { [ "$(psql_s -c "select pg_is_in_recovery()")" = f ]; }
+wait_until 60 "the promotion" promoted
+NEW_TLI=$(psql_s -c "select substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)::int")
+psql_s -c "alter system set synchronous_standby_names = 'proposer'" -c "select pg_reload_conf()" >/dev/null
+say "standby promoted: PostgreSQL timeline $NEW_TLI; a proposer protects it on the same safekeepers"
+"$BIN" propose --upstream "host=127.0.0.1 port=$SPORT user=postgres" \
+  --safekeepers "$(IFS=,; echo "${SKADDRS[*]}")" --tenant-id $TENANT --timeline-id $TIMELINE \
+  --slot proposer --application-name proposer >"$WORK/proposer2.log" 2>&1 &
+PROPOSER=$!
+PIDS+=($PROPOSER)
+proposer2_sync() { [ "$(psql_s -c "select state||'/'||sync_state from pg_stat_replication where application_name='proposer'")" = streaming/sync ]; }
+wait_until 90 "the proposer to stream as the new primary's synchronous standby" proposer2_sync
+(cd "$WORK" && pg "$PGBIN/pgbench" -n -h 127.0.0.1 -p "$SPORT" -U postgres -c 4 -j 2 -T 3 -f "$WORK/ledger.sql" postgres >"$WORK/ledger2.out" 2>&1) \
+  || { cat "$WORK/ledger2.out"; exit 1; }
+ACK2=$(awk '/number of transactions actually processed/ {split($NF,a,"/"); print a[1]}' "$WORK/ledger2.out")
+ROWS=$(psql_s -c "select count(*) from ledger")
+TLIS=""
+for a in "${SKADDRS[@]}"; do
+  TLIS+=" $(pg "$PGBIN/psql" "host=${a%:*} port=${a#*:} user=postgres replication=true options='-c tenant_id=$TENANT -c timeline_id=$TIMELINE'" -XAtq -F' ' -c TIMELINE_STATUS | awk '{print $11}')"
+done
+BADDAY="none missing"
+if [ "$ROWS" -lt $((${ACK1:-0} + ${ACK2:-0})) ] || [ "${ACK1:-0}" -eq 0 ] || [ "${ACK2:-0}" -eq 0 ]; then BADDAY="MISSING"; ALL_OK=0; fi
+for t in $TLIS; do [ "$t" = "$NEW_TLI" ] || { BADDAY="$BADDAY; a safekeeper is on timeline $t"; ALL_OK=0; }; done
+say "$((${ACK1:-0} + ${ACK2:-0})) ledger transactions acknowledged, $ROWS rows on the promoted primary: $BADDAY"
+
 say "stopping the proposer and safekeepers (SIGTERM), exporting WAL from each"
 kill -TERM "$PROPOSER"; wait "$PROPOSER" 2>/dev/null || true
 for i in 1 2 3; do kill -TERM "${PIDS[$((i-1))]}"; wait "${PIDS[$((i-1))]}" 2>/dev/null || true; done
 SEGSUM=""
-ALL_OK=1
 for i in 1 2 3; do
   out="$WORK/export$i"
   "$BIN" wal export --data-dir "$WORK/sk$i" --tenant-id $TENANT --timeline-id $TIMELINE --output "$out" >/dev/null
@@ -178,7 +233,9 @@ for i in 1 2 3; do
   for f in "$out"/*; do
     n=$(basename "$f")
     case "$n" in *.partial) continue;; esac
-    if [ -f "$WORK/primary/pg_wal/$n" ]; then
+    # The old primary's own segments, complete before its host was lost
+    # (the one it was writing holds WAL it never acknowledged).
+    if [ -f "$WORK/primary/pg_wal/$n" ] && [ "$n" \< "$LAST_OLD" ]; then
       if cmp -s "$f" "$WORK/primary/pg_wal/$n"; then same=$((same+1)); else diff=$((diff+1)); ALL_OK=0; fi
     fi
   done
@@ -200,6 +257,10 @@ WAL segments verified byte-identical:
 ${SEGSUM}standby fed only by safekeeper 1:                 $STANDBY
     primary: $P_RES
     standby: $S_RES
+the bad day (kill -9 of primary and proposer under load, sync, promote, re-protect):
+    ledger transactions acknowledged:            ${ACK1:-0} before the kill, ${ACK2:-0} on the promoted primary
+    rows on the promoted primary:                $ROWS: $BADDAY
+    sync at $SYNC_LSN; promoted standby on PostgreSQL timeline $NEW_TLI; safekeepers on timeline:$TLIS
 ========================================================
 REPORT
 [ "$ALL_OK" = 1 ] || { echo "demo: verification FAILED" >&2; exit 1; }
