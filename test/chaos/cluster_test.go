@@ -63,12 +63,23 @@ type options struct {
 
 // cluster is the pipeline under test.
 type cluster struct {
-	t       *testing.T
+	t *testing.T
+	// pg is the current primary; after a promotion (promote) the promoted
+	// standby, reached as the postgres superuser over its socket. run is the
+	// first one, whose Cmd and Run start PostgreSQL programs as the user
+	// PostgreSQL runs as (pg_ctl refuses root).
 	pg      *pgtest.Cluster
+	run     *pgtest.Cluster
 	sks     []*harness.Safekeeper
 	proxies []*harness.Proxy // nil without options.proxies
 	prop    *harness.Process
 	started time.Time
+	// standby is the hot standby fed by safekeeper 1, bank the workload,
+	// promoted whether the primary was lost and the standby promoted
+	// (crashLoop's promote).
+	standby  *standby
+	bank     *bank
+	promoted bool
 }
 
 func startCluster(t *testing.T, o options) *cluster {
@@ -84,6 +95,7 @@ func startCluster(t *testing.T, o options) *cluster {
 		"checkpoint_timeout = '1h'",
 	}, o.conf...)
 	c.pg = pgtest.Start(t, pgtest.Options{WALSegSizeMB: segMB, Conf: conf})
+	c.run = c.pg
 	for id := uint64(1); id <= 3; id++ {
 		sk := harness.StartSafekeeper(t, id, o.skArgs...)
 		if id == 3 && o.sk3 != nil {
@@ -300,7 +312,7 @@ func (c *cluster) checkSegments(final proto.LSN) {
 		out := c.export(sk)
 		compared, recycled := 0, 0
 		for s := start.SegmentStart(uint64(seg)); s+seg <= final; s += seg {
-			name := proto.SegmentFileName(1, s, uint64(seg))
+			name := exportedName(out, s, uint64(seg)) // named by its PostgreSQL timeline
 			mine, err := os.ReadFile(filepath.Join(out, name))
 			if err != nil {
 				t.Errorf("safekeeper %d: segment %s not exported: %v", sk.ID, name, err)
@@ -328,6 +340,19 @@ func (c *cluster) checkSegments(final proto.LSN) {
 	}
 }
 
+// exportedName is the name wal export gave the segment at s in dir: the
+// segment's name on the newest PostgreSQL timeline that has one there
+// (timeline 1's if none).
+func exportedName(dir string, s proto.LSN, segSize uint64) string {
+	for tli := uint32(9); tli > 1; tli-- {
+		name := proto.SegmentFileName(tli, s, segSize)
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return name
+		}
+	}
+	return proto.SegmentFileName(1, s, segSize)
+}
+
 // export runs `safekeeper wal export` on a stopped safekeeper.
 func (c *cluster) export(sk *harness.Safekeeper) string {
 	c.t.Helper()
@@ -343,7 +368,7 @@ func (c *cluster) export(sk *harness.Safekeeper) string {
 // waldump shows the primary's records around at (for failure reports).
 func (c *cluster) waldump(at proto.LSN) string {
 	from := at - min(at, 256<<10)
-	out, _ := c.pg.Cmd(context.Background(), "pg_waldump", "-p", c.pg.WALDir(), "-s", from.String(), "-e", (at + 64<<10).String()).CombinedOutput()
+	out, _ := c.run.Cmd(context.Background(), "pg_waldump", "-p", c.pg.WALDir(), "-s", from.String(), "-e", (at + 64<<10).String()).CombinedOutput()
 	return tailString(string(out), 20)
 }
 
@@ -376,9 +401,9 @@ type standby struct {
 func (c *cluster) startStandby(sk *harness.Safekeeper) *standby {
 	t := c.t
 	t.Helper()
-	s := &standby{pg: c.pg, dir: pgtest.Dir(t, "chaos-"), port: harness.FreePort(t)}
+	s := &standby{pg: c.run, dir: pgtest.Dir(t, "chaos-"), port: harness.FreePort(t)}
 	s.data = filepath.Join(s.dir, "data")
-	c.pg.Run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.pg.Port), "-U", "postgres", "-D", s.data, "-X", "stream", "-c", "fast")
+	c.run.Run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.pg.Port), "-U", "postgres", "-D", s.data, "-X", "stream", "-c", "fast")
 	host, port, _ := strings.Cut(sk.Addr, ":")
 	conf := fmt.Sprintf(`
 port = %d
@@ -408,9 +433,9 @@ wal_retrieve_retry_interval = 1s
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		c.pg.Cmd(ctx, "pg_ctl", "-D", s.data, "-m", "immediate", "-w", "stop").Run()
+		c.run.Cmd(ctx, "pg_ctl", "-D", s.data, "-m", "immediate", "-w", "stop").Run()
 	})
-	c.pg.Run(t, "pg_ctl", "-D", s.data, "-l", filepath.Join(s.dir, "standby.log"), "-w", "-t", "90", "start")
+	c.run.Run(t, "pg_ctl", "-D", s.data, "-l", filepath.Join(s.dir, "standby.log"), "-w", "-t", "90", "start")
 	return s
 }
 

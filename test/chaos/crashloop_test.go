@@ -3,10 +3,13 @@ package chaos
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/safekeeper/safekeeper/test/harness"
+	"github.com/safekeeper/safekeeper/test/pgtest"
 )
 
 // fault is one kind of fault the crash loop injects.
@@ -16,10 +19,11 @@ const (
 	killSafekeeper fault = iota // kill -9 one safekeeper, restart it
 	killProposer                // kill -9 the proposer, restart it
 	partition                   // cut one safekeeper off behind its proxy, heal
+	promote                     // lose the primary's host, sync, promote the standby, re-protect it (once)
 )
 
 func (f fault) String() string {
-	return [...]string{"kill -9 safekeeper", "kill -9 proposer", "partition safekeeper"}[f]
+	return [...]string{"kill -9 safekeeper", "kill -9 proposer", "partition safekeeper", "lose the primary, promote the standby"}[f]
 }
 
 // TestCrashLoopSafekeepers is the short crash loop of `make test`: bank
@@ -38,20 +42,24 @@ func TestCrashLoopSafekeepers(t *testing.T) {
 
 // TestChaos is the long crash loop of `make chaos`: for -chaos.duration,
 // safekeeper kills, proposer kills and partitions (the proposer reaches the
-// safekeepers through proxies), then the same checks as
-// TestCrashLoopSafekeepers.
+// safekeepers through proxies), and once, half-way through, the loss of
+// the primary's host (kill -9 of the primary and the proposer, sync, the
+// standby fed by safekeeper 1 promoted, a proposer protecting it on the same
+// safekeepers, a new standby from it); then the same checks as
+// TestCrashLoopSafekeepers, on the promoted primary.
 func TestChaos(t *testing.T) {
 	if *chaosDuration == 0 {
 		t.Skip("long crash loop: run with -chaos.duration=10m (make chaos)")
 	}
-	crashLoop(t, *chaosDuration, true, killSafekeeper, killSafekeeper, killProposer, partition)
+	crashLoop(t, *chaosDuration, true, killSafekeeper, killSafekeeper, killProposer, partition, promote)
 }
 
 func crashLoop(t *testing.T, d time.Duration, proxies bool, kinds ...fault) {
 	rng := newRand(t)
 	c := startCluster(t, options{proxies: proxies})
 	b := newBank(t, c.pg)
-	sb := c.startStandby(c.sks[0])
+	c.bank = b
+	c.standby = c.startStandby(c.sks[0])
 	b.start(4, rng)
 
 	ctx := harness.Context(t, d+5*time.Minute)
@@ -67,6 +75,7 @@ func crashLoop(t *testing.T, d time.Duration, proxies bool, kinds ...fault) {
 
 	counts := map[fault]int{}
 	deadline := time.Now().Add(d)
+	half := time.Now().Add(d / 2)
 	for time.Now().Before(deadline) {
 		pause := time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))
 		if time.Until(deadline) < pause {
@@ -75,8 +84,15 @@ func crashLoop(t *testing.T, d time.Duration, proxies bool, kinds ...fault) {
 		<-time.After(pause) // the fault schedule, not a wait for a condition
 		c.checkProposerAlive()
 		f := kinds[rng.IntN(len(kinds))]
+		if f == promote && (c.promoted || time.Now().Before(half)) {
+			f = killSafekeeper // the primary is lost once, in the second half
+		}
 		counts[f]++
 		c.inject(rng, f)
+	}
+	if slices.Contains(kinds, promote) && !c.promoted {
+		counts[promote]++
+		c.inject(rng, promote) // a run too short to draw it
 	}
 	t.Logf("faults injected in %v: %v", d, counts)
 
@@ -87,11 +103,16 @@ func crashLoop(t *testing.T, d time.Duration, proxies bool, kinds ...fault) {
 		return b.ackedCount() >= n+20
 	})
 	r := <-bench
-	if r.err != nil {
+	switch {
+	case c.promoted:
+		// Its primary was lost under it: it ends with an error.
+		t.Logf("pgbench -f transfer.sql -c 2 against the first primary ended with its host: %v", r.err)
+	case r.err != nil:
 		t.Fatalf("%v\n%s", r.err, r.out)
-	}
-	if m := pgbenchDoneRe.FindStringSubmatch(r.out); m != nil {
-		t.Logf("pgbench -f transfer.sql -c 2: %s transactions, none failed", m[1])
+	default:
+		if m := pgbenchDoneRe.FindStringSubmatch(r.out); m != nil {
+			t.Logf("pgbench -f transfer.sql -c 2: %s transactions, none failed", m[1])
+		}
 	}
 	b.stopAndReport()
 	acked, _ := b.snapshot()
@@ -100,6 +121,7 @@ func crashLoop(t *testing.T, d time.Duration, proxies bool, kinds ...fault) {
 	}
 
 	final := c.finish()
+	sb := c.standby
 	sb.waitReplay(t, final)
 	onPrimary := b.check(t, "primary", func(sql string) string { return c.pg.Exec(t, sql) }, acked)
 	onStandby := b.check(t, "standby fed by safekeeper 1", func(sql string) string { return sb.query(t, sql) }, acked)
@@ -132,6 +154,8 @@ func (c *cluster) inject(rng *rand.Rand, f fault) {
 			return c.quorumTerm() > before
 		})
 		t.Logf("%v: killed -9 the proposer; the restarted one is elected in a term above %d", time.Since(c.started).Round(time.Millisecond), before)
+	case promote:
+		c.loseThePrimary()
 	case partition:
 		i := rng.IntN(len(c.sks))
 		mode := harness.PartitionMode(rng.IntN(2))
@@ -140,4 +164,42 @@ func (c *cluster) inject(rng *rand.Rand, f fault) {
 		c.proxies[i].Heal()
 		t.Logf("%v: partitioned safekeeper %d (%v) for %v", time.Since(c.started).Round(time.Millisecond), c.sks[i].ID, mode, (2 * down).Round(time.Millisecond))
 	}
+}
+
+// loseThePrimary is the bad day inside the loop: the primary's host is lost
+// (kill -9 of the primary and the proposer); sync commits the quorum's end
+// of WAL; the standby fed by safekeeper 1 replays to it and is promoted; the
+// bank moves to it; a proposer protects it on the same safekeepers; a new
+// standby, a base backup of it, streams from safekeeper 1.
+func (c *cluster) loseThePrimary() {
+	t := c.t
+	t.Helper()
+	c.prop.Kill()
+	c.pg.Kill(t)
+	var addrs []string
+	for _, sk := range c.sks {
+		addrs = append(addrs, sk.Addr)
+	}
+	code, out, stderr := runSafekeeper(t, "sync", "--safekeepers", strings.Join(addrs, ","),
+		"--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(), "--timeout", "60s")
+	if code != 0 {
+		t.Fatalf("sync after losing the primary: exit %d: %s", code, stderr)
+	}
+	end := lsnOf(t, out)
+	sb := c.standby
+	sb.waitReplay(t, end)
+	c.run.Run(t, "pg_ctl", "-D", sb.data, "-w", "-t", "60", "promote")
+	harness.WaitFor(t, 60*time.Second, "the promoted standby to leave recovery", func() bool {
+		return sb.query(t, "select pg_is_in_recovery()") == "f"
+	})
+	sb.query(t, "alter system set synchronous_standby_names = 'proposer'")
+	sb.query(t, "select pg_reload_conf()")
+	c.pg = &pgtest.Cluster{Dir: sb.dir, DataDir: sb.data, SocketDir: sb.dir, Port: sb.port, Bin: c.run.Bin, WALSegSize: c.run.WALSegSize}
+	c.bank.port.Store(int64(sb.port))
+	c.prop = c.startProposer("proposer", "proposer")
+	c.waitSyncStandby("proposer")
+	c.standby = c.startStandby(c.sks[0])
+	c.promoted = true
+	t.Logf("%v: lost the primary (kill -9 with the proposer); synced at %s; the standby is the primary now (PostgreSQL timeline %s), protected on the same safekeepers; a new standby follows it",
+		time.Since(c.started).Round(time.Millisecond), end, sb.query(t, "select substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"))
 }
