@@ -13,6 +13,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/proto/replcmd"
+	"github.com/safekeeper/safekeeper/proto/xlog"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -47,12 +48,15 @@ func startCheck(st startView, cmd replcmd.StartReplication) error {
 	if cmd.HasTerm && cmd.Term != st.Term {
 		return pgwire.Errorf(codeStaleTerm, "requested term %d is not the current term %d of this safekeeper", cmd.Term, st.Term)
 	}
-	if cmd.Start > st.Limit {
+	if cmd.Start > max(st.Limit, st.TimelineStart) { // the timeline's start is never ahead: its WAL begins there
 		return pgwire.Errorf(pgwire.InternalError, "requested starting point %s is ahead of the WAL flush position of this server %s", cmd.Start, st.Limit)
 	}
-	if cmd.Start < st.RemovedUpTo || (st.TimelineStart != 0 && cmd.Start < st.TimelineStart) {
+	if cmd.Start < st.RemovedUpTo || (st.TimelineStart != 0 && cmd.Start < st.TimelineStart.SegmentStart(st.SegSize)) {
 		return errSegmentRemoved(tli, cmd.Start, st.SegSize)
 	}
+	// A timeline that starts inside a segment is served from the segment's
+	// first byte (stock clients ask for whole segments): before its start,
+	// empty pages (walSender.send).
 	return nil
 }
 
@@ -152,8 +156,13 @@ func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 	if hist.on {
 		tli = cmd.TLI
 	}
+	firstTLI := st.PgTimeline
+	if ends, err := proto.ParsePgHistory(st.PgTimeline, st.PgHistory); err == nil {
+		firstTLI = ends[0].TLI
+	}
 	w := &walSender{
 		c: c, tl: tl, cmd: cmd, pos: cmd.Start, segSize: uint64(st.WalSegSize), tli: tli, hist: hist,
+		tlStart: st.TimelineStartLSN, firstTLI: firstTLI, sysID: st.SystemID,
 		rd:       &walReader{connID: c.id, slot: cmd.Slot},
 		replyNow: make(chan struct{}, 1), gotStatus: make(chan struct{}, 1), readerDone: make(chan error, 1),
 	}
@@ -181,13 +190,18 @@ type histView struct {
 }
 
 type walSender struct {
-	c       *replConn
-	tl      *timeline
-	cmd     replcmd.StartReplication
-	hist    histView
-	rd      *walReader
-	segSize uint64
-	tli     uint32
+	c    *replConn
+	tl   *timeline
+	cmd  replcmd.StartReplication
+	hist histView
+	// tlStart is the timeline's first byte; below it (inside its first
+	// segment) empty pages of firstTLI and sysID are served.
+	tlStart  proto.LSN
+	firstTLI uint32
+	sysID    uint64
+	rd       *walReader
+	segSize  uint64
+	tli      uint32
 
 	pos         proto.LSN // next LSN to send
 	lastRecv    atomic.Int64
@@ -486,9 +500,17 @@ func (w *walSender) send(limit proto.LSN) (sent bool, err error) {
 	if w.buf == nil {
 		w.buf = make([]byte, maxSendSize)
 	}
-	// ReadWAL copies out of a short read transaction: nothing is held
-	// across the socket write below.
-	n, err := w.tl.store.ReadWAL(w.pos, w.buf[:end-w.pos])
+	var n int
+	if start := w.tlStart; w.pos < start {
+		// Before the timeline's first byte (a timeline that starts inside a
+		// segment): pages with a header and no record, up to it.
+		end = min(end, start)
+		n = copy(w.buf, xlog.EmptyPages(w.pos, end, w.segSize, w.firstTLI, w.sysID))
+	} else {
+		// ReadWAL copies out of a short read transaction: nothing is held
+		// across the socket write below.
+		n, err = w.tl.store.ReadWAL(w.pos, w.buf[:end-w.pos])
+	}
 	if err != nil {
 		return false, err
 	}

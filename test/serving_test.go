@@ -8,6 +8,7 @@ package test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -70,11 +71,17 @@ type walFeeder struct {
 
 func newFeeder(t *testing.T, pg *pgtest.Cluster, sk *harness.Safekeeper) *walFeeder {
 	t.Helper()
+	insert := svLSN(t, pg.Exec(t, "select pg_current_wal_insert_lsn()"))
+	return newFeederAt(t, pg, sk, insert.SegmentStart(pg.WALSegSize))
+}
+
+// newFeederAt starts the timeline at start (a record boundary of the
+// primary's WAL).
+func newFeederAt(t *testing.T, pg *pgtest.Cluster, sk *harness.Safekeeper, start proto.LSN) *walFeeder {
+	t.Helper()
 	sys, _ := strconv.ParseUint(pg.Exec(t, "select system_identifier from pg_control_system()"), 10, 64)
 	ver, _ := strconv.ParseUint(pg.Exec(t, "show server_version_num"), 10, 32)
-	insert := svLSN(t, pg.Exec(t, "select pg_current_wal_insert_lsn()"))
-	f := &walFeeder{t: t, pg: pg, sk: sk, sysID: sys, version: uint32(ver), seg: pg.WALSegSize,
-		start: insert.SegmentStart(pg.WALSegSize)}
+	f := &walFeeder{t: t, pg: pg, sk: sk, sysID: sys, version: uint32(ver), seg: pg.WALSegSize, start: start}
 	f.connect()
 	return f
 }
@@ -178,7 +185,6 @@ func (f *walFeeder) push() proto.LSN {
 	return flush
 }
 
-// heartbeat sends an empty request and returns the response.
 // truncateAt is the truncate_lsn a push at flush sends: flush (every peer
 // has it: there are none), or 0 while holdTruncate is set.
 func (f *walFeeder) truncateAt(flush proto.LSN) proto.LSN {
@@ -188,6 +194,7 @@ func (f *walFeeder) truncateAt(flush proto.LSN) proto.LSN {
 	return flush
 }
 
+// heartbeat sends an empty request and returns the response.
 func (f *walFeeder) heartbeat() *proto.SafeKeeperResponse {
 	f.t.Helper()
 	f.send(&proto.SafeKeeperRequest{Sender: f.ballot, BeginLSN: f.pos, EndLSN: f.pos})
@@ -363,6 +370,18 @@ wal_retrieve_retry_interval = 1s
 	})
 	pg.Run(t, "pg_ctl", "-D", s.data, "-l", filepath.Join(s.dir, "standby.log"), "-w", "-t", "90", "start")
 	return s
+}
+
+// pointAt makes the standby stream from host:port (with startup options)
+// from now on: primary_conninfo is reloaded, the walreceiver restarts.
+func (pgs *standby) pointAt(t *testing.T, host, port, options string) {
+	t.Helper()
+	conn := fmt.Sprintf("host=%s port=%s user=postgres application_name=standby1", host, port)
+	if options != "" {
+		conn += " options=''" + options + "''"
+	}
+	pgs.query(t, "alter system set primary_conninfo = '"+conn+"'")
+	pgs.query(t, "select pg_reload_conf()")
 }
 
 func (pgs *standby) waitReplay(t *testing.T, lsn proto.LSN) {
@@ -664,4 +683,86 @@ func TestStreamEdgeCasesOnBinary(t *testing.T) {
 	}
 	// The polite reader was read from (svNext fails the test on a closed
 	// connection) until 3 timeouts had passed: it stayed connected.
+}
+
+// TestMidSegmentTimelineServedToStockClients: a timeline whose first byte
+// lies inside a segment (as when a walproposer starts there, as Neon's
+// does). Stock clients ask for the segment's start; the safekeeper serves
+// it from its first byte — pages with valid headers and no record up to the
+// timeline's start, then the timeline's WAL — so a hot standby streams from
+// the segment's start and replays, and pg_receivewal writes the segment
+// with the timeline's bytes, the primary's, from its start on.
+func TestMidSegmentTimelineServedToStockClients(t *testing.T) {
+	pg := svPrimary(t)
+	sk := harness.StartSafekeeper(t, 1, "--unsafe-no-fsync")
+	pg.Exec(t, "create table before_start(x int); insert into before_start select generate_series(1, 500)")
+	// A hot standby streaming from the primary itself, to be pointed at
+	// the safekeeper later, while its replay is inside the timeline's
+	// first segment.
+	sb := startStandby(t, pg, sk)
+	sb.pointAt(t, "127.0.0.1", strconv.Itoa(pg.Port), "")
+	// Start the timeline where the primary's WAL is now, inside a segment.
+	insert := svLSN(t, pg.Exec(t, "select pg_current_wal_insert_lsn()"))
+	if insert.SegmentOffset(pg.WALSegSize) < 2*8192 {
+		pg.Exec(t, "insert into before_start select generate_series(1, 500)")
+		insert = svLSN(t, pg.Exec(t, "select pg_current_wal_insert_lsn()"))
+	}
+	f := newFeederAt(t, pg, sk, insert)
+	pg.Exec(t, "insert into before_start values (0)") // something committed, in the same segment
+	at := f.push()
+	segStart := f.start.SegmentStart(f.seg)
+	if segStart == f.start || at.SegmentStart(f.seg) != segStart {
+		t.Fatalf("the timeline %s..%s is not inside one segment", f.start, at)
+	}
+	sb.waitReplay(t, at)
+
+	// Pointed at the safekeeper, it asks for the segment's start: pages
+	// with no record up to the timeline's start, then its WAL.
+	host, port := skHostPort(sk)
+	sb.pointAt(t, host, port, svOptions())
+	pg.Exec(t, "insert into before_start select generate_series(1, 100)")
+	sb.waitReplay(t, f.push())
+	if got, want := sb.query(t, "select count(*) from before_start"), pg.Exec(t, "select count(*) from before_start"); got != want {
+		t.Fatalf("standby %q, primary %q", got, want)
+	}
+	if b, _ := os.ReadFile(filepath.Join(sb.dir, "standby.log")); !strings.Contains(string(b), "started streaming WAL from primary at "+segStart.String()) {
+		t.Fatalf("the standby did not stream from %s, the start of the timeline's first segment:\n%s", segStart, b)
+	}
+
+	// pg_receivewal: the segment from its first byte.
+	dir := pgtest.Dir(t, "svtest-")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := pg.Cmd(ctx, "pg_receivewal", "-D", dir, "-h", host, "-p", port, "-U", "postgres", "-v", "-d", "options='"+svOptions()+"'")
+	var out harness.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	first := proto.SegmentFileName(1, segStart, f.seg)
+	pg.Exec(t, "select pg_switch_wal()")
+	f.push()
+	harness.WaitFor(t, 60*time.Second, "pg_receivewal to complete "+first, func() bool {
+		_, err := os.Stat(filepath.Join(dir, first))
+		return err == nil
+	})
+	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Wait()
+	got, err := os.ReadFile(filepath.Join(dir, first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	primary, err := os.ReadFile(filepath.Join(pg.WALDir(), first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := f.start - segStart
+	if !bytes.Equal(got[off:], primary[off:]) {
+		t.Fatalf("segment %s from the timeline's start %s on differs from the primary's", first, f.start)
+	}
+	if binary.LittleEndian.Uint16(got) != 0xD110 || binary.LittleEndian.Uint16(got[2:])&2 == 0 {
+		t.Fatalf("segment %s does not open with a long page header: %x", first, got[:40])
+	}
+
+	t.Logf("timeline starting at %s (offset %d in its segment): pg_receivewal wrote %s, the standby replayed", f.start, off, first)
 }

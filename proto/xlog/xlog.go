@@ -388,3 +388,40 @@ func (d *Decoder) readPageHeader(data []byte) int {
 	}
 	return n
 }
+
+// EmptyPages returns WAL bytes [from, to) that hold no record: every page
+// starting in the range has a valid page header (a long one at a segment
+// start) for timeline tli and system sysid, the rest is zeros. A safekeeper
+// serves them for the part of a segment before its timeline's first byte:
+// stock clients ask for a whole segment, and a standby checks the header
+// of every page it reads (a record's page included), while the records it
+// replays start at or after the timeline's start. No record begins in them,
+// and none continues into them (xlp_rem_len 0).
+func EmptyPages(from, to proto.LSN, segSize uint64, tli uint32, sysid uint64) []byte {
+	if to <= from {
+		return nil
+	}
+	out := make([]byte, 0, to-from)
+	for page := from &^ (PageSize - 1); page < to; page += PageSize {
+		end := min(page+PageSize, to)
+		buf := make([]byte, end-page)
+		hdr := make([]byte, SizeOfXLogLongPHD)
+		info, size := uint16(0), SizeOfXLogShortPHD
+		if page.SegmentOffset(segSize) == 0 {
+			info, size = XLPLongHeader, SizeOfXLogLongPHD
+		}
+		binary.LittleEndian.PutUint16(hdr[0:], PageMagic)
+		binary.LittleEndian.PutUint16(hdr[2:], info)
+		binary.LittleEndian.PutUint32(hdr[4:], tli)
+		binary.LittleEndian.PutUint64(hdr[8:], uint64(page))
+		if size == SizeOfXLogLongPHD {
+			binary.LittleEndian.PutUint64(hdr[24:], sysid)
+			binary.LittleEndian.PutUint32(hdr[32:], uint32(segSize))
+			binary.LittleEndian.PutUint32(hdr[36:], PageSize)
+		}
+		copy(buf, hdr[:size])
+		lo := max(from, page) - page
+		out = append(out, buf[lo:]...)
+	}
+	return out
+}

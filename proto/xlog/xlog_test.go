@@ -1,6 +1,7 @@
 package xlog_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"math/rand"
@@ -364,5 +365,27 @@ func TestNewDecoderBadArguments(t *testing.T) {
 		if !errors.Is(err, xlog.ErrInvalidWAL) {
 			t.Errorf("NewDecoder(%s, %d): Feed err = %v", tc.start, tc.seg, err)
 		}
+	}
+}
+
+func TestEmptyPages(t *testing.T) {
+	const seg = 1 << 20
+	from, to := proto.LSN(5*seg), proto.LSN(5*seg+2*xlog.PageSize+100)
+	b := xlog.EmptyPages(from, to, seg, 3, 77)
+	if len(b) != int(to-from) {
+		t.Fatalf("%d bytes for %d", len(b), to-from)
+	}
+	for off, long := range map[int]bool{0: true, xlog.PageSize: false, 2 * xlog.PageSize: false} {
+		h := b[off:]
+		if binary.LittleEndian.Uint16(h) != xlog.PageMagic || binary.LittleEndian.Uint32(h[4:]) != 3 ||
+			binary.LittleEndian.Uint64(h[8:]) != uint64(from)+uint64(off) || (binary.LittleEndian.Uint16(h[2:])&xlog.XLPLongHeader != 0) != long {
+			t.Fatalf("page header at +%d: %x", off, h[:xlog.SizeOfXLogLongPHD])
+		}
+	}
+	if long := b[:xlog.SizeOfXLogLongPHD]; binary.LittleEndian.Uint64(long[24:]) != 77 || binary.LittleEndian.Uint32(long[32:]) != seg {
+		t.Fatalf("long header %x", long)
+	}
+	if tail := xlog.EmptyPages(from+xlog.PageSize+10, to, seg, 3, 77); !bytes.Equal(tail, b[xlog.PageSize+10:]) {
+		t.Fatal("a range starting inside a page is not the same bytes")
 	}
 }
