@@ -3,10 +3,13 @@ package server
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/storage"
@@ -141,5 +144,43 @@ func TestReportedPositionsClampedToWALSent(t *testing.T) {
 	again.start("START_REPLICATION " + horizon.String())
 	if got := again.readWAL(horizon, p.pos); !bytes.Equal(got[wal2Start-horizon:], wal2) {
 		t.Fatal("WAL streamed from the retained segment differs")
+	}
+}
+
+// TestSlotInvalidatedPastMaxSlotWALKeepSize: a slot whose restart_lsn falls
+// further behind commit_lsn than MaxSlotWALKeepSize is invalidated, as
+// PostgreSQL's max_slot_wal_keep_size: logged, it no longer holds WAL
+// (READ_REPLICATION_SLOT shows no restart_lsn), the WAL it held is removed,
+// and a stream from its old position gets 58P01.
+func TestSlotInvalidatedPastMaxSlotWALKeepSize(t *testing.T) {
+	var logs logBuffer
+	s := startTestServer(t, t.TempDir(), func(c *Config) {
+		c.MaxSlotWALKeepSize = 2 * tSeg
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	p.push(10, 100, 0) // truncate_lsn 0: nothing removed yet
+	c := replConnect(t, addr, false, "")
+	if _, err := exec(t, c, `CREATE_REPLICATION_SLOT "old" PHYSICAL (RESERVE_WAL)`); err != nil {
+		t.Fatal(err)
+	}
+	if row := readSlotRow(t, s, "old"); !strings.HasPrefix(row, "physical,"+tStart.String()) {
+		t.Fatalf("reserved slot %q", row)
+	}
+	p.truncate = true
+	p.push(500, 9000, 0) // more than 4 segments past the slot
+	waitFor(t, "the slot to be invalidated and its WAL removed", func() bool {
+		p.heartbeat()
+		return statusOf(t, s).RemovedUpTo > tStart && strings.HasPrefix(readSlotRow(t, s, "old"), "physical,NULL")
+	})
+	if !strings.Contains(logs.String(), "invalidating replication slot") || !strings.Contains(logs.String(), "slot=old") {
+		t.Fatalf("the invalidation is not logged:\n%s", logs.String())
+	}
+	st := newStream(t, addr)
+	st.query(fmt.Sprintf("START_REPLICATION SLOT old PHYSICAL %s", tStart))
+	st.expect("CopyBothResponse")
+	if e := st.expect("ErrorResponse").(*pgproto3.ErrorResponse); e.Code != pgwire.UndefinedFile {
+		t.Fatalf("a stream from the invalidated slot's old position: %s %s", e.Code, e.Message)
 	}
 }
