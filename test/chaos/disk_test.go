@@ -117,10 +117,11 @@ func TestDiskStaysBoundedWithStandbysReading(t *testing.T) {
 	b.check(t, "standby fed by safekeeper 1", func(sql string) string { return sb.query(t, sql) }, acked)
 }
 
-// statusRow reads a safekeeper's TIMELINE_STATUS as text by column name.
-func statusRow(t *testing.T, addr string) map[string]string {
+// replConn opens a replication connection to a safekeeper for the
+// cluster's timeline; it is closed at the end of the test.
+func replConn(t *testing.T, addr string) *pgconn.PgConn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	host, port, _ := strings.Cut(addr, ":")
 	conn, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres sslmode=disable replication=true options='-c tenant_id=%s -c timeline_id=%s'",
@@ -128,8 +129,16 @@ func statusRow(t *testing.T, addr string) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// statusRow reads a safekeeper's TIMELINE_STATUS as text by column name.
+func statusRow(t *testing.T, addr string) map[string]string {
+	t.Helper()
+	conn := replConn(t, addr)
 	defer conn.Close(context.Background())
-	res, err := conn.Exec(ctx, "TIMELINE_STATUS").ReadAll()
+	res, err := conn.Exec(harness.Context(t, 10*time.Second), "TIMELINE_STATUS").ReadAll()
 	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 {
 		t.Fatalf("TIMELINE_STATUS: %v", err)
 	}
@@ -146,12 +155,7 @@ func startAt(t *testing.T, sk *harness.Safekeeper, l proto.LSN) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	host, port, _ := strings.Cut(sk.Addr, ":")
-	conn, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres sslmode=disable replication=true options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, tenantID, timelineID))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := replConn(t, sk.Addr)
 	defer conn.Close(context.Background())
 	conn.Frontend().Send(&pgproto3.Query{String: fmt.Sprintf("START_REPLICATION PHYSICAL %s TIMELINE 1", l)})
 	if err := conn.Frontend().Flush(); err != nil {

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/test/harness"
 	"github.com/safekeeper/safekeeper/test/pgtest"
@@ -178,16 +176,9 @@ func lsnOf(t *testing.T, s string) proto.LSN {
 // timelineHistoryOf runs TIMELINE_HISTORY 2 on a safekeeper.
 func timelineHistoryOf(t *testing.T, sk *harness.Safekeeper) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	host, port, _ := strings.Cut(sk.Addr, ":")
-	conn, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres sslmode=disable replication=true options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, tenantID, timelineID))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := replConn(t, sk.Addr)
 	defer conn.Close(context.Background())
-	res, err := conn.Exec(ctx, "TIMELINE_HISTORY 2").ReadAll()
+	res, err := conn.Exec(harness.Context(t, 10*time.Second), "TIMELINE_HISTORY 2").ReadAll()
 	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 {
 		t.Fatalf("TIMELINE_HISTORY 2: %v", err)
 	}
