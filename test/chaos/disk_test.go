@@ -115,6 +115,12 @@ func TestDiskStaysBoundedWithStandbysReading(t *testing.T) {
 	}
 	acked, _ := b.snapshot()
 	b.check(t, "standby fed by safekeeper 1", func(sql string) string { return sb.query(t, sql) }, acked)
+	// A standby and pg_receivewal under load report nothing past the WAL.
+	for i, sk := range c.sks {
+		if strings.Contains(sk.Log(), "reported a position past") {
+			t.Errorf("safekeeper %d warned about a stock client's report:\n%s", i+1, lastLine(sk.Log(), "reported a position past"))
+		}
+	}
 }
 
 // replConn opens a replication connection to a safekeeper for the
