@@ -23,6 +23,20 @@ func (l LSN) String() string {
 	return fmt.Sprintf("%X/%X", uint32(l>>32), uint32(l))
 }
 
+// MarshalText is the "X/X" form, so LSNs read the same in JSON (HTTP
+// bodies, JSON logs) as everywhere else.
+func (l LSN) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
+
+// UnmarshalText parses the "X/X" form (ParseLSN).
+func (l *LSN) UnmarshalText(b []byte) error {
+	v, err := ParseLSN(string(b))
+	if err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}
+
 // ParseLSN parses the "%X/%X" form (either case, each half 1–8 hex digits).
 // It returns an error wrapping ErrBadLSN for anything else.
 func ParseLSN(s string) (LSN, error) {

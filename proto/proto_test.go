@@ -2,6 +2,7 @@ package proto
 
 import (
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -219,5 +220,16 @@ func TestCommonPoint(t *testing.T) {
 		if got := c.sk.CommonPoint(c.flush, c.prop); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+func TestLSNJSON(t *testing.T) {
+	b, err := json.Marshal(struct{ L LSN }{0x16B374D848})
+	if err != nil || string(b) != `{"L":"16/B374D848"}` {
+		t.Fatalf("%s %v", b, err)
+	}
+	var v struct{ L LSN }
+	if err := json.Unmarshal(b, &v); err != nil || v.L != 0x16B374D848 {
+		t.Fatalf("%v %v", v, err)
 	}
 }

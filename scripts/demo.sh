@@ -86,7 +86,7 @@ SKADDRS=()
 for i in 1 2 3; do
   port=$(free_port)
   SKADDRS+=("127.0.0.1:$port")
-  "$BIN" run --id "$i" --listen-pg "127.0.0.1:$port" --data-dir "$WORK/sk$i" >"$WORK/sk$i.log" 2>&1 &
+  "$BIN" run --id "$i" --listen-pg "127.0.0.1:$port" --listen-http "127.0.0.1:$(free_port)" --data-dir "$WORK/sk$i" >"$WORK/sk$i.log" 2>&1 &
   PIDS+=($!)
 done
 listening() { (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null; }

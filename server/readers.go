@@ -17,15 +17,35 @@ import (
 type walReader struct {
 	connID uint64
 	slot   string // "" when the stream uses no slot
+	// For the HTTP API: who reads, since when, as what.
+	addr, appName string
+	since         time.Time
+	termReader    bool
 	// pos is the next LSN the stream sends: WAL from its segment on is kept.
 	pos atomic.Uint64
 
-	mu       sync.Mutex
-	status   pgwire.StandbyStatusUpdate // last 'r'
-	hs       pgwire.HotStandbyFeedback  // last 'h'
-	hasHS    bool
-	consumer pgwire.ConsumerFeedback // last 'z'
-	hasCons  bool
+	mu        sync.Mutex
+	status    pgwire.StandbyStatusUpdate // last 'r'
+	hs        pgwire.HotStandbyFeedback  // last 'h'
+	hasHS     bool
+	consumer  pgwire.ConsumerFeedback // last 'z'
+	hasCons   bool
+	lastReply time.Time // of the last 'r'
+}
+
+// kind names the reader as the HTTP API reports it; rd.mu held.
+func (r *walReader) kind() string {
+	switch {
+	case r.termReader:
+		return "term reader"
+	case r.hasCons:
+		return "pageserver"
+	case r.appName == "pg_receivewal":
+		return "pg_receivewal"
+	case r.hasHS || r.status.Apply != 0:
+		return "standby"
+	}
+	return "reader"
 }
 
 func (r *walReader) position() proto.LSN { return proto.LSN(r.pos.Load()) }
@@ -133,7 +153,7 @@ func (r *replState) removeReader(rd *walReader) {
 // what was sent.
 func (r *replState) onStatus(rd *walReader, m pgwire.StandbyStatusUpdate) {
 	rd.mu.Lock()
-	rd.status = m
+	rd.status, rd.lastReply = m, time.Now()
 	rd.mu.Unlock()
 	if rd.slot == "" || m.Flush == 0 {
 		return

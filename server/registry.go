@@ -142,7 +142,7 @@ func (s *Server) startTimeline(key proto.TimelineKey, st acceptor.State, store *
 	t := &timeline{
 		key: key, log: tlog, in: make(chan event, eventQueue),
 		state: sess.InMem(), changed: make(chan struct{}), store: store, repl: repl, stopped: make(chan struct{}),
-		onPublish: s.hooks.onPublish, persistEvery: persistInterval, walBudget: s.walBudget,
+		onPublish: s.hooks.onPublish, persistEvery: persistInterval, walBudget: s.walBudget, metrics: &s.metrics,
 	}
 	if s.hooks.persistInterval != 0 {
 		t.persistEvery = s.hooks.persistInterval

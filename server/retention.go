@@ -158,6 +158,9 @@ func (s *Server) retainOnce(t *timeline) {
 		t.log.Warn("WAL removal failed", "up_to", r.Horizon, "err", err)
 		return
 	}
+	if from := max(in.RemovedUpTo, st.TimelineStartLSN).SegmentStart(in.SegSize); r.Horizon > from {
+		s.removedSegments.Add(int64(uint64(r.Horizon-from) / in.SegSize))
+	}
 	t.log.Info("removed WAL", "up_to", r.Horizon, "bounded_by", r.Reason, "commit_lsn", in.CommitLSN, "truncate_lsn", in.TruncateLSN,
 		"remote_consistent_lsn", in.RemoteConsistent)
 }

@@ -27,6 +27,10 @@ type Config struct {
 	NodeID uint64
 	// ListenPG is the host:port of the PostgreSQL-protocol listener.
 	ListenPG string
+	// ListenHTTP is the host:port of the HTTP API (http.go); "" serves none.
+	ListenHTTP string
+	// EnablePprof serves /debug/pprof/ on the HTTP API.
+	EnablePprof bool
 	// DataDir holds the bbolt file; created if missing.
 	DataDir string
 	// Logger receives the server's logs; nil discards them.
@@ -157,6 +161,10 @@ type Server struct {
 	// nanoseconds), set by Shutdown; 0 before. See limitedConn.
 	writeLimit atomic.Int64
 
+	http            *httpAPI // nil without Config.ListenHTTP
+	metrics         serverMetrics
+	removedSegments atomic.Int64 // WAL segments retention removed
+
 	mu        sync.Mutex
 	timelines map[proto.TimelineKey]*timeline
 	opening   map[proto.TimelineKey]*opening // opens in progress (registry.go)
@@ -200,11 +208,24 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var httpLn net.Listener
+	if cfg.ListenHTTP != "" {
+		if httpLn, err = net.Listen("tcp", cfg.ListenHTTP); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("listen for the HTTP API: %w", err)
+		}
+	}
+	closeListeners := func() {
+		ln.Close()
+		if httpLn != nil {
+			httpLn.Close()
+		}
+	}
 	db, err := storage.Open(filepath.Join(cfg.DataDir, "safekeeper.db"), storage.Options{
 		Logger: cfg.Logger, UnsafeNoFsync: cfg.UnsafeNoFsync,
 	})
 	if err != nil {
-		ln.Close()
+		closeListeners()
 		return nil, err
 	}
 	recorded, err := db.ClaimNodeID(cfg.NodeID)
@@ -212,18 +233,31 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 		err = &NodeIDMismatchError{DataDir: cfg.DataDir, Recorded: recorded, Configured: cfg.NodeID}
 	}
 	if err != nil {
-		ln.Close()
+		closeListeners()
 		db.Close()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{
+	s := &Server{
 		cfg: cfg, log: cfg.Logger, db: db, ln: ln,
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}),
 		timelines: map[proto.TimelineKey]*timeline{}, opening: map[proto.TimelineKey]*opening{}, conns: map[net.Conn]struct{}{},
 		walBudget: semaphore.NewWeighted(cfg.MaxBufferedWAL),
+		metrics:   newMetrics(),
 		hooks:     h,
-	}, nil
+	}
+	if httpLn != nil {
+		s.http = newHTTPAPI(s, httpLn)
+	}
+	return s, nil
+}
+
+// HTTPAddr is the HTTP API's address, nil when it is off.
+func (s *Server) HTTPAddr() net.Addr {
+	if s.http == nil {
+		return nil
+	}
+	return s.http.addr()
 }
 
 // Addr is the address the server listens on.
@@ -242,6 +276,10 @@ func (s *Server) isStopping() bool {
 func (s *Server) Serve() error {
 	s.log.Info("safekeeper listening", "addr", s.ln.Addr().String(), "node_id", s.cfg.NodeID, "data_dir", s.cfg.DataDir)
 	go s.mem.run(s.ctx, s)
+	if s.http != nil {
+		s.log.Info("HTTP API listening", "addr", s.http.addr().String())
+		go s.http.srv.Serve(s.http.ln)
+	}
 	for {
 		nc, err := s.ln.Accept()
 		if err != nil {
@@ -307,6 +345,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		<-done
+	}
+	if s.http != nil {
+		hctx, hcancel := context.WithTimeout(ctx, time.Second)
+		s.http.srv.Shutdown(hctx)
+		hcancel()
+		s.http.srv.Close()
 	}
 	s.cancel()
 	s.ownerWG.Wait()

@@ -62,6 +62,8 @@ type timeline struct {
 	persistEvery time.Duration
 	// walBudget is the server's (Server.walBudget).
 	walBudget *semaphore.Weighted
+	// metrics is the server's (nil in tests that build a timeline alone).
+	metrics *serverMetrics
 
 	// pushMu guards push and retained.
 	pushMu   sync.Mutex
@@ -163,7 +165,13 @@ func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
 					break drain
 				}
 			}
-			o.act(sess.Flush())
+			t0 := time.Now()
+			r := sess.Flush()
+			if o.t.metrics != nil && o.staged {
+				o.t.metrics.flushSeconds.Observe(time.Since(t0).Seconds())
+			}
+			o.staged = false
+			o.act(r)
 			o.release() // the batch is committed (or failed): its WAL left memory
 		}
 		if persist == nil && sess.Unpersisted() {
@@ -182,6 +190,7 @@ type owner struct {
 	// release, and payloads their messages' buffers.
 	cost     int64
 	payloads [][]byte
+	staged   bool // a request with WAL was handled since the last Flush
 }
 
 // release gives the WAL bytes of the events handled so far back to the
@@ -231,6 +240,12 @@ func (o *owner) handle(ev event) {
 	}
 	if m, ok := ev.msg.(*proto.ProposerElected); ok && !r.Ends(c.id) {
 		o.t.log.Info("proposer elected", "term", m.Term, "start_streaming_at", m.StartStreamingAt, "conn", c.remote)
+	}
+	if m, ok := ev.msg.(*proto.SafeKeeperRequest); ok && len(m.WAL) > 0 && o.t.metrics != nil {
+		o.staged = true
+		o.t.metrics.writeBytes.Observe(float64(len(m.WAL)))
+		o.t.metrics.appends.Inc()
+		o.t.metrics.received.Add(float64(len(m.WAL)))
 	}
 	if m, ok := ev.msg.(*proto.SafeKeeperRequest); ok && !r.Ends(c.id) {
 		o.t.pushMu.Lock()

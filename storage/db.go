@@ -8,12 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+	"golang.org/x/sys/unix"
 
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
@@ -283,6 +285,35 @@ func (db *DB) Stats() Stats {
 		WriteTxs: db.writeTxs.Load(),
 		WALBytes: db.walBytes.Load(),
 	}
+}
+
+// FileSize returns the size of the database file in bytes (0 if it cannot
+// be read).
+func (db *DB) FileSize() int64 {
+	fi, err := os.Stat(db.bolt.Path())
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// CheckWritable reports whether the DB takes writes: open, not read-only,
+// and its directory's file system not read-only or out of space.
+func (db *DB) CheckWritable() error {
+	if err := db.checkOpen(); err != nil {
+		return err
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(db.bolt.Path()), &fs); err != nil {
+		return err
+	}
+	if fs.Flags&unix.ST_RDONLY != 0 {
+		return errors.New("storage: the file system is read-only")
+	}
+	if fs.Bavail == 0 {
+		return errors.New("storage: no space left on the file system")
+	}
+	return nil
 }
 
 // tlKey is the 32-byte bucket name of a timeline: tenant_id || timeline_id.

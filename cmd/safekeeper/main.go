@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,7 +25,36 @@ import (
 const exitUsage = 2
 
 func main() {
+	server.Version = buildVersion()
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+// buildVersion is the VCS revision the binary was built from (with
+// "-dirty" for uncommitted changes), as the HTTP API reports it.
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
 }
 
 // usageError marks an error in the command line itself.
@@ -210,6 +240,8 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "unsafe-no-fsync", Hidden: true, Usage: "TESTS AND BENCHMARKS ONLY: never fsync; a crash loses acknowledged WAL"},
 			&cli.DurationFlag{Name: "wal-sender-timeout", Value: 60 * time.Second, Usage: "disconnect a replication client silent this long; it is asked for a reply after half of it (at most 10s); 0 disables, like PostgreSQL's wal_sender_timeout = 0"},
 			&cli.DurationFlag{Name: "retention-interval", Value: time.Second, Usage: "least time between two WAL removal passes of a timeline"},
+			&cli.StringFlag{Name: "listen-http", Value: "127.0.0.1:7676", Usage: "host:port of the HTTP API (status, timelines, /metrics, /healthz, /readyz); '' disables it"},
+			&cli.BoolFlag{Name: "enable-pprof", Usage: "serve Go's /debug/pprof/ on the HTTP API"},
 			&cli.StringFlag{Name: "wal-keep-size", Value: "1GB", Usage: "WAL kept below commit_lsn whatever else retention says, as PostgreSQL's wal_keep_size (e.g. 1GB, 512MB; 0: none)"},
 			&cli.StringFlag{Name: "max-slot-wal-keep-size", Value: "-1", Usage: "invalidate a replication slot whose restart_lsn is further behind commit_lsn than this, as PostgreSQL's max_slot_wal_keep_size (-1: never)"},
 			&cli.StringFlag{Name: "max-peer-wal-keep-size", Value: "16GB", Usage: "stop keeping WAL for a peer safekeeper further behind commit_lsn than this (it then recovers with `safekeeper timeline pull`)"},
@@ -226,6 +258,11 @@ func runCommand() *cli.Command {
 			}
 			if c.String("data-dir") == "" {
 				return usagef("--data-dir must name a directory, got an empty string")
+			}
+			if h := c.String("listen-http"); h != "" {
+				if err := checkListenAddr(h); err != nil {
+					return usagef("--listen-http %q: %w", h, err)
+				}
 			}
 			walSenderTimeout := c.Duration("wal-sender-timeout")
 			switch {
@@ -269,6 +306,7 @@ func runCommand() *cli.Command {
 				Logger: log, UnsafeNoFsync: c.Bool("unsafe-no-fsync"),
 				WalSenderTimeout: walSenderTimeout, RetentionInterval: c.Duration("retention-interval"),
 				WalKeepSize: walKeep, MaxSlotWALKeepSize: slotKeep, MaxPeerWALKeepSize: peerKeep,
+				ListenHTTP: c.String("listen-http"), EnablePprof: c.Bool("enable-pprof"),
 			})
 			if errors.Is(err, server.ErrNodeIDMismatch) {
 				return usageError{err} // the data dir belongs to another --id

@@ -105,7 +105,7 @@ func TestRunOnAnotherNodesDataDirExits2(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	code := run([]string{"safekeeper", "run", "--id", "8", "--data-dir", dir, "--listen-pg", "127.0.0.1:0"}, &out, &errb)
+	code := run([]string{"safekeeper", "run", "--id", "8", "--data-dir", dir, "--listen-pg", "127.0.0.1:0", "--listen-http", ""}, &out, &errb)
 	if code != exitUsage || !strings.Contains(errb.String(), "7") || !strings.Contains(errb.String(), "8") {
 		t.Fatalf("run --id 8 on node 7's data dir: exit %d, stderr %q; want exit %d naming both ids", code, errb.String(), exitUsage)
 	}

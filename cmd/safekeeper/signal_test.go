@@ -45,7 +45,7 @@ func TestSIGHUPIsIgnored(t *testing.T) {
 	}{
 		{
 			name: "run",
-			args: []string{"run", "--id", "1", "--listen-pg", listen, "--data-dir", filepath.Join(t.TempDir(), "data")},
+			args: []string{"run", "--id", "1", "--listen-pg", listen, "--listen-http", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data")},
 			ready: func(string) bool {
 				c, err := net.DialTimeout("tcp", listen, time.Second)
 				if err == nil {

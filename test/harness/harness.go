@@ -114,12 +114,13 @@ func FreePort(t testing.TB) int {
 
 // Safekeeper is one safekeeper process.
 type Safekeeper struct {
-	t       testing.TB
-	ID      uint64
-	Addr    string // 127.0.0.1:port
-	DataDir string
-	LogPath string
-	Args    []string // extra flags for run
+	t        testing.TB
+	ID       uint64
+	Addr     string // 127.0.0.1:port
+	HTTPAddr string // the HTTP API's 127.0.0.1:port
+	DataDir  string
+	LogPath  string
+	Args     []string // extra flags for run
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -133,7 +134,7 @@ func StartSafekeeper(t testing.TB, id uint64, extra ...string) *Safekeeper {
 	t.Helper()
 	dir := t.TempDir()
 	sk := &Safekeeper{
-		t: t, ID: id, Addr: "127.0.0.1:" + strconv.Itoa(FreePort(t)),
+		t: t, ID: id, Addr: "127.0.0.1:" + strconv.Itoa(FreePort(t)), HTTPAddr: "127.0.0.1:" + strconv.Itoa(FreePort(t)),
 		DataDir: filepath.Join(dir, "data"), LogPath: filepath.Join(dir, "safekeeper.log"), Args: extra,
 	}
 	t.Cleanup(func() {
@@ -160,7 +161,7 @@ func (sk *Safekeeper) Start() {
 		sk.t.Fatal(err)
 	}
 	args := append([]string{"--log-level", "debug", "run", "--id", strconv.FormatUint(sk.ID, 10),
-		"--listen-pg", sk.Addr, "--data-dir", sk.DataDir}, sk.Args...)
+		"--listen-pg", sk.Addr, "--listen-http", sk.HTTPAddr, "--data-dir", sk.DataDir}, sk.Args...)
 	cmd := exec.Command(Binary(sk.t), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {

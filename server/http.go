@@ -1,0 +1,369 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/pgwire"
+)
+
+// The HTTP API (Config.ListenHTTP): Neon's safekeeper paths where one
+// exists, JSON bodies with LSNs as "X/X", errors as {"error", "code"} with
+// the status that fits. /metrics is Prometheus text via client_golang.
+
+// Version is the build's version (cmd sets it from git describe).
+var Version = "dev"
+
+type httpAPI struct {
+	s       *Server
+	started time.Time
+	srv     *http.Server
+	ln      net.Listener
+	reg     *prometheus.Registry
+}
+
+// apiError is an error answer: the status and a machine-readable code.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = &apiError{status: http.StatusInternalServerError, code: "internal", msg: err.Error()}
+	}
+	writeJSON(w, ae.status, map[string]string{"error": ae.msg, "code": ae.code})
+}
+
+func newHTTPAPI(s *Server, ln net.Listener) *httpAPI {
+	a := &httpAPI{s: s, started: time.Now(), ln: ln, reg: prometheus.NewRegistry()}
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&timelineCollector{s: s}, s.metrics.flushSeconds, s.metrics.writeBytes, s.metrics.appends, s.metrics.received)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.HandleFunc("GET /v1/status", a.status)
+	mux.HandleFunc("GET /v1/tenant/timeline", a.timelines)
+	mux.HandleFunc("GET /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.timeline)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	if s.cfg.EnablePprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{http.StatusNotFound, "not_found", "no such endpoint: " + r.Method + " " + r.URL.Path})
+	})
+	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return a
+}
+
+func (a *httpAPI) readyz(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case a.s.isStopping():
+		writeError(w, &apiError{http.StatusServiceUnavailable, "shutting_down", "the safekeeper is shutting down"})
+	case a.s.db.CheckWritable() != nil:
+		writeError(w, &apiError{http.StatusServiceUnavailable, "storage", "storage is not writable: " + a.s.db.CheckWritable().Error()})
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	}
+}
+
+type statusJSON struct {
+	ID             uint64  `json:"id"`
+	Version        string  `json:"version"`
+	UptimeSeconds  float64 `json:"uptime_seconds"`
+	DataDir        string  `json:"data_dir"`
+	ListenPG       string  `json:"listen_pg"`
+	ListenHTTP     string  `json:"listen_http"`
+	Timelines      int     `json:"timelines"`
+	DiskUsageBytes int64   `json:"disk_usage_bytes"`
+	DiskFreeBytes  uint64  `json:"disk_free_bytes"`
+}
+
+func (a *httpAPI) status(w http.ResponseWriter, r *http.Request) {
+	keys, err := a.s.db.Timelines()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	st := statusJSON{ID: a.s.cfg.NodeID, Version: Version, UptimeSeconds: time.Since(a.started).Seconds(),
+		DataDir: a.s.cfg.DataDir, ListenPG: a.s.Addr().String(), ListenHTTP: a.ln.Addr().String(), Timelines: len(keys),
+		DiskUsageBytes: a.s.db.FileSize()}
+	var fs unix.Statfs_t
+	if unix.Statfs(a.s.cfg.DataDir, &fs) == nil {
+		st.DiskFreeBytes = fs.Bavail * uint64(fs.Bsize)
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// timelineSummary is one line of GET /v1/tenant/timeline.
+type timelineSummary struct {
+	TenantID    string    `json:"tenant_id"`
+	TimelineID  string    `json:"timeline_id"`
+	Term        uint64    `json:"term"`
+	PgTimeline  uint32    `json:"pg_timeline"`
+	FlushLSN    proto.LSN `json:"flush_lsn"`
+	CommitLSN   proto.LSN `json:"commit_lsn"`
+	RemovedUpTo proto.LSN `json:"removed_up_to"`
+}
+
+func (a *httpAPI) timelines(w http.ResponseWriter, r *http.Request) {
+	keys, err := a.s.db.Timelines()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := []timelineSummary{}
+	for _, k := range keys {
+		tl, err := a.s.timelineByKey(k)
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		st, _ := tl.Status()
+		out = append(out, timelineSummary{TenantID: k.TenantID.String(), TimelineID: k.TimelineID.String(), Term: st.VotedFor.Term,
+			PgTimeline: st.PgTimeline, FlushLSN: st.FlushLSN, CommitLSN: st.CommitLSN, RemovedUpTo: max(st.RemovedUpTo, tl.store.RemovedUpTo())})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type termSwitchJSON struct {
+	Term     uint64    `json:"term"`
+	StartLSN proto.LSN `json:"start_lsn"`
+}
+
+type proposerJSON struct {
+	Address     string  `json:"address"`
+	Term        uint64  `json:"term"`
+	LastPushAge float64 `json:"last_push_age_seconds"`
+}
+
+type readerJSON struct {
+	Kind            string     `json:"kind"`
+	Address         string     `json:"address"`
+	ApplicationName string     `json:"application_name"`
+	Slot            string     `json:"slot,omitempty"`
+	Since           time.Time  `json:"since"`
+	SentLSN         proto.LSN  `json:"sent_lsn"`
+	WriteLSN        proto.LSN  `json:"write_lsn"`
+	FlushLSN        proto.LSN  `json:"flush_lsn"`
+	ApplyLSN        proto.LSN  `json:"apply_lsn"`
+	LagBytes        uint64     `json:"lag_bytes"`
+	LastReply       *time.Time `json:"last_reply,omitempty"`
+}
+
+type slotJSON struct {
+	Name       string    `json:"slot_name"`
+	Temporary  bool      `json:"temporary"`
+	Active     bool      `json:"active"`
+	RestartLSN proto.LSN `json:"restart_lsn"`
+}
+
+type timelineJSON struct {
+	TenantID            string           `json:"tenant_id"`
+	TimelineID          string           `json:"timeline_id"`
+	Term                uint64           `json:"term"`
+	VotedFor            string           `json:"voted_for"`
+	LastLogTerm         uint64           `json:"last_log_term"`
+	TermHistory         []termSwitchJSON `json:"term_history"`
+	TimelineStartLSN    proto.LSN        `json:"timeline_start_lsn"`
+	FlushLSN            proto.LSN        `json:"flush_lsn"`
+	CommitLSN           proto.LSN        `json:"commit_lsn"`
+	TruncateLSN         proto.LSN        `json:"truncate_lsn"`
+	RemovedUpTo         proto.LSN        `json:"removed_up_to"`
+	RemoteConsistentLSN proto.LSN        `json:"remote_consistent_lsn"`
+	RetentionHorizon    proto.LSN        `json:"retention_horizon"`
+	RetentionReason     string           `json:"retention_reason"`
+	PgVersion           uint32           `json:"pg_version"`
+	PgTimeline          uint32           `json:"pg_timeline"`
+	SystemID            uint64           `json:"system_id,string"`
+	WalSegSize          uint32           `json:"wal_seg_size"`
+	Proposer            *proposerJSON    `json:"proposer"`
+	Readers             []readerJSON     `json:"readers"`
+	Slots               []slotJSON       `json:"slots"`
+}
+
+func (a *httpAPI) timeline(w http.ResponseWriter, r *http.Request) {
+	tenant, err := proto.ParseID(r.PathValue("tenant_id"))
+	if err != nil {
+		writeError(w, &apiError{http.StatusBadRequest, "bad_id", "tenant_id: " + err.Error()})
+		return
+	}
+	timeline, err := proto.ParseID(r.PathValue("timeline_id"))
+	if err != nil {
+		writeError(w, &apiError{http.StatusBadRequest, "bad_id", "timeline_id: " + err.Error()})
+		return
+	}
+	key := proto.TimelineKey{TenantID: tenant, TimelineID: timeline}
+	tl, err := a.s.timelineByKey(key)
+	var pe *pgwire.Error
+	if errors.As(err, &pe) && pe.Code == pgwire.UndefinedObject {
+		writeError(w, &apiError{http.StatusNotFound, "not_found", "timeline " + key.String() + " does not exist on this safekeeper"})
+		return
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, a.describe(tl))
+}
+
+func (a *httpAPI) describe(tl *timeline) timelineJSON {
+	st, _ := tl.Status()
+	ret := tl.retention()
+	out := timelineJSON{
+		TenantID: st.TenantID.String(), TimelineID: st.TimelineID.String(), Term: st.VotedFor.Term, VotedFor: st.VotedFor.String(),
+		LastLogTerm: st.LastLogTerm(), TimelineStartLSN: st.TimelineStartLSN, FlushLSN: st.FlushLSN, CommitLSN: st.CommitLSN,
+		TruncateLSN: st.TruncateLSN, RemovedUpTo: max(st.RemovedUpTo, tl.store.RemovedUpTo()), RetentionHorizon: ret.Horizon,
+		RetentionReason: ret.Reason, PgVersion: st.PgVersion, PgTimeline: st.PgTimeline, SystemID: st.SystemID, WalSegSize: st.WalSegSize,
+		TermHistory: []termSwitchJSON{}, Readers: []readerJSON{}, Slots: []slotJSON{},
+	}
+	for _, e := range st.History {
+		out.TermHistory = append(out.TermHistory, termSwitchJSON{Term: e.Term, StartLSN: e.StartLSN})
+	}
+	if p := tl.pushStatus(); p.connected {
+		out.Proposer = &proposerJSON{Address: p.addr, Term: p.term, LastPushAge: time.Since(p.at).Seconds()}
+	}
+	r := tl.repl
+	r.mu.Lock()
+	out.RemoteConsistentLSN = r.remoteConsistent
+	for rd := range r.readers {
+		rd.mu.Lock()
+		j := readerJSON{Kind: rd.kind(), Address: rd.addr, ApplicationName: rd.appName, Slot: rd.slot, Since: rd.since,
+			SentLSN: rd.position(), WriteLSN: rd.status.Write, FlushLSN: rd.status.Flush, ApplyLSN: rd.status.Apply}
+		if !rd.lastReply.IsZero() {
+			at := rd.lastReply
+			j.LastReply = &at
+		}
+		rd.mu.Unlock()
+		if st.CommitLSN > j.FlushLSN {
+			j.LagBytes = uint64(st.CommitLSN - max(j.FlushLSN, j.WriteLSN))
+		}
+		out.Readers = append(out.Readers, j)
+	}
+	for _, s := range r.slots {
+		out.Slots = append(out.Slots, slotJSON{Name: s.Name, Temporary: s.temporary, Active: s.active != 0, RestartLSN: s.RestartLSN})
+	}
+	r.mu.Unlock()
+	sort.Slice(out.Readers, func(i, j int) bool { return out.Readers[i].Since.Before(out.Readers[j].Since) })
+	sort.Slice(out.Slots, func(i, j int) bool { return out.Slots[i].Name < out.Slots[j].Name })
+	return out
+}
+
+// serverMetrics are the server-wide instruments (bounded cardinality: no
+// per-timeline histograms).
+type serverMetrics struct {
+	flushSeconds prometheus.Histogram // one group commit (the fsync)
+	writeBytes   prometheus.Histogram // WAL bytes per SafeKeeperRequest
+	appends      prometheus.Counter
+	received     prometheus.Counter
+}
+
+func newMetrics() serverMetrics {
+	return serverMetrics{
+		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "safekeeper_flush_wal_seconds",
+			Help: "Time of one group commit of a timeline: WAL and state written and fsynced.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		writeBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "safekeeper_write_wal_bytes",
+			Help: "WAL bytes of one SafeKeeperRequest.", Buckets: prometheus.ExponentialBuckets(64, 4, 8)}),
+		appends: prometheus.NewCounter(prometheus.CounterOpts{Name: "safekeeper_appends_total",
+			Help: "SafeKeeperRequests with WAL received."}),
+		received: prometheus.NewCounter(prometheus.CounterOpts{Name: "safekeeper_wal_received_bytes_total",
+			Help: "WAL bytes received from proposers."}),
+	}
+}
+
+// timelineCollector reports every running timeline's positions at scrape
+// time, and the server-wide gauges.
+type timelineCollector struct{ s *Server }
+
+var (
+	labels         = []string{"tenant_id", "timeline_id"}
+	descFlush      = prometheus.NewDesc("safekeeper_flush_lsn", "flush_lsn of the timeline (a byte position).", labels, nil)
+	descCommit     = prometheus.NewDesc("safekeeper_commit_lsn", "commit_lsn of the timeline.", labels, nil)
+	descRemote     = prometheus.NewDesc("safekeeper_remote_consistent_lsn", "Highest remote_consistent_lsn a pageserver-style consumer reported.", labels, nil)
+	descTerm       = prometheus.NewDesc("safekeeper_term", "The term this safekeeper voted for on the timeline.", labels, nil)
+	descReaderLag  = prometheus.NewDesc("safekeeper_reader_lag_bytes", "commit_lsn minus the lowest flushed position a reader reported.", labels, nil)
+	descActive     = prometheus.NewDesc("safekeeper_active_timelines", "Timelines open on this safekeeper.", nil, nil)
+	descProposers  = prometheus.NewDesc("safekeeper_connected_proposers", "Timelines with a proposer connected and streaming.", nil, nil)
+	descReaders    = prometheus.NewDesc("safekeeper_connected_readers", "Replication streams being served.", nil, nil)
+	descDisk       = prometheus.NewDesc("safekeeper_disk_usage_bytes", "Size of the data directory's database file.", nil, nil)
+	descRemovedSeg = prometheus.NewDesc("safekeeper_removed_wal_segments_total", "WAL segments removed by retention since the server started.", nil, nil)
+)
+
+func (c *timelineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descFlush, descCommit, descRemote, descTerm, descReaderLag, descActive, descProposers, descReaders, descDisk, descRemovedSeg} {
+		ch <- d
+	}
+}
+
+func (c *timelineCollector) Collect(ch chan<- prometheus.Metric) {
+	c.s.mu.Lock()
+	tls := make([]*timeline, 0, len(c.s.timelines))
+	for _, tl := range c.s.timelines {
+		tls = append(tls, tl)
+	}
+	c.s.mu.Unlock()
+	proposers, readers := 0, 0
+	for _, tl := range tls {
+		st, _ := tl.Status()
+		l := []string{tl.key.TenantID.String(), tl.key.TimelineID.String()}
+		ch <- prometheus.MustNewConstMetric(descFlush, prometheus.GaugeValue, float64(st.FlushLSN), l...)
+		ch <- prometheus.MustNewConstMetric(descCommit, prometheus.GaugeValue, float64(st.CommitLSN), l...)
+		ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(st.VotedFor.Term), l...)
+		tl.repl.mu.Lock()
+		remote := tl.repl.remoteConsistent
+		readers += len(tl.repl.readers)
+		lowest, any := proto.LSN(0), false
+		for rd := range tl.repl.readers {
+			rd.mu.Lock()
+			f := max(rd.status.Flush, rd.status.Write)
+			rd.mu.Unlock()
+			if !any || f < lowest {
+				lowest, any = f, true
+			}
+		}
+		tl.repl.mu.Unlock()
+		ch <- prometheus.MustNewConstMetric(descRemote, prometheus.GaugeValue, float64(remote), l...)
+		lag := 0.0
+		if any && st.CommitLSN > lowest {
+			lag = float64(st.CommitLSN - lowest)
+		}
+		ch <- prometheus.MustNewConstMetric(descReaderLag, prometheus.GaugeValue, lag, l...)
+		if tl.pushStatus().connected {
+			proposers++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(len(tls)))
+	ch <- prometheus.MustNewConstMetric(descProposers, prometheus.GaugeValue, float64(proposers))
+	ch <- prometheus.MustNewConstMetric(descReaders, prometheus.GaugeValue, float64(readers))
+	ch <- prometheus.MustNewConstMetric(descDisk, prometheus.GaugeValue, float64(c.s.db.FileSize()))
+	ch <- prometheus.MustNewConstMetric(descRemovedSeg, prometheus.CounterValue, float64(c.s.removedSegments.Load()))
+}
+
+// httpAddr is the HTTP listener's address, nil when it is off.
+func (a *httpAPI) addr() net.Addr { return a.ln.Addr() }

@@ -1,0 +1,149 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/safekeeper/safekeeper/proto"
+)
+
+func getJSON(t *testing.T, url string, v any) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("%s: Content-Type %q", url, resp.Header.Get("Content-Type"))
+	}
+	if v != nil {
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("%s: %v\n%s", url, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+// TestHTTPAPI: the HTTP API on a running timeline with a proposer, a reader
+// and a slot: health, status, the timeline list and detail (LSNs as X/X,
+// the proposer and the reader with their positions), JSON errors with
+// their status (400 bad id, 404 unknown timeline or path), and /metrics,
+// parsed as Prometheus text, whose LSN gauges equal TIMELINE_STATUS.
+func TestHTTPAPI(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), func(c *Config) { c.ListenHTTP = "127.0.0.1:0" })
+	base := "http://" + s.HTTPAddr().String()
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	p.push(50, 3000, 0)
+	c := replConnect(t, addr, false, "")
+	if _, err := exec(t, c, `CREATE_REPLICATION_SLOT "s1" PHYSICAL (RESERVE_WAL)`); err != nil {
+		t.Fatal(err)
+	}
+	st := newStream(t, addr)
+	st.start("START_REPLICATION SLOT s1 " + tStart.String())
+	st.readWAL(tStart, p.pos)
+	st.waitReply(p.pos, p.pos)
+
+	var ok map[string]string
+	if code := getJSON(t, base+"/healthz", &ok); code != 200 || ok["status"] != "ok" {
+		t.Fatalf("/healthz %d %v", code, ok)
+	}
+	if code := getJSON(t, base+"/readyz", &ok); code != 200 {
+		t.Fatalf("/readyz %d %v", code, ok)
+	}
+	var status statusJSON
+	if code := getJSON(t, base+"/v1/status", &status); code != 200 || status.ID != 1 || status.Timelines != 1 || status.ListenPG != addr ||
+		status.DiskUsageBytes <= 0 || status.DiskFreeBytes == 0 {
+		t.Fatalf("/v1/status %d %+v", code, status)
+	}
+	var list []map[string]any
+	if code := getJSON(t, base+"/v1/tenant/timeline", &list); code != 200 || len(list) != 1 || list[0]["flush_lsn"] != p.pos.String() {
+		t.Fatalf("/v1/tenant/timeline %d %v", code, list)
+	}
+	var tl timelineJSON
+	url := fmt.Sprintf("%s/v1/tenant/%s/timeline/%s", base, tTenant, tTimeline)
+	if code := getJSON(t, url, &tl); code != 200 {
+		t.Fatalf("%s: %d", url, code)
+	}
+	stRow := oneRow(t, must(exec(t, c, "TIMELINE_STATUS")), nil, "tenant_id", "timeline_id", "term", "voted_for", "last_log_term",
+		"flush_lsn", "commit_lsn", "truncate_lsn", "timeline_start_lsn", "removed_up_to", "pg_timeline", "system_id", "wal_seg_size", "readers", "slots", "pg_version",
+		"proposer_addr", "last_push_term", "last_push_age_ms", "retention_horizon", "retention_reason")
+	if tl.FlushLSN.String() != stRow[5] || tl.CommitLSN.String() != stRow[6] || tl.Term != 1 || len(tl.TermHistory) != 1 ||
+		tl.TimelineStartLSN != tStart || fmt.Sprint(tl.SystemID) != stRow[11] {
+		t.Fatalf("timeline detail %+v, TIMELINE_STATUS %q", tl, stRow)
+	}
+	if tl.Proposer == nil || tl.Proposer.Address != p.c.NetConn().LocalAddr().String() || tl.Proposer.Term != 1 {
+		t.Fatalf("proposer %+v", tl.Proposer)
+	}
+	if len(tl.Readers) != 1 || tl.Readers[0].Slot != "s1" || tl.Readers[0].SentLSN != p.pos || tl.Readers[0].FlushLSN != p.pos || tl.Readers[0].LagBytes != 0 {
+		t.Fatalf("readers %+v", tl.Readers)
+	}
+	if len(tl.Slots) != 1 || tl.Slots[0].Name != "s1" || !tl.Slots[0].Active {
+		t.Fatalf("slots %+v", tl.Slots)
+	}
+	var e map[string]string
+	if code := getJSON(t, fmt.Sprintf("%s/v1/tenant/xyz/timeline/%s", base, tTimeline), &e); code != 400 || e["code"] != "bad_id" || e["error"] == "" {
+		t.Fatalf("bad tenant id: %d %v", code, e)
+	}
+	if code := getJSON(t, fmt.Sprintf("%s/v1/tenant/%s/timeline/%s", base, tTenant, proto.ID{9}), &e); code != 404 || e["code"] != "not_found" {
+		t.Fatalf("unknown timeline: %d %v", code, e)
+	}
+	if code := getJSON(t, base+"/v2/nothing", &e); code != 404 {
+		t.Fatalf("unknown path: %d %v", code, e)
+	}
+
+	// /metrics: Prometheus text, the LSN gauges equal TIMELINE_STATUS.
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gauge := func(name string) float64 {
+		t.Helper()
+		f := fams[name]
+		if f == nil || len(f.Metric) != 1 {
+			t.Fatalf("metric %s: %v", name, f)
+		}
+		m := f.Metric[0]
+		if m.Gauge != nil {
+			return m.Gauge.GetValue()
+		}
+		return m.Counter.GetValue()
+	}
+	if got := proto.LSN(gauge("safekeeper_flush_lsn")); got.String() != stRow[5] {
+		t.Errorf("safekeeper_flush_lsn %s, TIMELINE_STATUS %s", got, stRow[5])
+	}
+	if got := proto.LSN(gauge("safekeeper_commit_lsn")); got.String() != stRow[6] {
+		t.Errorf("safekeeper_commit_lsn %s, TIMELINE_STATUS %s", got, stRow[6])
+	}
+	for _, l := range fams["safekeeper_flush_lsn"].Metric[0].Label {
+		if want := map[string]string{"tenant_id": tTenant.String(), "timeline_id": tTimeline.String()}[l.GetName()]; want != l.GetValue() {
+			t.Errorf("label %s=%s", l.GetName(), l.GetValue())
+		}
+	}
+	if gauge("safekeeper_term") != 1 || gauge("safekeeper_active_timelines") != 1 || gauge("safekeeper_connected_proposers") != 1 ||
+		gauge("safekeeper_connected_readers") != 1 || gauge("safekeeper_appends_total") == 0 || gauge("safekeeper_disk_usage_bytes") <= 0 {
+		t.Errorf("gauges: term %v timelines %v proposers %v readers %v appends %v",
+			gauge("safekeeper_term"), gauge("safekeeper_active_timelines"), gauge("safekeeper_connected_proposers"),
+			gauge("safekeeper_connected_readers"), gauge("safekeeper_appends_total"))
+	}
+	if h := fams["safekeeper_flush_wal_seconds"]; h == nil || h.Metric[0].Histogram.GetSampleCount() == 0 {
+		t.Errorf("safekeeper_flush_wal_seconds: %v", h)
+	}
+	if fams["go_goroutines"] == nil || fams["process_resident_memory_bytes"] == nil {
+		t.Error("no Go runtime or process metrics")
+	}
+}
