@@ -43,14 +43,16 @@ func TestHTTPAPI(t *testing.T) {
 	addr := s.Addr().String()
 	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
 	p.push(50, 3000, 0)
+	committed := p.pos
+	p.push(5, 100, committed) // flush_lsn above commit_lsn: the two gauges differ
 	c := replConnect(t, addr, false, "")
 	if _, err := exec(t, c, `CREATE_REPLICATION_SLOT "s1" PHYSICAL (RESERVE_WAL)`); err != nil {
 		t.Fatal(err)
 	}
 	st := newStream(t, addr)
 	st.start("START_REPLICATION SLOT s1 " + tStart.String())
-	st.readWAL(tStart, p.pos)
-	st.waitReply(p.pos, p.pos)
+	st.readWAL(tStart, committed)
+	st.waitReply(committed, committed)
 
 	var ok map[string]string
 	if code := getJSON(t, base+"/healthz", &ok); code != 200 || ok["status"] != "ok" {
@@ -76,6 +78,9 @@ func TestHTTPAPI(t *testing.T) {
 	stRow := oneRow(t, must(exec(t, c, "TIMELINE_STATUS")), nil, "tenant_id", "timeline_id", "term", "voted_for", "last_log_term",
 		"flush_lsn", "commit_lsn", "truncate_lsn", "timeline_start_lsn", "removed_up_to", "pg_timeline", "system_id", "wal_seg_size", "readers", "slots", "pg_version",
 		"proposer_addr", "last_push_term", "last_push_age_ms", "retention_horizon", "retention_reason")
+	if stRow[5] == stRow[6] {
+		t.Fatalf("flush_lsn and commit_lsn are equal (%s): the test cannot tell them apart", stRow[5])
+	}
 	if tl.FlushLSN.String() != stRow[5] || tl.CommitLSN.String() != stRow[6] || tl.Term != 1 || len(tl.TermHistory) != 1 ||
 		tl.TimelineStartLSN != tStart || fmt.Sprint(tl.SystemID) != stRow[11] {
 		t.Fatalf("timeline detail %+v, TIMELINE_STATUS %q", tl, stRow)
@@ -83,7 +88,7 @@ func TestHTTPAPI(t *testing.T) {
 	if tl.Proposer == nil || tl.Proposer.Address != p.c.NetConn().LocalAddr().String() || tl.Proposer.Term != 1 {
 		t.Fatalf("proposer %+v", tl.Proposer)
 	}
-	if len(tl.Readers) != 1 || tl.Readers[0].Slot != "s1" || tl.Readers[0].SentLSN != p.pos || tl.Readers[0].FlushLSN != p.pos || tl.Readers[0].LagBytes != 0 {
+	if len(tl.Readers) != 1 || tl.Readers[0].Slot != "s1" || tl.Readers[0].SentLSN != committed || tl.Readers[0].FlushLSN != committed || tl.Readers[0].LagBytes != 0 {
 		t.Fatalf("readers %+v", tl.Readers)
 	}
 	if len(tl.Slots) != 1 || tl.Slots[0].Name != "s1" || !tl.Slots[0].Active {
