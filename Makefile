@@ -5,8 +5,11 @@ PKGS    := ./...
 
 .PHONY: build test test-unit demo sim chaos vet fmt bench bench-e2e clean
 
+# The version the binary reports (safekeeper version, /v1/status).
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
 build:
-	$(GO) build -o $(BIN) ./cmd/safekeeper
+	$(GO) build -ldflags "-X github.com/safekeeper/safekeeper/server.Version=$(VERSION)" -o $(BIN) ./cmd/safekeeper
 
 # Every test: unit, fuzz seed corpora (go test runs them as ordinary tests),
 # real-PostgreSQL and socket-level integration tests, all under the race

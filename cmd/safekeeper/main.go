@@ -25,7 +25,9 @@ import (
 const exitUsage = 2
 
 func main() {
-	server.Version = buildVersion()
+	if server.Version == "dev" { // not set by the Makefile's -ldflags (git describe)
+		server.Version = buildVersion()
+	}
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 
@@ -106,6 +108,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	return &cli.App{
 		Name:           "safekeeper",
 		Usage:          "keep PostgreSQL's WAL durable on a quorum of safekeepers and serve it back",
+		Version:        server.Version,
 		Writer:         stdout,
 		ErrWriter:      stderr,
 		ExitErrHandler: func(*cli.Context, error) {}, // run() reports errors and picks the exit code
@@ -124,7 +127,23 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json", EnvVars: []string{"SAFEKEEPER_LOG_FORMAT"}},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error", EnvVars: []string{"SAFEKEEPER_LOG_LEVEL"}},
 		},
-		Commands: []*cli.Command{runCommand(), proposeCommand(), syncCommand(), walCommand(), timelineCommand(), helpCommand()},
+		Commands: []*cli.Command{runCommand(), proposeCommand(), syncCommand(), walCommand(), timelineCommand(), versionCommand(), helpCommand()},
+	}
+}
+
+// versionCommand is `safekeeper version` (also `safekeeper --version`):
+// the VCS revision the binary was built from.
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the version (the VCS revision built) and exit",
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("version takes no arguments, got %q", c.Args().Slice())
+			}
+			fmt.Fprintf(c.App.Writer, "safekeeper %s\n", server.Version)
+			return nil
+		},
 	}
 }
 

@@ -295,3 +295,12 @@ func TestRequiredFlagsNamed(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { harness.Main(m) }
+
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"safekeeper"}, args...), &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "safekeeper ") {
+			t.Errorf("%q: exit %d, %q %q", args, code, out.String(), errb.String())
+		}
+	}
+}
