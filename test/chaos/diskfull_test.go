@@ -74,8 +74,9 @@ func fill(t *testing.T, dir string) (string, int64) {
 // the same process rebuilds its timeline) and catches up. Round 2 also
 // checks that it acknowledged nothing it did not write: cut off from the
 // proposer while its disk is full, it is killed -9 and restarted on the
-// full disk, and the flush_lsn and commit_lsn it reported before the kill
-// must not exceed what its bbolt file holds after the restart.
+// full disk, and the flush_lsn it reported before the kill must not exceed
+// what its bbolt file holds after the restart (commit_lsn may: it is
+// persisted lazily, as the protocol allows).
 func TestDiskFullSafekeeperRefusesAndRecovers(t *testing.T) {
 	skipShort(t)
 	rng := newRand(t)
@@ -119,9 +120,15 @@ func TestDiskFullSafekeeperRefusesAndRecovers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if durable.FlushLSN < reported.FlushLSN || durable.CommitLSN < reported.CommitLSN {
-				t.Errorf("safekeeper 3 reported flush_lsn %s commit_lsn %s, but after kill -9 its bbolt file holds flush_lsn %s commit_lsn %s",
-					reported.FlushLSN, reported.CommitLSN, durable.FlushLSN, durable.CommitLSN)
+			// Acknowledged WAL is durable: flush_lsn never goes back.
+			// TIMELINE_STATUS reports the commit_lsn held in memory, which
+			// a heartbeat moves before it is persisted (lazily, within
+			// 100 ms: on a full disk that fails), so commit_lsn may come
+			// back lower, as the protocol allows; SafeKeeperResponse
+			// reports only the durable one.
+			if durable.FlushLSN < reported.FlushLSN {
+				t.Errorf("safekeeper 3 reported flush_lsn %s, but after kill -9 its bbolt file holds flush_lsn %s",
+					reported.FlushLSN, durable.FlushLSN)
 			}
 			t.Logf("round 2: reported before kill -9 flush_lsn %s commit_lsn %s; durable after restart on the full disk %s %s",
 				reported.FlushLSN, reported.CommitLSN, durable.FlushLSN, durable.CommitLSN)
