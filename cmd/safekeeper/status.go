@@ -1,0 +1,204 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// The commands that read a running safekeeper's HTTP API (docs/http.md).
+
+func httpFlag() cli.Flag {
+	return &cli.StringFlag{Name: "http", Value: "127.0.0.1:7676", Usage: "host:port of the safekeeper's HTTP API (run --listen-http)", EnvVars: []string{"SAFEKEEPER_HTTP"}}
+}
+
+func jsonFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "json", Usage: "print the API's JSON instead of a table"}
+}
+
+// apiGet fetches path from the HTTP API at c's --http into v, and returns
+// the raw body too. An error answer becomes one line naming its status.
+func apiGet(c *cli.Context, path string, v any) ([]byte, error) {
+	if err := checkListenAddr(c.String("http")); err != nil {
+		return nil, usagef("--http %q: %w", c.String("http"), err)
+	}
+	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
+	defer cancel()
+	url := "http://" + c.String("http") + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the safekeeper's HTTP API at %s: %w", c.String("http"), err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error, Code string }
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return nil, fmt.Errorf("%s (HTTP %d %s)", e.Error, resp.StatusCode, e.Code)
+		}
+		return nil, fmt.Errorf("GET %s: HTTP %d", url, resp.StatusCode)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // ids and sizes print as written, not as floats
+	if err := dec.Decode(v); err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	return body, nil
+}
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:         "status",
+		Usage:        "show a running safekeeper's status (GET /v1/status)",
+		UsageText:    "safekeeper status [--http HOST:PORT] [--json]",
+		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
+		Flags:        []cli.Flag{httpFlag(), jsonFlag()},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("status takes no arguments, got %q", c.Args().Slice())
+			}
+			var st struct {
+				ID             uint64  `json:"id"`
+				Version        string  `json:"version"`
+				UptimeSeconds  float64 `json:"uptime_seconds"`
+				DataDir        string  `json:"data_dir"`
+				ListenPG       string  `json:"listen_pg"`
+				ListenHTTP     string  `json:"listen_http"`
+				Timelines      int     `json:"timelines"`
+				DiskUsageBytes int64   `json:"disk_usage_bytes"`
+				DiskFreeBytes  uint64  `json:"disk_free_bytes"`
+			}
+			body, err := apiGet(c, "/v1/status", &st)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				_, err := c.App.Writer.Write(body)
+				return err
+			}
+			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(w, "node id\t%d\n", st.ID)
+			fmt.Fprintf(w, "version\t%s\n", st.Version)
+			fmt.Fprintf(w, "uptime\t%s\n", (time.Duration(st.UptimeSeconds) * time.Second).String())
+			fmt.Fprintf(w, "data dir\t%s\n", st.DataDir)
+			fmt.Fprintf(w, "listen pg\t%s\n", st.ListenPG)
+			fmt.Fprintf(w, "listen http\t%s\n", st.ListenHTTP)
+			fmt.Fprintf(w, "timelines\t%d\n", st.Timelines)
+			fmt.Fprintf(w, "disk\t%d MiB used, %d MiB free\n", st.DiskUsageBytes>>20, st.DiskFreeBytes>>20)
+			return w.Flush()
+		},
+	}
+}
+
+func timelineListCommand() *cli.Command {
+	return &cli.Command{
+		Name:         "list",
+		Usage:        "list a running safekeeper's timelines (GET /v1/tenant/timeline)",
+		UsageText:    "safekeeper timeline list [--http HOST:PORT] [--json]",
+		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
+		Flags:        []cli.Flag{httpFlag(), jsonFlag()},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("timeline list takes no arguments, got %q", c.Args().Slice())
+			}
+			var list []map[string]any
+			body, err := apiGet(c, "/v1/tenant/timeline", &list)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				_, err := c.App.Writer.Write(body)
+				return err
+			}
+			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "TENANT\tTIMELINE\tTERM\tTLI\tFLUSH\tCOMMIT\tREMOVED UP TO")
+			for _, t := range list {
+				fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%v\t%v\t%v\n", t["tenant_id"], t["timeline_id"], t["term"], t["pg_timeline"], t["flush_lsn"], t["commit_lsn"], t["removed_up_to"])
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func timelineShowCommand() *cli.Command {
+	return &cli.Command{
+		Name:         "show",
+		Usage:        "show one timeline of a running safekeeper: state, proposer, readers, slots",
+		UsageText:    "safekeeper timeline show --tenant-id HEX --timeline-id HEX [--http HOST:PORT] [--json]",
+		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
+		Before:       func(c *cli.Context) error { return requireFlags(c, "tenant-id", "timeline-id") },
+		Flags: []cli.Flag{httpFlag(), jsonFlag(),
+			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)", EnvVars: []string{"SAFEKEEPER_TENANT_ID"}},
+			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)", EnvVars: []string{"SAFEKEEPER_TIMELINE_ID"}},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("timeline show takes no arguments, got %q", c.Args().Slice())
+			}
+			tenant, timeline, err := parseIDs(c)
+			if err != nil {
+				return err
+			}
+			var tl map[string]any
+			body, err := apiGet(c, fmt.Sprintf("/v1/tenant/%s/timeline/%s", tenant, timeline), &tl)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				_, err := c.App.Writer.Write(body)
+				return err
+			}
+			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(w, "timeline\t%v/%v\n", tl["tenant_id"], tl["timeline_id"])
+			for _, k := range []string{"term", "voted_for", "last_log_term", "pg_timeline", "timeline_start_lsn", "flush_lsn", "commit_lsn",
+				"truncate_lsn", "removed_up_to", "remote_consistent_lsn", "retention_horizon", "retention_reason", "system_id", "wal_seg_size", "pg_version"} {
+				fmt.Fprintf(w, "%s\t%v\n", strings.ReplaceAll(k, "_", " "), tl[k])
+			}
+			if p, ok := tl["proposer"].(map[string]any); ok {
+				fmt.Fprintf(w, "proposer\t%v, term %v, last streamed %.1fs ago\n", p["address"], p["term"], p["last_push_age_seconds"])
+			} else {
+				fmt.Fprintln(w, "proposer\tnone connected")
+			}
+			w.Flush()
+			readers, _ := tl["readers"].([]any)
+			fmt.Fprintf(c.App.Writer, "\nreaders: %d\n", len(readers))
+			if len(readers) > 0 {
+				w = tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "KIND\tADDRESS\tAPPLICATION\tSLOT\tSENT\tWRITE\tFLUSH\tAPPLY\tLAG BYTES")
+				for _, r := range readers {
+					m, _ := r.(map[string]any)
+					fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%v\t%v\t%v\t%v\t%v\n", m["kind"], m["address"], m["application_name"], m["slot"],
+						m["sent_lsn"], m["write_lsn"], m["flush_lsn"], m["apply_lsn"], m["lag_bytes"])
+				}
+				w.Flush()
+			}
+			slots, _ := tl["slots"].([]any)
+			fmt.Fprintf(c.App.Writer, "\nslots: %d\n", len(slots))
+			if len(slots) > 0 {
+				w = tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "NAME\tTEMPORARY\tACTIVE\tRESTART LSN")
+				for _, s := range slots {
+					m, _ := s.(map[string]any)
+					fmt.Fprintf(w, "%v\t%v\t%v\t%v\n", m["slot_name"], m["temporary"], m["active"], m["restart_lsn"])
+				}
+				w.Flush()
+			}
+			return nil
+		},
+	}
+}
