@@ -28,7 +28,9 @@ import (
 //	R                          ready (DB open, main timeline exists)
 //	P <seq> <op> <op> ...      about to Commit seq; op = T<lsn> | W<lsn>:<len>
 //	C <seq>                    Commit(seq) returned nil: durable
-//	K <tenant>/<timeline>      CreateTimeline returned nil
+//	K <tenant>/<timeline>      CreateTimeline and its WAL's Commit returned nil
+//	D <tenant>/<timeline>      about to DeleteTimeline
+//	X <tenant>/<timeline>      DeleteTimeline returned nil
 //
 // W data is walData(lsn, len, seq). The control state committed with seq has
 // VotedFor.Term = seq and FlushLSN = the end of WAL after seq's ops.
@@ -80,6 +82,7 @@ func crashHelper(path string, seed uint64) error {
 			os.Exit(4)
 		}
 	}
+	var others []proto.TimelineKey // created, not deleted, by this process
 	say("R")
 	end := tl.EndLSN()
 	if end == 0 {
@@ -118,19 +121,55 @@ func crashHelper(path string, seed uint64) error {
 			other := testState(rng.IntN(1 << 16))
 			other.TimelineID[1] = byte(seq)
 			other.TimelineID[2] = byte(seq >> 8)
-			if _, err := db.CreateTimeline(other); err != nil && !errors.Is(err, ErrTimelineExists) {
+			otl, err := db.CreateTimeline(other)
+			if errors.Is(err, ErrTimelineExists) {
+				continue
+			}
+			if err != nil {
 				return err
 			}
-			say("K %s", proto.TimelineKey{TenantID: other.TenantID, TimelineID: other.TimelineID})
+			// Some WAL, a few segments, so that a delete has extents to
+			// free.
+			n := testSegSize/2 + rng.IntN(3*testSegSize)
+			if err := otl.WriteWAL(otherStart, walData(otherStart, n, otherGen)); err != nil {
+				return err
+			}
+			other.TimelineStartLSN, other.FlushLSN = otherStart, otherStart+proto.LSN(n)
+			if err := otl.Commit(other); err != nil {
+				return err
+			}
+			key := proto.TimelineKey{TenantID: other.TenantID, TimelineID: other.TimelineID}
+			others = append(others, key)
+			say("K %s", key)
+		}
+		if len(others) > 0 && rng.IntN(8) == 0 {
+			i := rng.IntN(len(others))
+			key := others[i]
+			others = append(others[:i], others[i+1:]...)
+			say("D %s", key)
+			if err := db.DeleteTimeline(key.TenantID, key.TimelineID); err != nil {
+				return err
+			}
+			say("X %s", key)
 		}
 	}
 }
 
+// The other timelines' WAL: walData(otherStart, n, otherGen), from their
+// first byte to their flush_lsn.
+const (
+	otherStart = proto.LSN(testSegSize)
+	otherGen   = 7
+)
+
 // crashModel is what the parent knows is durable.
 type crashModel struct {
-	seq       uint64 // last acknowledged commit
-	wal       []byte // WAL from crashStart as of seq
-	timelines map[string]bool
+	seq       uint64          // last acknowledged commit
+	wal       []byte          // WAL from crashStart as of seq
+	timelines map[string]bool // created and not deleted
+	deleted   map[string]bool // deleted and not created again
+	deleting  string          // a delete announced and not acknowledged
+	deletes   int             // deletes acknowledged
 }
 
 func (m *crashModel) apply(ops []string, seq uint64) error {
@@ -176,11 +215,12 @@ func TestCrashKill(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	dir := t.TempDir()
 	path := filepath.Join(dir, "safekeeper.db")
-	model := &crashModel{timelines: map[string]bool{}}
+	model := &crashModel{timelines: map[string]bool{}, deleted: map[string]bool{}}
 
 	const budget = 12 * time.Second
 	began := time.Now()
 	var iterations, inFlightSeen, wantCommits uint64
+	deletesCut := 0 // kills during a DeleteTimeline
 	for iterations < 40 && (iterations < 5 || time.Since(began) < budget) {
 		iterations++
 		childSeed := rng.Uint64()
@@ -202,8 +242,16 @@ func TestCrashKill(t *testing.T) {
 		if adopted {
 			inFlightSeen++
 		}
+		if model.deleting != "" {
+			deletesCut++
+			model.deleting = ""
+		}
 	}
-	t.Logf("%d kills, last commit seq %d, %d times the in-flight commit had become durable", iterations, model.seq, inFlightSeen)
+	t.Logf("%d kills, last commit seq %d, %d times the in-flight commit had become durable; %d deletes acknowledged, %d cut by the kill",
+		iterations, model.seq, inFlightSeen, model.deletes, deletesCut)
+	if model.deletes == 0 {
+		t.Fatal("no DeleteTimeline was acknowledged: the delete path was not tested")
+	}
 	if model.seq < wantCommits {
 		t.Fatalf("only %d commits over %d runs, want at least %d: the helper is not making progress", model.seq, iterations, wantCommits)
 	}
@@ -270,6 +318,15 @@ func runCrashChild(dir string, seed, killAfter uint64, delay time.Duration, mode
 			pending = nil
 		case len(f) == 2 && f[0] == "K":
 			model.timelines[f[1]] = true
+			delete(model.deleted, f[1])
+		case len(f) == 2 && f[0] == "D":
+			// In flight: either state is allowed until X.
+			delete(model.timelines, f[1])
+			model.deleting = f[1]
+		case len(f) == 2 && f[0] == "X":
+			model.deleted[f[1]] = true
+			model.deleting = ""
+			model.deletes++
 		default:
 			parseErr = fmt.Errorf("unexpected helper output %q", line)
 		}
@@ -345,8 +402,28 @@ func checkCrashDB(path string, model *crashModel, pending *pendingCommit) (adopt
 	listed := map[string]bool{}
 	for _, k := range keys {
 		listed[k.String()] = true
-		if _, _, err := db.OpenTimeline(k.TenantID, k.TimelineID); err != nil {
+		otl, ost, err := db.OpenTimeline(k.TenantID, k.TimelineID)
+		if err != nil {
 			return false, fmt.Errorf("timeline %s is listed but does not open: %w", k, err)
+		}
+		if k == (proto.TimelineKey{TenantID: main.TenantID, TimelineID: main.TimelineID}) {
+			continue
+		}
+		if model.deleted[k.String()] {
+			return false, fmt.Errorf("timeline %s was deleted (acknowledged) but is still stored", k)
+		}
+		// Whole: all of its committed WAL reads back (a torn delete would
+		// leave extents missing under a control record, or the reverse).
+		oend := otl.EndLSN()
+		if ost.FlushLSN != oend && !(oend == 0 && ost.FlushLSN == 0) {
+			return false, fmt.Errorf("timeline %s: flush_lsn %s but WAL ends at %s", k, ost.FlushLSN, oend)
+		}
+		for lsn := otherStart; lsn < oend; {
+			n, err := otl.ReadWAL(lsn, buf[:min(len(buf), int(oend-lsn))])
+			if err != nil || n == 0 || !bytes.Equal(buf[:n], walData(lsn, n, otherGen)) {
+				return false, fmt.Errorf("timeline %s: WAL at %s is not whole (%d bytes, err %v)", k, lsn, n, err)
+			}
+			lsn += proto.LSN(n)
 		}
 	}
 	for k := range model.timelines {

@@ -431,6 +431,38 @@ func (db *DB) OpenTimeline(tenant, timeline proto.ID) (*Timeline, acceptor.State
 	return db.handle(key, st.WalSegSize, end, st.RemovedUpTo), st, nil
 }
 
+// DeleteTimeline removes timeline tenant/timeline, its control record, WAL,
+// history and slots, in one transaction: after a crash it is stored whole or
+// not at all. It fails with ErrNoTimeline if it is not stored. The handle
+// OpenTimeline or CreateTimeline returned for it must no longer be used
+// (its commits then fail with ErrNoTimeline, or, once the timeline is
+// created anew, would write to the new one): the caller stops its owner and
+// readers first. A later CreateTimeline of the same ids gets a new handle.
+func (db *DB) DeleteTimeline(tenant, timeline proto.ID) error {
+	key := makeKey(tenant, timeline)
+	name := key.timelineKey()
+	if err := db.checkOpen(); err != nil {
+		return err
+	}
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		err := tx.Bucket(bucketTimelines).DeleteBucket(key[:])
+		if errors.Is(err, berrors.ErrBucketNotFound) {
+			return fmt.Errorf("%w: %s", ErrNoTimeline, name)
+		}
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, ErrNoTimeline) {
+			return err
+		}
+		return fmt.Errorf("storage: delete timeline %s: %w", name, err)
+	}
+	db.mu.Lock()
+	delete(db.timelines, key)
+	db.mu.Unlock()
+	return nil
+}
+
 // handle returns the one *Timeline of key, creating it with the committed
 // WAL end read from disk if it does not exist yet.
 func (db *DB) handle(key tlKey, segSize uint32, end walRange, removedUpTo proto.LSN) *Timeline {

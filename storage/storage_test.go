@@ -1104,3 +1104,75 @@ func TestPgHistoryStored(t *testing.T) {
 		t.Fatalf("after reopen: TLI %d, history %q, %v", got.PgTimeline, got.PgHistory, err)
 	}
 }
+
+// TestDeleteTimeline deletes a timeline with WAL and a slot next to another
+// one: it is gone after a reopen, the other is untouched, a second delete is
+// ErrNoTimeline, and the same ids can be created anew, empty.
+func TestDeleteTimeline(t *testing.T) {
+	path := testPath(t)
+	db := openTest(t, path, Options{})
+	var tls []*Timeline
+	for n := 1; n <= 2; n++ {
+		st := testState(n)
+		tl, err := db.CreateTimeline(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tl.WriteWAL(0x1000000, walData(0x1000000, 3*testSegSize/2, 1)); err != nil {
+			t.Fatal(err)
+		}
+		st.TimelineStartLSN, st.FlushLSN = 0x1000000, 0x1000000+3*testSegSize/2
+		if err := tl.Commit(st); err != nil {
+			t.Fatal(err)
+		}
+		if err := tl.CreateSlot(Slot{Name: "s", RestartLSN: 0x1000000, RestartTLI: 1}); err != nil {
+			t.Fatal(err)
+		}
+		tls = append(tls, tl)
+	}
+	gone, kept := testState(1), testState(2)
+	if err := db.DeleteTimeline(gone.TenantID, gone.TimelineID); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteTimeline(gone.TenantID, gone.TimelineID); !errors.Is(err, ErrNoTimeline) {
+		t.Fatalf("second DeleteTimeline = %v, want ErrNoTimeline", err)
+	}
+	// The old handle's commits fail instead of writing somewhere.
+	if err := tls[0].Commit(gone); !errors.Is(err, ErrNoTimeline) {
+		t.Fatalf("Commit on a deleted timeline's handle = %v, want ErrNoTimeline", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, path, Options{})
+	keys, err := db.Timelines()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []proto.TimelineKey{tls[1].Key()}; !reflect.DeepEqual(keys, want) {
+		t.Fatalf("Timelines after delete and reopen = %v, want %v", keys, want)
+	}
+	if _, _, err := db.OpenTimeline(gone.TenantID, gone.TimelineID); !errors.Is(err, ErrNoTimeline) {
+		t.Fatalf("OpenTimeline of the deleted timeline = %v, want ErrNoTimeline", err)
+	}
+	tl, st, err := db.OpenTimeline(kept.TenantID, kept.TimelineID)
+	if err != nil || st.FlushLSN != 0x1000000+3*testSegSize/2 {
+		t.Fatalf("the other timeline: %+v, %v", st, err)
+	}
+	if got := readAll(t, tl, 0x1000000, st.FlushLSN, 8192); !bytes.Equal(got, walData(0x1000000, 3*testSegSize/2, 1)) {
+		t.Fatal("the other timeline's WAL changed")
+	}
+	if slots, err := tl.Slots(); err != nil || len(slots) != 1 {
+		t.Fatalf("the other timeline's slots: %v, %v", slots, err)
+	}
+	again, err := db.CreateTimeline(gone)
+	if err != nil {
+		t.Fatalf("CreateTimeline after delete: %v", err)
+	}
+	if again == tls[0] || again.EndLSN() != 0 {
+		t.Fatalf("recreated timeline: same handle %v, end %v", again == tls[0], again.EndLSN())
+	}
+	if slots, err := again.Slots(); err != nil || len(slots) != 0 {
+		t.Fatalf("recreated timeline's slots: %v, %v", slots, err)
+	}
+}
