@@ -27,6 +27,7 @@ type replConn struct {
 func (c *replConn) close() {
 	if c.tl != nil {
 		c.tl.repl.dropTemporary(c.id)
+		c.tl.unbind(c.pc)
 	}
 }
 
@@ -37,6 +38,9 @@ func (c *replConn) timeline() (*timeline, error) {
 	}
 	tl, err := c.srv.resolveTimeline(c.ids)
 	if err != nil {
+		return nil, err
+	}
+	if err := tl.bind(c.pc); err != nil {
 		return nil, err
 	}
 	c.tl = tl

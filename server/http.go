@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/storage"
 )
 
 // The HTTP API (Config.ListenHTTP): Neon's safekeeper paths where one
@@ -70,6 +72,8 @@ func newHTTPAPI(s *Server, ln net.Listener) *httpAPI {
 	mux.HandleFunc("GET /v1/status", a.status)
 	mux.HandleFunc("GET /v1/tenant/timeline", a.timelines)
 	mux.HandleFunc("GET /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.timeline)
+	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.deleteTimeline)
+	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}", a.deleteTenant)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	if s.cfg.EnablePprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -208,18 +212,89 @@ type timelineJSON struct {
 	Slots               []slotJSON       `json:"slots"`
 }
 
-func (a *httpAPI) timeline(w http.ResponseWriter, r *http.Request) {
+// pathKey parses the path's tenant_id and timeline_id.
+func pathKey(r *http.Request) (proto.TimelineKey, error) {
+	tenant, err := proto.ParseID(r.PathValue("tenant_id"))
+	if err != nil {
+		return proto.TimelineKey{}, &apiError{http.StatusBadRequest, "bad_id", "tenant_id: " + err.Error()}
+	}
+	timeline, err := proto.ParseID(r.PathValue("timeline_id"))
+	if err != nil {
+		return proto.TimelineKey{}, &apiError{http.StatusBadRequest, "bad_id", "timeline_id: " + err.Error()}
+	}
+	return proto.TimelineKey{TenantID: tenant, TimelineID: timeline}, nil
+}
+
+// forceParam reads ?force=true|false.
+func forceParam(r *http.Request) (bool, error) {
+	v := r.URL.Query().Get("force")
+	if v == "" {
+		return false, nil
+	}
+	f, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, &apiError{http.StatusBadRequest, "bad_request", "force: want true or false, got " + strconv.Quote(v)}
+	}
+	return f, nil
+}
+
+// deleteError maps a delete's failure to its answer.
+func deleteError(err error) error {
+	switch {
+	case errors.Is(err, storage.ErrNoTimeline):
+		return &apiError{http.StatusNotFound, "not_found", err.Error()}
+	case errors.Is(err, ErrTimelineBusy):
+		return &apiError{http.StatusConflict, "busy", err.Error()}
+	case errors.Is(err, errShutdown):
+		return &apiError{http.StatusServiceUnavailable, "shutting_down", "the safekeeper is shutting down"}
+	}
+	return err
+}
+
+func (a *httpAPI) deleteTimeline(w http.ResponseWriter, r *http.Request) {
+	key, err := pathKey(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	force, err := forceParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := a.s.DeleteTimeline(key, force)
+	if err != nil {
+		writeError(w, deleteError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (a *httpAPI) deleteTenant(w http.ResponseWriter, r *http.Request) {
 	tenant, err := proto.ParseID(r.PathValue("tenant_id"))
 	if err != nil {
 		writeError(w, &apiError{http.StatusBadRequest, "bad_id", "tenant_id: " + err.Error()})
 		return
 	}
-	timeline, err := proto.ParseID(r.PathValue("timeline_id"))
+	force, err := forceParam(r)
 	if err != nil {
-		writeError(w, &apiError{http.StatusBadRequest, "bad_id", "timeline_id: " + err.Error()})
+		writeError(w, err)
 		return
 	}
-	key := proto.TimelineKey{TenantID: tenant, TimelineID: timeline}
+	res, err := a.s.DeleteTenant(tenant, force)
+	if err != nil {
+		writeError(w, deleteError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (a *httpAPI) timeline(w http.ResponseWriter, r *http.Request) {
+	key, err := pathKey(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	tl, err := a.s.timelineByKey(key)
 	var pe *pgwire.Error
 	if errors.As(err, &pe) && pe.Code == pgwire.UndefinedObject {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -48,6 +49,10 @@ func (s *Server) openTimeline(key proto.TimelineKey, create *proto.ServerInfo) (
 		if s.isStopping() {
 			s.mu.Unlock()
 			return nil, errShutdown
+		}
+		if _, ok := s.deleting[key]; ok {
+			s.mu.Unlock()
+			return nil, pgwire.Errorf(pgwire.UndefinedObject, "timeline %s is being deleted on this safekeeper", key)
 		}
 		if op, ok := s.opening[key]; ok {
 			s.mu.Unlock()
@@ -141,20 +146,23 @@ func (s *Server) startTimeline(key proto.TimelineKey, st acceptor.State, store *
 	}
 	t := &timeline{
 		key: key, log: tlog, in: make(chan event, eventQueue),
-		state: sess.InMem(), changed: make(chan struct{}), store: store, repl: repl, stopped: make(chan struct{}),
+		state: sess.InMem(), changed: make(chan struct{}), store: store, repl: repl, stopped: make(chan struct{}), retired: make(chan struct{}),
 		onPublish: s.hooks.onPublish, persistEvery: persistInterval, walBudget: s.walBudget, metrics: &s.metrics,
 	}
 	if s.hooks.persistInterval != 0 {
 		t.persistEvery = s.hooks.persistInterval
 	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	t.cancel = cancel
 	s.ownerWG.Add(2)
 	go func() {
 		defer s.ownerWG.Done()
-		t.run(s.ctx, sess)
+		t.run(ctx, sess)
 	}()
 	go func() {
 		defer s.ownerWG.Done()
-		s.runRetention(s.ctx, t)
+		defer close(t.retired)
+		s.runRetention(ctx, t)
 		repl.saveAll()
 	}()
 	return t, nil

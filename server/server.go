@@ -168,6 +168,7 @@ type Server struct {
 	mu        sync.Mutex
 	timelines map[proto.TimelineKey]*timeline
 	opening   map[proto.TimelineKey]*opening // opens in progress (registry.go)
+	deleting  map[proto.TimelineKey]struct{} // deletes in progress (delete.go)
 	conns     map[net.Conn]struct{}
 	connWG    sync.WaitGroup
 	ownerWG   sync.WaitGroup
@@ -241,7 +242,7 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, db: db, ln: ln,
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}),
-		timelines: map[proto.TimelineKey]*timeline{}, opening: map[proto.TimelineKey]*opening{}, conns: map[net.Conn]struct{}{},
+		timelines: map[proto.TimelineKey]*timeline{}, opening: map[proto.TimelineKey]*opening{}, deleting: map[proto.TimelineKey]struct{}{}, conns: map[net.Conn]struct{}{},
 		walBudget: semaphore.NewWeighted(cfg.MaxBufferedWAL),
 		metrics:   newMetrics(),
 		hooks:     h,
@@ -438,6 +439,10 @@ func (s *Server) serveConn(nc net.Conn) {
 			switch {
 			case s.isStopping():
 				pc.SendError(fatalError(errShutdown))
+				pc.Flush()
+				return
+			case rc.tl != nil && rc.tl.isDeleted():
+				pc.SendError(fatalError(errTimelineDeleted))
 				pc.Flush()
 				return
 			case errors.As(err, &pe) && pe.Severity != pgwire.SeverityFatal:

@@ -55,7 +55,17 @@ type timeline struct {
 	// repl holds the timeline's readers, slots and their feedback.
 	repl *replState
 
-	stopped chan struct{}
+	stopped chan struct{} // closed when the owner returned
+	retired chan struct{} // closed when the retention goroutine returned
+	// cancel stops the owner and retention goroutines (a delete).
+	cancel context.CancelFunc
+
+	// usersMu guards users, deleted and usersGone (delete.go).
+	usersMu   sync.Mutex
+	users     map[*pgwire.Conn]int // bound connections
+	deleted   bool
+	usersGone chan struct{} // closed when the last user of a deleted timeline unbinds
+
 	// onPublish is a test hook (hooks.onPublish), nil in production.
 	onPublish func()
 	// persistEvery is persistInterval (tests may change it).

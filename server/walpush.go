@@ -218,6 +218,9 @@ func (s *Server) runPush(pc *pgwire.Conn, ids startupIDs, log *slog.Logger) (ok 
 		c.enqueue(final)
 	}
 	<-c.finished
+	if c.tl != nil {
+		c.tl.unbind(pc)
+	}
 	return c.endedOK
 }
 
@@ -263,6 +266,9 @@ func (c *pushConn) readOne() (outItem, proto.Message, []byte) {
 		if c.srv.isStopping() {
 			return outItem{err: errShutdown}, nil, nil
 		}
+		if c.tl != nil && c.tl.isDeleted() {
+			return outItem{err: errTimelineDeleted}, nil, nil
+		}
 		if !errors.Is(err, io.EOF) {
 			c.log.Debug("proposer connection read failed", "err", err)
 		}
@@ -277,8 +283,14 @@ func (c *pushConn) readOne() (outItem, proto.Message, []byte) {
 		if err == nil {
 			err = c.opts.check(si)
 		}
+		var tl *timeline
 		if err == nil {
-			c.tl, err = c.srv.timelineFor(si)
+			tl, err = c.srv.timelineFor(si)
+		}
+		if err == nil {
+			if err = tl.bind(c.pc); err == nil {
+				c.tl = tl
+			}
 		}
 		if err != nil {
 			return outItem{err: err}, nil, nil

@@ -376,6 +376,10 @@ func (w *walSender) readerEnded(err error) streamEnd {
 		w.c.log.Info("WAL stream ended: client protocol violation", "err", err)
 		w.c.pc.SendError(fatalError(pe))
 		w.c.pc.Flush()
+	case w.tl.isDeleted():
+		w.c.log.Info("WAL stream ended: the timeline was deleted", "sent_up_to", w.pos)
+		w.c.pc.SendError(fatalError(errTimelineDeleted))
+		w.c.pc.Flush()
 	default:
 		w.c.log.Info("WAL stream ended: read failed", "err", err)
 	}

@@ -1,0 +1,171 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/pgwire"
+)
+
+func httpDo(t *testing.T, method, url string, v any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if v != nil {
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("%s %s: %v\n%s", method, url, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+// TestDeleteTimeline: DELETE of a timeline with a proposer and a reader
+// connected is 409 without force and changes nothing (both streams go on);
+// with force both connections end with FATAL 57P01, the timeline is gone
+// (404, not listed, a reader's connection is refused), also after a
+// restart, while another timeline is untouched; then the ids can be
+// created anew, and DELETE of the tenant removes the rest.
+func TestDeleteTimeline(t *testing.T) {
+	dir := t.TempDir()
+	s := startTestServer(t, dir, func(c *Config) { c.ListenHTTP = "127.0.0.1:0" })
+	base := "http://" + s.HTTPAddr().String()
+	addr := s.Addr().String()
+	other := proto.ID{0xbb, 2}
+	po := newTestPush(t, addr, other, 1, hist1(tStart), tStart)
+	otherWAL, _ := po.push(30, 2000, 0)
+	po.c.Close()
+
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	p.push(20, 1000, 0)
+	st := newStream(t, addr)
+	st.c = replConnect(t, addr, false, fmt.Sprintf("-c tenant_id=%s -c timeline_id=%s", tTenant, tTimeline))
+	st.start("START_REPLICATION " + tStart.String())
+	st.readWAL(tStart, p.pos)
+	url := fmt.Sprintf("%s/v1/tenant/%s/timeline/%s", base, tTenant, tTimeline)
+
+	var e map[string]string
+	if code := httpDo(t, "DELETE", url, &e); code != http.StatusConflict || e["code"] != "busy" {
+		t.Fatalf("DELETE with connections: %d %v, want 409 busy", code, e)
+	}
+	if code := httpDo(t, "DELETE", url+"?force=maybe", &e); code != http.StatusBadRequest {
+		t.Fatalf("DELETE ?force=maybe: %d %v, want 400", code, e)
+	}
+	if code := httpDo(t, "DELETE", fmt.Sprintf("%s/v1/tenant/%s/timeline/xyz", base, tTenant), &e); code != http.StatusBadRequest || e["code"] != "bad_id" {
+		t.Fatalf("DELETE of a bad id: %d %v, want 400 bad_id", code, e)
+	}
+	// Nothing changed: both streams go on.
+	before := p.pos
+	p.push(5, 1000, 0)
+	st.readWAL(before, p.pos)
+	var tl timelineJSON
+	if code := getJSON(t, url, &tl); code != 200 || tl.FlushLSN != p.pos || tl.Proposer == nil || len(tl.Readers) != 1 {
+		t.Fatalf("after the refused delete: %d %+v", code, tl)
+	}
+
+	var res DeleteResult
+	if code := httpDo(t, "DELETE", url+"?force=true", &res); code != 200 || !res.DirExisted || !res.WasActive {
+		t.Fatalf("DELETE ?force=true: %d %+v", code, res)
+	}
+	// Both connections were ended with 57P01.
+	var pe *pgconn.PgError
+	for {
+		_, err := p.c.Recv(p.ctx)
+		if err == nil {
+			continue
+		}
+		if !errors.As(err, &pe) || pe.Code != pgwire.AdminShutdown {
+			t.Fatalf("proposer after the delete: %v, want FATAL %s", err, pgwire.AdminShutdown)
+		}
+		break
+	}
+	for {
+		m, err := st.c.ReceiveMessage(st.ctx)
+		if _, ok := m.(*pgproto3.CopyData); ok && err == nil {
+			continue
+		}
+		if !errors.As(err, &pe) || pe.Code != pgwire.AdminShutdown || pe.Severity != "FATAL" {
+			t.Fatalf("reader after the delete: %T %v, want FATAL %s", m, err, pgwire.AdminShutdown)
+		}
+		break
+	}
+	check := func(when string) {
+		t.Helper()
+		if code := getJSON(t, url, &e); code != 404 {
+			t.Fatalf("%s: GET of the deleted timeline %d %v, want 404", when, code, e)
+		}
+		var list []timelineSummary
+		if getJSON(t, base+"/v1/tenant/timeline", &list); len(list) != 1 || list[0].TimelineID != other.String() {
+			t.Fatalf("%s: timelines %+v, want only %s", when, list, other)
+		}
+		c := replConnect(t, addr, false, fmt.Sprintf("-c tenant_id=%s -c timeline_id=%s", tTenant, tTimeline))
+		_, err := exec(t, c, "IDENTIFY_SYSTEM")
+		wantCode(t, err, pgwire.UndefinedObject)
+		r := newStream(t, addr)
+		r.c = replConnect(t, addr, false, fmt.Sprintf("-c tenant_id=%s -c timeline_id=%s", tTenant, other))
+		r.start("START_REPLICATION " + tStart.String())
+		if got := r.readWAL(tStart, tStart+lsn(len(otherWAL))); !bytes.Equal(got, otherWAL) {
+			t.Fatalf("%s: the other timeline's WAL changed", when)
+		}
+		c.Close(r.ctx)
+		r.c.Close(r.ctx)
+	}
+	check("after the delete")
+	if code := httpDo(t, "DELETE", url, &e); code != 404 || e["code"] != "not_found" {
+		t.Fatalf("second DELETE: %d %v, want 404", code, e)
+	}
+
+	shutdown(t, s)
+	s = startTestServer(t, dir, func(c *Config) { c.ListenHTTP = "127.0.0.1:0" })
+	base, addr = "http://"+s.HTTPAddr().String(), s.Addr().String()
+	url = fmt.Sprintf("%s/v1/tenant/%s/timeline/%s", base, tTenant, tTimeline)
+	check("after a restart")
+
+	// The ids can be used again: a new timeline, from its own start.
+	p = newTestPush(t, addr, tTimeline, 1, hist1(2*tStart), 2*tStart)
+	p.push(3, 500, 0)
+	if code := getJSON(t, url, &tl); code != 200 || tl.TimelineStartLSN != 2*tStart || tl.FlushLSN != p.pos {
+		t.Fatalf("recreated: %d %+v", code, tl)
+	}
+	p.c.Close()
+	waitFor(t, "every connection to leave", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, tl := range s.timelines {
+			if tl.usersMu.Lock(); len(tl.users) > 0 {
+				tl.usersMu.Unlock()
+				return false
+			}
+			tl.usersMu.Unlock()
+		}
+		return true
+	})
+
+	var all map[string]DeleteResult
+	if code := httpDo(t, "DELETE", fmt.Sprintf("%s/v1/tenant/%s", base, tTenant), &all); code != 200 || len(all) != 2 {
+		t.Fatalf("DELETE tenant: %d %v", code, all)
+	}
+	var list []timelineSummary
+	if getJSON(t, base+"/v1/tenant/timeline", &list); len(list) != 0 {
+		t.Fatalf("after the tenant delete: %+v", list)
+	}
+	if code := httpDo(t, "DELETE", fmt.Sprintf("%s/v1/tenant/%s", base, tTenant), &e); code != 404 {
+		t.Fatalf("DELETE of an empty tenant: %d %v", code, e)
+	}
+}
