@@ -27,13 +27,18 @@ func jsonFlag() cli.Flag {
 // apiGet fetches path from the HTTP API at c's --http into v, and returns
 // the raw body too. An error answer becomes one line naming its status.
 func apiGet(c *cli.Context, path string, v any) ([]byte, error) {
+	return apiDo(c, http.MethodGet, path, v)
+}
+
+// apiDo is apiGet with another method.
+func apiDo(c *cli.Context, method, path string, v any) ([]byte, error) {
 	if err := checkListenAddr(c.String("http")); err != nil {
 		return nil, usagef("--http %q: %w", c.String("http"), err)
 	}
 	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
 	defer cancel()
 	url := "http://" + c.String("http") + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -51,12 +56,12 @@ func apiGet(c *cli.Context, path string, v any) ([]byte, error) {
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			return nil, fmt.Errorf("%s (HTTP %d %s)", e.Error, resp.StatusCode, e.Code)
 		}
-		return nil, fmt.Errorf("GET %s: HTTP %d", url, resp.StatusCode)
+		return nil, fmt.Errorf("%s %s: HTTP %d", method, url, resp.StatusCode)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber() // ids and sizes print as written, not as floats
 	if err := dec.Decode(v); err != nil {
-		return nil, fmt.Errorf("GET %s: %w", url, err)
+		return nil, fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	return body, nil
 }
@@ -197,6 +202,52 @@ func timelineShowCommand() *cli.Command {
 					fmt.Fprintf(w, "%v\t%v\t%v\t%v\n", m["slot_name"], m["temporary"], m["active"], m["restart_lsn"])
 				}
 				w.Flush()
+			}
+			return nil
+		},
+	}
+}
+
+func timelineDeleteCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "delete",
+		Usage:     "delete a timeline from a running safekeeper, durably",
+		UsageText: "safekeeper timeline delete --tenant-id HEX --timeline-id HEX [--force] [--http HOST:PORT] [--json]",
+		Description: "Removes the timeline's state, WAL and slots in one transaction (a crash leaves it whole or\n" +
+			"gone). Refused while a proposer or reader is connected to it, unless --force, which ends\n" +
+			"those connections first (FATAL 57P01). Deleting a timeline on one safekeeper of a quorum\n" +
+			"loses that copy: do it on all of them, or only for a timeline no primary writes any more.",
+		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
+		Before:       func(c *cli.Context) error { return requireFlags(c, "tenant-id", "timeline-id") },
+		Flags: []cli.Flag{httpFlag(), jsonFlag(),
+			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)", EnvVars: []string{"SAFEKEEPER_TENANT_ID"}},
+			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)", EnvVars: []string{"SAFEKEEPER_TIMELINE_ID"}},
+			&cli.BoolFlag{Name: "force", Usage: "end the timeline's connections (proposer, readers) and delete it", EnvVars: []string{"SAFEKEEPER_FORCE"}},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("timeline delete takes no arguments, got %q", c.Args().Slice())
+			}
+			tenant, timeline, err := parseIDs(c)
+			if err != nil {
+				return err
+			}
+			var res struct {
+				DirExisted bool `json:"dir_existed"`
+				WasActive  bool `json:"was_active"`
+			}
+			body, err := apiDo(c, http.MethodDelete, fmt.Sprintf("/v1/tenant/%s/timeline/%s?force=%t", tenant, timeline, c.Bool("force")), &res)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				_, err := c.App.Writer.Write(body)
+				return err
+			}
+			if res.WasActive {
+				fmt.Fprintf(c.App.Writer, "deleted timeline %s/%s (its connections were ended)\n", tenant, timeline)
+			} else {
+				fmt.Fprintf(c.App.Writer, "deleted timeline %s/%s\n", tenant, timeline)
 			}
 			return nil
 		},

@@ -81,4 +81,27 @@ func TestStatusAndTimelineCommands(t *testing.T) {
 	if code, _, _ := cli("timeline", "show", "--http", httpAddr); code != exitUsage {
 		t.Fatalf("timeline show without ids: exit %d, want %d", code, exitUsage)
 	}
+
+	// timeline delete: refused while the proposer's connection is open,
+	// then done with --force.
+	ids := []string{"--http", httpAddr, "--tenant-id", tenant.String(), "--timeline-id", timeline.String()}
+	code, _, stderr = cli(append([]string{"timeline", "delete"}, ids...)...)
+	if code != 1 || !strings.Contains(stderr, "HTTP 409 busy") {
+		t.Fatalf("timeline delete with a proposer connected: exit %d %q", code, stderr)
+	}
+	code, out, stderr = cli(append([]string{"timeline", "delete", "--force"}, ids...)...)
+	if code != 0 || !strings.Contains(out, "deleted timeline "+tenant.String()+"/"+timeline.String()+" (its connections were ended)") {
+		t.Fatalf("timeline delete --force: exit %d\n%s%s", code, out, stderr)
+	}
+	if _, err := pc.Recv(ctx); err == nil || !strings.Contains(err.Error(), "57P01") {
+		t.Fatalf("the proposer's connection after the delete: %v, want FATAL 57P01", err)
+	}
+	code, out, _ = cli("timeline", "list", "--http", httpAddr)
+	if code != 0 || strings.Contains(out, timeline.String()) {
+		t.Fatalf("timeline list after the delete: exit %d\n%s", code, out)
+	}
+	code, _, stderr = cli(append([]string{"timeline", "delete"}, ids...)...)
+	if code != 1 || !strings.Contains(stderr, "HTTP 404 not_found") {
+		t.Fatalf("second timeline delete: exit %d %q", code, stderr)
+	}
 }
