@@ -162,23 +162,34 @@ type termSwitchJSON struct {
 }
 
 type proposerJSON struct {
-	Address     string  `json:"address"`
-	Term        uint64  `json:"term"`
-	LastPushAge float64 `json:"last_push_age_seconds"`
+	Address string    `json:"address"`
+	Term    uint64    `json:"term"`
+	Since   time.Time `json:"since"`
+	// WriteLSN is the end of the WAL it sent, CommitLSN the commit_lsn it
+	// last sent: what it reports to its primary as write_lsn and
+	// flush_lsn (pg_stat_replication there).
+	WriteLSN    proto.LSN `json:"write_lsn"`
+	CommitLSN   proto.LSN `json:"commit_lsn"`
+	LastPushAge float64   `json:"last_push_age_seconds"`
 }
 
 type readerJSON struct {
-	Kind            string     `json:"kind"`
-	Address         string     `json:"address"`
-	ApplicationName string     `json:"application_name"`
-	Slot            string     `json:"slot,omitempty"`
-	Since           time.Time  `json:"since"`
-	SentLSN         proto.LSN  `json:"sent_lsn"`
-	WriteLSN        proto.LSN  `json:"write_lsn"`
-	FlushLSN        proto.LSN  `json:"flush_lsn"`
-	ApplyLSN        proto.LSN  `json:"apply_lsn"`
-	LagBytes        uint64     `json:"lag_bytes"`
-	LastReply       *time.Time `json:"last_reply,omitempty"`
+	Kind            string    `json:"kind"`
+	Address         string    `json:"address"`
+	ApplicationName string    `json:"application_name"`
+	Slot            string    `json:"slot,omitempty"`
+	Since           time.Time `json:"since"`
+	SentLSN         proto.LSN `json:"sent_lsn"`
+	WriteLSN        proto.LSN `json:"write_lsn"`
+	FlushLSN        proto.LSN `json:"flush_lsn"`
+	ApplyLSN        proto.LSN `json:"apply_lsn"`
+	LagBytes        uint64    `json:"lag_bytes"`
+	// The lags in time as pg_stat_replication's write_lag, flush_lag and
+	// replay_lag (lag.go); null when not measured or cleared.
+	WriteLag  *float64   `json:"write_lag_seconds"`
+	FlushLag  *float64   `json:"flush_lag_seconds"`
+	ReplayLag *float64   `json:"replay_lag_seconds"`
+	LastReply *time.Time `json:"last_reply,omitempty"`
 }
 
 type slotJSON struct {
@@ -200,6 +211,8 @@ type timelineJSON struct {
 	CommitLSN           proto.LSN        `json:"commit_lsn"`
 	TruncateLSN         proto.LSN        `json:"truncate_lsn"`
 	RemovedUpTo         proto.LSN        `json:"removed_up_to"`
+	WALStartLSN         proto.LSN        `json:"wal_start_lsn"` // the first byte stored
+	WALBytes            uint64           `json:"wal_bytes"`     // stored: flush_lsn - wal_start_lsn
 	RemoteConsistentLSN proto.LSN        `json:"remote_consistent_lsn"`
 	RetentionHorizon    proto.LSN        `json:"retention_horizon"`
 	RetentionReason     string           `json:"retention_reason"`
@@ -318,11 +331,17 @@ func (a *httpAPI) describe(tl *timeline) timelineJSON {
 		RetentionReason: ret.Reason, PgVersion: st.PgVersion, PgTimeline: st.PgTimeline, SystemID: st.SystemID, WalSegSize: st.WalSegSize,
 		TermHistory: []termSwitchJSON{}, Readers: []readerJSON{}, Slots: []slotJSON{},
 	}
+	if st.TimelineStartLSN != 0 {
+		out.WALStartLSN = max(out.RemovedUpTo, st.TimelineStartLSN)
+		if st.FlushLSN > out.WALStartLSN {
+			out.WALBytes = uint64(st.FlushLSN - out.WALStartLSN)
+		}
+	}
 	for _, e := range st.History {
 		out.TermHistory = append(out.TermHistory, termSwitchJSON{Term: e.Term, StartLSN: e.StartLSN})
 	}
 	if p := tl.pushStatus(); p.connected {
-		out.Proposer = &proposerJSON{Address: p.addr, Term: p.term, LastPushAge: time.Since(p.at).Seconds()}
+		out.Proposer = &proposerJSON{Address: p.addr, Term: p.term, Since: p.since, WriteLSN: p.end, CommitLSN: p.commit, LastPushAge: time.Since(p.at).Seconds()}
 	}
 	r := tl.repl
 	r.mu.Lock()
@@ -330,7 +349,8 @@ func (a *httpAPI) describe(tl *timeline) timelineJSON {
 	for rd := range r.readers {
 		rd.mu.Lock()
 		j := readerJSON{Kind: rd.kind(), Address: rd.addr, ApplicationName: rd.appName, Slot: rd.slot, Since: rd.since,
-			SentLSN: rd.position(), WriteLSN: rd.status.Write, FlushLSN: rd.status.Flush, ApplyLSN: rd.status.Apply}
+			SentLSN: rd.position(), WriteLSN: rd.status.Write, FlushLSN: rd.status.Flush, ApplyLSN: rd.status.Apply,
+			WriteLag: rd.lags.seconds(0), FlushLag: rd.lags.seconds(1), ReplayLag: rd.lags.seconds(2)}
 		if !rd.lastReply.IsZero() {
 			at := rd.lastReply
 			j.LastReply = &at

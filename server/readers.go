@@ -31,6 +31,7 @@ type walReader struct {
 	consumer  pgwire.ConsumerFeedback // last 'z'
 	hasCons   bool
 	lastReply time.Time // of the last 'r'
+	lags      *lagTracker
 }
 
 // kind names the reader as the HTTP API reports it; rd.mu held.
@@ -152,8 +153,12 @@ func (r *replState) removeReader(rd *walReader) {
 // flush position (PostgreSQL's PhysicalConfirmReceivedLocation), never past
 // what was sent.
 func (r *replState) onStatus(rd *walReader, m pgwire.StandbyStatusUpdate) {
+	now := time.Now()
 	rd.mu.Lock()
-	rd.status, rd.lastReply = m, time.Now()
+	rd.status, rd.lastReply = m, now
+	if rd.lags != nil {
+		rd.lags.reported([3]proto.LSN{m.Write, m.Flush, m.Apply}, rd.position(), now)
+	}
 	rd.mu.Unlock()
 	if rd.slot == "" || m.Flush == 0 {
 		return

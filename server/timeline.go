@@ -103,6 +103,9 @@ type pushInfo struct {
 	term      uint64
 	at        time.Time // zero: none since the server started
 	connected bool      // conn is still open
+	since     time.Time // the connection's start
+	end       proto.LSN // EndLSN of its last request
+	commit    proto.LSN // CommitLSN of its last request
 }
 
 // pushStatus returns the proposer that last streamed to the timeline.
@@ -259,7 +262,8 @@ func (o *owner) handle(ev event) {
 	}
 	if m, ok := ev.msg.(*proto.SafeKeeperRequest); ok && !r.Ends(c.id) {
 		o.t.pushMu.Lock()
-		o.t.push = pushInfo{conn: c.id, addr: c.remote, term: m.Sender.Term, at: time.Now(), connected: true}
+		o.t.push = pushInfo{conn: c.id, addr: c.remote, term: m.Sender.Term, at: time.Now(), connected: true, since: c.since,
+			end: m.EndLSN, commit: m.CommitLSN}
 		o.t.pushMu.Unlock()
 	}
 	o.act(r)

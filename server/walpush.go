@@ -28,8 +28,9 @@ type pushConn struct {
 	log    *slog.Logger
 	opts   startupIDs // tenant/timeline named in the startup options, if any
 
-	id acceptor.ConnID // the connection's name in its timeline's session
-	tl *timeline       // set once ServerInfo named the timeline
+	id    acceptor.ConnID // the connection's name in its timeline's session
+	since time.Time       // when the stream started
+	tl    *timeline       // set once ServerInfo named the timeline
 
 	mu     sync.Mutex
 	queue  []outItem     // queued for the writer; grows only as far as it is used
@@ -200,7 +201,7 @@ func (s *Server) runPush(pc *pgwire.Conn, ids startupIDs, log *slog.Logger) (ok 
 	id := acceptor.ConnID(s.connSeq.Add(1))
 	c := &pushConn{
 		srv: s, pc: pc, remote: pc.RemoteAddr().String(), log: log.With("conn", uint64(id)), opts: ids,
-		id: id, wake: make(chan struct{}, 1), finished: make(chan struct{}),
+		id: id, wake: make(chan struct{}, 1), finished: make(chan struct{}), since: time.Now(),
 	}
 	if err := pc.StartCopyBoth(); err != nil {
 		return false

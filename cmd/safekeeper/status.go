@@ -171,11 +171,12 @@ func timelineShowCommand() *cli.Command {
 			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "timeline\t%v/%v\n", tl["tenant_id"], tl["timeline_id"])
 			for _, k := range []string{"term", "voted_for", "last_log_term", "pg_timeline", "timeline_start_lsn", "flush_lsn", "commit_lsn",
-				"truncate_lsn", "removed_up_to", "remote_consistent_lsn", "retention_horizon", "retention_reason", "system_id", "wal_seg_size", "pg_version"} {
+				"truncate_lsn", "removed_up_to", "wal_start_lsn", "wal_bytes", "remote_consistent_lsn", "retention_horizon", "retention_reason", "system_id", "wal_seg_size", "pg_version"} {
 				fmt.Fprintf(w, "%s\t%v\n", strings.ReplaceAll(k, "_", " "), tl[k])
 			}
 			if p, ok := tl["proposer"].(map[string]any); ok {
-				fmt.Fprintf(w, "proposer\t%v, term %v, last streamed %.1fs ago\n", p["address"], p["term"], p["last_push_age_seconds"])
+				fmt.Fprintf(w, "proposer\t%v, term %v, since %v, sent up to %v, commit_lsn %v, last streamed %.1fs ago\n",
+					p["address"], p["term"], p["since"], p["write_lsn"], p["commit_lsn"], number(p["last_push_age_seconds"]))
 			} else {
 				fmt.Fprintln(w, "proposer\tnone connected")
 			}
@@ -184,11 +185,12 @@ func timelineShowCommand() *cli.Command {
 			fmt.Fprintf(c.App.Writer, "\nreaders: %d\n", len(readers))
 			if len(readers) > 0 {
 				w = tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "KIND\tADDRESS\tAPPLICATION\tSLOT\tSENT\tWRITE\tFLUSH\tAPPLY\tLAG BYTES")
+				fmt.Fprintln(w, "KIND\tADDRESS\tAPPLICATION\tSLOT\tSENT\tWRITE\tFLUSH\tAPPLY\tLAG BYTES\tWRITE LAG\tFLUSH LAG\tREPLAY LAG")
 				for _, r := range readers {
 					m, _ := r.(map[string]any)
-					fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%v\t%v\t%v\t%v\t%v\n", m["kind"], m["address"], m["application_name"], m["slot"],
-						m["sent_lsn"], m["write_lsn"], m["flush_lsn"], m["apply_lsn"], m["lag_bytes"])
+					fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%v\t%v\t%v\t%v\t%v\t%s\t%s\t%s\n", m["kind"], m["address"], m["application_name"], orDash(m["slot"]),
+						m["sent_lsn"], m["write_lsn"], m["flush_lsn"], m["apply_lsn"], m["lag_bytes"],
+						lagText(m["write_lag_seconds"]), lagText(m["flush_lag_seconds"]), lagText(m["replay_lag_seconds"]))
 				}
 				w.Flush()
 			}
@@ -252,4 +254,35 @@ func timelineDeleteCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// orDash is v, or "-" when the API left it out.
+func orDash(v any) any {
+	if v == nil || v == "" {
+		return "-"
+	}
+	return v
+}
+
+// number is a JSON number apiGet decoded (json.Number), 0 if it is not.
+func number(v any) float64 {
+	n, _ := v.(json.Number)
+	f, _ := n.Float64()
+	return f
+}
+
+// lagText prints a lag in seconds as psql shows pg_stat_replication's
+// intervals, or "-" for none (NULL there).
+func lagText(v any) string {
+	n, ok := v.(json.Number)
+	if !ok {
+		return "-"
+	}
+	f, err := n.Float64()
+	if err != nil {
+		return "-"
+	}
+	d := time.Duration(f * float64(time.Second))
+	h, m, sec := int(d/time.Hour), int(d%time.Hour/time.Minute), (d % time.Minute).Seconds()
+	return fmt.Sprintf("%02d:%02d:%09.6f", h, m, sec)
 }
