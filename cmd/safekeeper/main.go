@@ -105,7 +105,7 @@ func report(err error, stderr io.Writer) int {
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:           "safekeeper",
 		Usage:          "keep PostgreSQL's WAL durable on a quorum of safekeepers and serve it back",
 		Version:        server.Version,
@@ -129,6 +129,130 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		},
 		Commands: []*cli.Command{runCommand(), proposeCommand(), syncCommand(), statusCommand(), walCommand(), timelineCommand(), versionCommand(), helpCommand()},
 	}
+	finishFlags(app.Commands, app.Flags)
+	return app
+}
+
+// finishFlags gives every flag of every command an environment variable,
+// SAFEKEEPER_<FLAG> (--data-dir: SAFEKEEPER_DATA_DIR), unless it names its
+// own, and gives every command the global flags too, so that they may come
+// after the command name (`safekeeper run --log-format json`); logger reads
+// whichever was given.
+func finishFlags(cmds []*cli.Command, global []cli.Flag) {
+	for _, f := range global {
+		setEnv(f)
+	}
+	for _, c := range cmds {
+		if c.Name == "help" {
+			continue
+		}
+		for _, f := range c.Flags {
+			setEnv(f)
+		}
+		have := map[string]bool{}
+		for _, f := range c.Flags {
+			for _, n := range f.Names() {
+				have[n] = true
+			}
+		}
+		if len(c.Subcommands) > 0 {
+			finishFlags(c.Subcommands, global)
+			continue
+		}
+		for _, g := range global {
+			if !have[g.Names()[0]] {
+				c.Flags = append(c.Flags, copyFlag(g))
+			}
+		}
+		// Every command checks the global flags, whether it logs or not.
+		before := c.Before
+		c.Before = func(ctx *cli.Context) error {
+			if _, err := logger(ctx); err != nil {
+				return err
+			}
+			if before != nil {
+				return before(ctx)
+			}
+			return nil
+		}
+	}
+}
+
+// envName is the environment variable of flag name.
+func envName(name string) string {
+	return "SAFEKEEPER_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+func setEnv(f cli.Flag) {
+	name := f.Names()[0]
+	switch f := f.(type) {
+	case *cli.StringFlag:
+		if len(f.EnvVars) == 0 {
+			f.EnvVars = []string{envName(name)}
+		}
+	case *cli.BoolFlag:
+		if len(f.EnvVars) == 0 {
+			f.EnvVars = []string{envName(name)}
+		}
+	case *cli.DurationFlag:
+		if len(f.EnvVars) == 0 {
+			f.EnvVars = []string{envName(name)}
+		}
+	case *cli.Uint64Flag:
+		if len(f.EnvVars) == 0 {
+			f.EnvVars = []string{envName(name)}
+		}
+	case *cli.UintFlag:
+		if len(f.EnvVars) == 0 {
+			f.EnvVars = []string{envName(name)}
+		}
+	case *cli.IntFlag:
+		if len(f.EnvVars) == 0 {
+			f.EnvVars = []string{envName(name)}
+		}
+	case *cli.Int64Flag:
+		if len(f.EnvVars) == 0 {
+			f.EnvVars = []string{envName(name)}
+		}
+	case *cli.StringSliceFlag:
+		if len(f.EnvVars) == 0 {
+			f.EnvVars = []string{envName(name)}
+		}
+	default:
+		panic(fmt.Sprintf("flag --%s: %T has no environment variable set (add it to setEnv)", name, f))
+	}
+}
+
+// copyFlag is a fresh copy of a global (string) flag for a command.
+func copyFlag(f cli.Flag) cli.Flag {
+	sf := *f.(*cli.StringFlag)
+	return &sf
+}
+
+// globalFlag is the value of a global flag given before or after the
+// command name (the innermost wins), else its environment variable, else
+// its default. (urfave/cli sets a flag from its environment variable at
+// every level that defines it, so a value equal to the variable's is taken
+// only when no level has another.)
+func globalFlag(c *cli.Context, name string) string {
+	env, hasEnv := os.LookupEnv(envName(name))
+	var set []string
+	for _, x := range c.Lineage() {
+		for _, n := range x.LocalFlagNames() {
+			if n == name {
+				set = append(set, x.String(name))
+			}
+		}
+	}
+	for _, v := range set {
+		if !hasEnv || v != env {
+			return v
+		}
+	}
+	if len(set) > 0 {
+		return set[0]
+	}
+	return c.String(name)
 }
 
 // versionCommand is `safekeeper version` (also `safekeeper --version`):
@@ -209,18 +333,18 @@ func ignoreSIGHUP(log *slog.Logger) (stop func()) {
 
 func logger(c *cli.Context) (*slog.Logger, error) {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-		return nil, usagef("--log-level %q: want debug, info, warn or error", c.String("log-level"))
+	if err := level.UnmarshalText([]byte(globalFlag(c, "log-level"))); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", globalFlag(c, "log-level"))
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	w := c.App.ErrWriter
-	switch c.String("log-format") {
+	switch globalFlag(c, "log-format") {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, usagef("--log-format %q: want text or json", c.String("log-format"))
+	return nil, usagef("--log-format %q: want text or json", globalFlag(c, "log-format"))
 }
 
 // defaultProcs is the GOMAXPROCS of `propose` unless the GOMAXPROCS

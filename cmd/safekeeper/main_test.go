@@ -304,3 +304,64 @@ func TestVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryFlagFromTheEnvironment: every flag of every command can come
+// from SAFEKEEPER_<FLAG>, and every command takes the global flags after
+// its name too.
+func TestEveryFlagFromTheEnvironment(t *testing.T) {
+	app := newApp(&bytes.Buffer{}, &bytes.Buffer{})
+	var walk func(path string, cmds []*cli.Command)
+	walk = func(path string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			if c.Name == "help" {
+				continue
+			}
+			names := map[string]bool{}
+			for _, f := range c.Flags {
+				names[f.Names()[0]] = true
+				ev, ok := f.(interface{ GetEnvVars() []string })
+				if !ok || len(ev.GetEnvVars()) == 0 {
+					t.Errorf("%s %s --%s: no environment variable", path, c.Name, f.Names()[0])
+				}
+			}
+			if len(c.Subcommands) == 0 && (!names["log-format"] || !names["log-level"]) {
+				t.Errorf("%s %s: no --log-format/--log-level after the command name", path, c.Name)
+			}
+			walk(path+" "+c.Name, c.Subcommands)
+		}
+	}
+	walk("safekeeper", app.Commands)
+
+	cli := func(env map[string]string, args ...string) (int, string) {
+		for k, v := range env {
+			t.Setenv(k, v)
+		}
+		var out, errb bytes.Buffer
+		code := run(append([]string{"safekeeper"}, args...), &out, &errb)
+		for k := range env {
+			os.Unsetenv(k)
+		}
+		return code, errb.String()
+	}
+	// A global flag after the command: a bad value is a usage error that
+	// names it, a good one is taken.
+	if code, stderr := cli(nil, "status", "--log-level", "loud", "--http", "127.0.0.1:1"); code != exitUsage || !strings.Contains(stderr, "--log-level") {
+		t.Errorf("status --log-level loud: exit %d %q", code, stderr)
+	}
+	if code, stderr := cli(nil, "status", "--log-format", "json", "--http", "127.0.0.1:1"); code != 1 || !strings.Contains(stderr, "cannot reach") {
+		t.Errorf("status --log-format json: exit %d %q", code, stderr)
+	}
+	// Flags from the environment: SAFEKEEPER_HTTP and the required ids.
+	env := map[string]string{"SAFEKEEPER_HTTP": "127.0.0.1:1", "SAFEKEEPER_TENANT_ID": strings.Repeat("a", 32), "SAFEKEEPER_TIMELINE_ID": strings.Repeat("b", 32)}
+	if code, stderr := cli(env, "timeline", "show"); code != 1 || !strings.Contains(stderr, "cannot reach the safekeeper's HTTP API at 127.0.0.1:1") {
+		t.Errorf("timeline show from the environment: exit %d %q", code, stderr)
+	}
+	env["SAFEKEEPER_TENANT_ID"] = "xyz"
+	if code, stderr := cli(env, "timeline", "show"); code != exitUsage || !strings.Contains(stderr, "tenant") {
+		t.Errorf("timeline show with a bad SAFEKEEPER_TENANT_ID: exit %d %q", code, stderr)
+	}
+	// A flag on the command line wins over the environment.
+	if code, stderr := cli(map[string]string{"SAFEKEEPER_LOG_LEVEL": "loud"}, "--log-level", "info", "status", "--http", "127.0.0.1:1"); code != 1 {
+		t.Errorf("--log-level info with SAFEKEEPER_LOG_LEVEL=loud: exit %d %q", code, stderr)
+	}
+}
