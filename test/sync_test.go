@@ -3,6 +3,7 @@ package test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -77,6 +78,16 @@ func TestSyncCopiesDonorWALAndCommitsEverywhere(t *testing.T) {
 	got, err := proto.ParseLSN(strings.TrimSpace(stdout.String()))
 	if err != nil || got != end2 {
 		t.Fatalf("sync printed %q, want %v\n%s", stdout.String(), end2, stderr.String())
+	}
+	// Again, with --json: the same commit_lsn, as "X/X".
+	js, err := exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), "sync", "--json", "--safekeepers", strings.Join(addrs, ","),
+		"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String(), "--timeout", "60s").Output()
+	var res struct {
+		CommitLSN  string `json:"commit_lsn"`
+		TimelineID string `json:"timeline_id"`
+	}
+	if err != nil || json.Unmarshal(js, &res) != nil || res.CommitLSN != end2.String() || res.TimelineID != (proto.ID{0xbb, 1}).String() {
+		t.Fatalf("sync --json: %v %q", err, js)
 	}
 	// Every safekeeper, the lagging one included, holds and commits end2.
 	for i, sk := range sks {

@@ -261,9 +261,13 @@ func versionCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "version",
 		Usage: "print the version (the VCS revision built) and exit",
+		Flags: []cli.Flag{jsonFlag()},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usagef("version takes no arguments, got %q", c.Args().Slice())
+			}
+			if c.Bool("json") {
+				return writeJSONLine(c, map[string]string{"version": server.Version, "go": runtime.Version()})
 			}
 			fmt.Fprintf(c.App.Writer, "safekeeper %s\n", server.Version)
 			return nil

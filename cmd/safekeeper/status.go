@@ -21,7 +21,12 @@ func httpFlag() cli.Flag {
 }
 
 func jsonFlag() cli.Flag {
-	return &cli.BoolFlag{Name: "json", Usage: "print the API's JSON instead of a table"}
+	return &cli.BoolFlag{Name: "json", Usage: "print JSON instead of text (LSNs as \"X/X\")"}
+}
+
+// writeJSONLine prints v as one line of JSON.
+func writeJSONLine(c *cli.Context, v any) error {
+	return json.NewEncoder(c.App.Writer).Encode(v)
 }
 
 // apiGet fetches path from the HTTP API at c's --http into v, and returns

@@ -35,7 +35,7 @@ func syncCommand() *cli.Command {
 			"error, 2 usage, 3 deposed.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "safekeepers", "tenant-id", "timeline-id") },
-		Flags: []cli.Flag{
+		Flags: []cli.Flag{jsonFlag(),
 			&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline (required)"},
 			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
 			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)"},
@@ -78,6 +78,9 @@ func syncCommand() *cli.Command {
 				return deposedExit(err)
 			case err != nil:
 				return err
+			}
+			if c.Bool("json") {
+				return writeJSONLine(c, map[string]any{"tenant_id": tenant.String(), "timeline_id": timeline.String(), "commit_lsn": lsn})
 			}
 			fmt.Fprintln(c.App.Writer, lsn)
 			return nil

@@ -53,7 +53,7 @@ func timelinePullCommand() *cli.Command {
 			"rest.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "from", "data-dir", "tenant-id", "timeline-id") },
-		Flags: []cli.Flag{
+		Flags: []cli.Flag{jsonFlag(),
 			&cli.StringFlag{Name: "from", Usage: "host:port of the peer safekeeper to copy from (required)"},
 			&cli.StringFlag{Name: "data-dir", Usage: "this safekeeper's data directory (required)"},
 			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
@@ -147,6 +147,10 @@ func pullTimeline(ctx context.Context, c *cli.Context, from, path string, tenant
 	st.TruncateLSN = min(peer.Info.TruncateLSN, st.CommitLSN)
 	if err := tl.Commit(st); err != nil {
 		return fmt.Errorf("timeline pull: %w (the timeline here is left empty)", err)
+	}
+	if c.Bool("json") {
+		return writeJSONLine(c, map[string]any{"tenant_id": tenant.String(), "timeline_id": timeline.String(), "from": from,
+			"wal_start_lsn": first, "flush_lsn": end, "wal_bytes": uint64(end - first), "term": st.VotedFor.Term, "commit_lsn": st.CommitLSN})
 	}
 	fmt.Fprintf(c.App.Writer, "pulled timeline %s/%s from %s: WAL %s..%s (%d bytes), term %d, commit_lsn %s\n",
 		tenant, timeline, from, first, end, uint64(end-first), st.VotedFor.Term, st.CommitLSN)
