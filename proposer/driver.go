@@ -205,7 +205,7 @@ func (s *driver) run(ctx context.Context) error {
 	slotDone := make(chan struct{})
 	go func() { defer close(slotDone); slot.run(ctx) }()
 	defer func() { cancel(); <-slotDone }()
-	s.log.Info("connected to primary", "system_id", s.ui.SystemID, "timeline", s.ui.Timeline, "flush", s.ui.XLogPos,
+	s.log.Info("connected to primary", "system_id", s.ui.SystemID, "pg_timeline", s.ui.Timeline, "flush", s.ui.XLogPos,
 		"wal_segment_size", s.ui.SegSize, "server_version_num", s.ui.PgVersion, "slot", s.cfg.SlotName, "slot_restart_lsn", s.ui.RestartLSN)
 	s.si = proto.ServerInfo{
 		ProtocolVersion: proto.ProtocolVersion, PgVersion: s.ui.PgVersion, SystemID: s.ui.SystemID,

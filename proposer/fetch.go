@@ -238,7 +238,7 @@ func (f *fetcher) probe(ctx context.Context) ([]timelineProbe, error) {
 	tl := fmt.Sprintf("%s/%s", f.cfg.TenantID, f.cfg.TimelineID)
 	if len(holders) > 0 {
 		if len(errs) > 0 {
-			f.cfg.Logger.Warn("some safekeepers did not answer", "timeline", tl, "err", errors.Join(errs...))
+			f.cfg.Logger.Warn("some safekeepers did not answer", "err", errors.Join(errs...))
 		}
 		return holders, nil
 	}

@@ -501,7 +501,7 @@ func findTimeline(ctx context.Context, cfg *SyncConfig) error {
 			return fmt.Errorf("%w: timeline %s is not on %s%s", ErrNoTimeline, tl, strings.Join(missing, ", "), noAnswer)
 		}
 		d := bo.next()
-		cfg.Logger.Debug("no safekeeper holding the timeline answered yet; asking again", "timeline", tl,
+		cfg.Logger.Debug("no safekeeper holding the timeline answered yet; asking again",
 			"not_on", strings.Join(missing, ","), "no_answer", strings.Join(failed, ","), "retry_in", d)
 		select {
 		case <-ctx.Done():

@@ -63,7 +63,7 @@ func writeError(w http.ResponseWriter, err error) {
 func newHTTPAPI(s *Server, ln net.Listener) *httpAPI {
 	a := &httpAPI{s: s, started: time.Now(), ln: ln, reg: prometheus.NewRegistry()}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&timelineCollector{s: s}, s.metrics.flushSeconds, s.metrics.writeBytes, s.metrics.appends, s.metrics.received)
+		&timelineCollector{s: s}, s.metrics.writeSeconds, s.metrics.flushSeconds, s.metrics.slowFsyncs, s.metrics.writeBytes, s.metrics.appends, s.metrics.received)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -373,16 +373,36 @@ func (a *httpAPI) describe(tl *timeline) timelineJSON {
 // serverMetrics are the server-wide instruments (bounded cardinality: no
 // per-timeline histograms).
 type serverMetrics struct {
-	flushSeconds prometheus.Histogram // one group commit (the fsync)
+	writeSeconds prometheus.Histogram // one group commit: WAL into the store's pages
+	flushSeconds prometheus.Histogram // one group commit: written to the file and fsynced
+	slowFsyncs   prometheus.Counter
 	writeBytes   prometheus.Histogram // WAL bytes per SafeKeeperRequest
 	appends      prometheus.Counter
 	received     prometheus.Counter
+	slowFsync    time.Duration // a commit longer than this is counted in slowFsyncs
 }
 
-func newMetrics() serverMetrics {
-	return serverMetrics{
+// observeCommit is storage's OnCommit.
+func (m *serverMetrics) observeCommit(c storage.CommitStats) {
+	if c.Err != nil || c.WALBytes == 0 {
+		return // a commit of control state only: no WAL written
+	}
+	m.writeSeconds.Observe(c.Apply.Seconds())
+	m.flushSeconds.Observe(c.Write.Seconds())
+	if c.Apply+c.Write > m.slowFsync {
+		m.slowFsyncs.Inc()
+	}
+}
+
+func newMetrics(slowFsync time.Duration) *serverMetrics {
+	return &serverMetrics{
+		slowFsync: slowFsync,
+		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "safekeeper_write_wal_seconds",
+			Help: "Time of one group commit spent putting WAL and state into the store's pages (in memory), before the disk writes.", Buckets: prometheus.ExponentialBuckets(0.00001, 2, 16)}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "safekeeper_flush_wal_seconds",
-			Help: "Time of one group commit of a timeline: WAL and state written and fsynced.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+			Help: "Time of one group commit spent writing to the file and fsyncing (bbolt's write time: pages, fdatasync, meta page, fdatasync).", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		slowFsyncs: prometheus.NewCounter(prometheus.CounterOpts{Name: "safekeeper_slow_fsyncs_total",
+			Help: "Group commits that took longer than --slow-fsync-threshold (each is logged)."}),
 		writeBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "safekeeper_write_wal_bytes",
 			Help: "WAL bytes of one SafeKeeperRequest.", Buckets: prometheus.ExponentialBuckets(64, 4, 8)}),
 		appends: prometheus.NewCounter(prometheus.CounterOpts{Name: "safekeeper_appends_total",

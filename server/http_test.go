@@ -1,11 +1,16 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -145,10 +150,70 @@ func TestHTTPAPI(t *testing.T) {
 			gauge("safekeeper_term"), gauge("safekeeper_active_timelines"), gauge("safekeeper_connected_proposers"),
 			gauge("safekeeper_connected_readers"), gauge("safekeeper_appends_total"))
 	}
-	if h := fams["safekeeper_flush_wal_seconds"]; h == nil || h.Metric[0].Histogram.GetSampleCount() == 0 {
-		t.Errorf("safekeeper_flush_wal_seconds: %v", h)
+	for _, name := range []string{"safekeeper_flush_wal_seconds", "safekeeper_write_wal_seconds", "safekeeper_write_wal_bytes"} {
+		if h := fams[name]; h == nil || h.Metric[0].Histogram.GetSampleCount() == 0 {
+			t.Errorf("%s: %v", name, h)
+		}
+	}
+	if f := fams["safekeeper_slow_fsyncs_total"]; f == nil || f.Metric[0].Counter.GetValue() != 0 {
+		t.Errorf("safekeeper_slow_fsyncs_total with the default 1s threshold: %v", f)
 	}
 	if fams["go_goroutines"] == nil || fams["process_resident_memory_bytes"] == nil {
 		t.Error("no Go runtime or process metrics")
 	}
+}
+
+// TestSlowFsyncLogged: with --slow-fsync-threshold below every commit's
+// time, each WAL commit is logged as a slow fsync with its durations and
+// counted in safekeeper_slow_fsyncs_total.
+func TestSlowFsyncLogged(t *testing.T) {
+	var logs syncBuffer
+	s := startTestServer(t, t.TempDir(), func(c *Config) {
+		c.ListenHTTP = "127.0.0.1:0"
+		c.SlowFsyncThreshold = time.Nanosecond
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
+	p.push(10, 1000, 0)
+	resp, err := http.Get("http://" + s.HTTPAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := fams["safekeeper_slow_fsyncs_total"].Metric[0].Counter.GetValue()
+	if n == 0 {
+		t.Fatal("safekeeper_slow_fsyncs_total is 0 with a 1ns threshold")
+	}
+	var slow int
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `msg="slow fsync"`) && strings.Contains(line, "duration=") && strings.Contains(line, "write_and_fsync=") {
+			slow++
+		}
+	}
+	if slow < int(n) {
+		t.Fatalf("%d slow fsyncs counted, %d logged with their durations:\n%s", int(n), slow, logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

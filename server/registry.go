@@ -110,7 +110,7 @@ func (s *Server) open(key proto.TimelineKey, create *proto.ServerInfo) (*timelin
 			store, err = s.db.CreateTimeline(st)
 		}
 		if err == nil {
-			s.log.Info("created timeline", "timeline", key.String(), "system_id", create.SystemID,
+			s.log.Info("created timeline", "tenant_id", key.TenantID.String(), "timeline_id", key.TimelineID.String(), "system_id", create.SystemID,
 				"pg_version", create.PgVersion, "wal_seg_size", create.WalSegSize)
 		}
 	}
@@ -137,9 +137,9 @@ func (s *Server) startTimeline(key proto.TimelineKey, st acceptor.State, store *
 	}
 	if broken := sess.Broken(); broken != nil {
 		s.log.Error("timeline opened read-only: storage cannot write; a proposer's next greeting retries",
-			"timeline", key.String(), "flush_lsn", st.FlushLSN, "commit_lsn", st.CommitLSN, "err", broken)
+			"tenant_id", key.TenantID.String(), "timeline_id", key.TimelineID.String(), "flush_lsn", st.FlushLSN, "commit_lsn", st.CommitLSN, "err", broken)
 	}
-	tlog := s.log.With("timeline", key.String())
+	tlog := s.log.With("tenant_id", key.TenantID.String(), "timeline_id", key.TimelineID.String())
 	repl, err := newReplState(store, st.PgTimeline, tlog)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", acceptor.ErrStorage, err)
@@ -147,7 +147,7 @@ func (s *Server) startTimeline(key proto.TimelineKey, st acceptor.State, store *
 	t := &timeline{
 		key: key, log: tlog, in: make(chan event, eventQueue),
 		state: sess.InMem(), changed: make(chan struct{}), store: store, repl: repl, stopped: make(chan struct{}), retired: make(chan struct{}),
-		onPublish: s.hooks.onPublish, persistEvery: persistInterval, walBudget: s.walBudget, metrics: &s.metrics,
+		onPublish: s.hooks.onPublish, persistEvery: persistInterval, walBudget: s.walBudget, metrics: s.metrics,
 	}
 	if s.hooks.persistInterval != 0 {
 		t.persistEvery = s.hooks.persistInterval

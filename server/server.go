@@ -76,6 +76,9 @@ type Config struct {
 	// once slower, not faster: a bigger heap); at least
 	// proto.MaxWALPerRequest.
 	MaxBufferedWAL int64
+	// SlowFsyncThreshold: a group commit (its write transaction, fsyncs
+	// included) taking longer is logged with its durations. Default 1 s.
+	SlowFsyncThreshold time.Duration
 }
 
 func (c *Config) withDefaults() error {
@@ -102,6 +105,9 @@ func (c *Config) withDefaults() error {
 	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 2 * time.Second
+	}
+	if c.SlowFsyncThreshold <= 0 {
+		c.SlowFsyncThreshold = time.Second
 	}
 	if c.MaxBufferedWAL == 0 {
 		c.MaxBufferedWAL = 32 << 20
@@ -162,7 +168,7 @@ type Server struct {
 	writeLimit atomic.Int64
 
 	http            *httpAPI // nil without Config.ListenHTTP
-	metrics         serverMetrics
+	metrics         *serverMetrics
 	removedSegments atomic.Int64 // WAL segments retention removed
 
 	mu        sync.Mutex
@@ -222,8 +228,10 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 			httpLn.Close()
 		}
 	}
+	metrics := newMetrics(cfg.SlowFsyncThreshold)
 	db, err := storage.Open(filepath.Join(cfg.DataDir, "safekeeper.db"), storage.Options{
-		Logger: cfg.Logger, UnsafeNoFsync: cfg.UnsafeNoFsync,
+		Logger: cfg.Logger, UnsafeNoFsync: cfg.UnsafeNoFsync, SlowCommit: cfg.SlowFsyncThreshold,
+		OnCommit: metrics.observeCommit,
 	})
 	if err != nil {
 		closeListeners()
@@ -244,7 +252,7 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}),
 		timelines: map[proto.TimelineKey]*timeline{}, opening: map[proto.TimelineKey]*opening{}, deleting: map[proto.TimelineKey]struct{}{}, conns: map[net.Conn]struct{}{},
 		walBudget: semaphore.NewWeighted(cfg.MaxBufferedWAL),
-		metrics:   newMetrics(),
+		metrics:   metrics,
 		hooks:     h,
 	}
 	if httpLn != nil {
@@ -404,7 +412,7 @@ func (c *limitedConn) SetWriteDeadline(t time.Time) error {
 // parameter; START_WAL_PUSH, IDENTIFY_SYSTEM and TIMELINE_STATUS work on
 // every connection).
 func (s *Server) serveConn(nc net.Conn) {
-	log := s.log.With("remote", nc.RemoteAddr().String())
+	log := s.log.With("peer", nc.RemoteAddr().String())
 	pc, err := pgwire.Accept(nc, pgwire.AcceptOptions{StartupTimeout: 10 * time.Second, WriteTimeout: s.cfg.WalSenderTimeout})
 	if err != nil {
 		log.Debug("connection startup failed", "err", err)

@@ -330,7 +330,7 @@ func TestMalformedFrontendMessages(t *testing.T) {
 	if m, err := c.fe.Receive(); err == nil {
 		t.Fatalf("got %T after FATAL, want the connection closed", m)
 	}
-	remote := "remote=" + c.nc.LocalAddr().String()
+	remote := "peer=" + c.nc.LocalAddr().String()
 	waitFor(t, "the protocol violation in the log", func() bool {
 		for _, line := range strings.Split(logs.String(), "\n") {
 			if strings.Contains(line, remote) && strings.Contains(line, "invalid frontend message type 63") {

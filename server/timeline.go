@@ -178,12 +178,7 @@ func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
 					break drain
 				}
 			}
-			t0 := time.Now()
 			r := sess.Flush()
-			if o.t.metrics != nil && o.staged {
-				o.t.metrics.flushSeconds.Observe(time.Since(t0).Seconds())
-			}
-			o.staged = false
 			o.act(r)
 			o.release() // the batch is committed (or failed): its WAL left memory
 		}
@@ -203,7 +198,6 @@ type owner struct {
 	// release, and payloads their messages' buffers.
 	cost     int64
 	payloads [][]byte
-	staged   bool // a request with WAL was handled since the last Flush
 }
 
 // release gives the WAL bytes of the events handled so far back to the
@@ -247,15 +241,21 @@ func (o *owner) handle(ev event) {
 	}
 	o.conns[c.id] = c
 	wasBroken := o.sess.Broken()
+	// Appends change no term, vote or timeline and never truncate: only
+	// the other messages pay for a copy of the state to compare with.
+	_, isAppend := ev.msg.(*proto.SafeKeeperRequest)
+	var before acceptor.State
+	if !isAppend {
+		before = o.sess.State()
+	}
 	r := o.sess.Step(c.id, ev.msg)
+	if !isAppend {
+		o.logChanges(c, ev.msg, before, r)
+	}
 	if _, greeting := ev.msg.(*proto.ServerInfo); greeting && wasBroken != nil && o.sess.Broken() != nil {
 		o.t.log.Warn("timeline still cannot write", "err", o.sess.Broken())
 	}
-	if m, ok := ev.msg.(*proto.ProposerElected); ok && !r.Ends(c.id) {
-		o.t.log.Info("proposer elected", "term", m.Term, "start_streaming_at", m.StartStreamingAt, "conn", c.remote)
-	}
 	if m, ok := ev.msg.(*proto.SafeKeeperRequest); ok && len(m.WAL) > 0 && o.t.metrics != nil {
-		o.staged = true
 		o.t.metrics.writeBytes.Observe(float64(len(m.WAL)))
 		o.t.metrics.appends.Inc()
 		o.t.metrics.received.Add(float64(len(m.WAL)))
@@ -267,6 +267,42 @@ func (o *owner) handle(ev event) {
 		o.t.pushMu.Unlock()
 	}
 	o.act(r)
+}
+
+// logChanges logs, once each, the state changes a message made that an
+// operator wants to see (nothing per append): a vote granted or refused, a
+// term change, an election, a truncation of WAL.
+func (o *owner) logChanges(c *pushConn, msg proto.Message, before acceptor.State, r acceptor.Ready) {
+	log := o.t.log
+	after := o.sess.State()
+	if m, ok := msg.(*proto.RequestVote); ok {
+		for _, out := range r.Out {
+			v, ok := out.Msg.(*proto.VoteResponse)
+			if !ok || out.Conn != c.id {
+				continue
+			}
+			if v.VotedFor == m.Candidate {
+				log.Info("vote granted", "term", m.Candidate.Term, "candidate", m.Candidate.String(), "peer", c.remote,
+					"flush_lsn", after.FlushLSN, "last_log_term", after.LastLogTerm())
+			} else {
+				log.Info("vote refused", "term", m.Candidate.Term, "candidate", m.Candidate.String(), "peer", c.remote,
+					"voted_for", v.VotedFor.String())
+			}
+		}
+	}
+	if after.VotedFor.Term != before.VotedFor.Term {
+		log.Info("term changed", "term", after.VotedFor.Term, "previous_term", before.VotedFor.Term, "peer", c.remote)
+	}
+	if m, ok := msg.(*proto.ProposerElected); ok && !r.Ends(c.id) {
+		log.Info("proposer elected", "term", m.Term, "start_streaming_at", m.StartStreamingAt, "peer", c.remote)
+	}
+	if after.FlushLSN < before.FlushLSN {
+		log.Info("truncated WAL", "lsn", after.FlushLSN, "previous_flush_lsn", before.FlushLSN, "term", after.VotedFor.Term, "peer", c.remote)
+	}
+	if after.PgTimeline != before.PgTimeline {
+		log.Info("PostgreSQL timeline switched", "pg_timeline", after.PgTimeline, "previous_pg_timeline", before.PgTimeline,
+			"lsn", after.TimelineStartLSN, "peer", c.remote)
+	}
 }
 
 // act carries out a Ready: publish the new state (readers —

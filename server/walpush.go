@@ -185,6 +185,7 @@ func (c *pushConn) write(it outItem, buf *[]byte) error {
 		c.pc.SendError(fatalError(it.err)) // the connection closes
 		return c.pc.Flush()
 	case it.done:
+		c.log.Info("ending WAL push stream: the proposer sent CopyDone")
 		c.pc.SendCopyDone()
 		c.pc.SendCommandComplete("START_WAL_PUSH")
 		c.pc.SendReadyForQuery()
@@ -291,6 +292,10 @@ func (c *pushConn) readOne() (outItem, proto.Message, []byte) {
 		if err == nil {
 			if err = tl.bind(c.pc); err == nil {
 				c.tl = tl
+				// From here the stream's lines name the timeline. (The
+				// writer reads c.log only for items queued after this.)
+				c.log = tl.log.With("peer", c.remote, "conn", uint64(c.id))
+				c.log.Info("proposer connected", "wal_end", si.WalEnd, "pg_timeline", si.PgTimeline, "proposer_uuid", si.ProposerUUID.String())
 			}
 		}
 		if err != nil {

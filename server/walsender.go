@@ -135,7 +135,7 @@ func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 			e.Detail = fmt.Sprintf("This server's history forked from timeline %d at %s.", cmd.TLI, end)
 			return c.fail(e)
 		case ok && cmd.Start == end:
-			c.log.Info("START_REPLICATION at the end of a historic timeline", "timeline", cmd.TLI, "next", next, "at", end)
+			c.log.Info("START_REPLICATION at the end of a historic timeline", "pg_timeline", cmd.TLI, "next", next, "at", end)
 			return c.sendNextTimeline(next, end)
 		case ok:
 			hist = histView{on: true, end: end, next: next}
@@ -247,7 +247,7 @@ func (w *walSender) run() bool {
 	if end == endHistoric {
 		// PostgreSQL's end of a historic timeline: CopyDone, the client's
 		// CopyDone, then the next timeline's result set.
-		w.c.log.Info("WAL stream reached the end of its timeline", "timeline", w.cmd.TLI, "at", w.pos, "next", w.hist.next)
+		w.c.log.Info("WAL stream reached the end of its timeline", "pg_timeline", w.cmd.TLI, "at", w.pos, "next", w.hist.next)
 		if w.c.pc.SendCopyDone() != nil || w.c.pc.Flush() != nil {
 			w.c.pc.Close()
 			<-w.readerDone

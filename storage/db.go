@@ -91,8 +91,14 @@ type Options struct {
 	// Logger receives slow-commit warnings. nil means discard.
 	Logger *slog.Logger
 	// SlowCommit is the write-transaction duration (apply + fsync) above
-	// which a commit is logged with its duration. 0 means 1 s.
+	// which a commit is logged ("slow fsync") with its durations. 0 means
+	// 1 s.
 	SlowCommit time.Duration
+	// OnCommit, if set, is called after every write transaction of the
+	// group commit with its timings (for metrics). It runs in the
+	// committing goroutine, before the committers are woken: keep it
+	// short.
+	OnCommit func(CommitStats)
 	// MaxChunkSize is the largest WAL value written under one key; contiguous
 	// staged writes are packed into chunks of at most this size. 0 means
 	// 256 KiB; at most MaxChunkSize (1 MiB).
@@ -649,6 +655,22 @@ func (db *DB) commit(r *commitReq) error {
 	return nil
 }
 
+// CommitStats describes one write transaction of the group commit.
+type CommitStats struct {
+	// Apply is the time spent putting the batch into the transaction's
+	// pages in memory: copying WAL into chunks, the control records.
+	Apply time.Duration
+	// Write is the time spent writing the dirty pages and the meta page to
+	// the file, each followed by fdatasync: the disk's part (bbolt's
+	// TxStats.WriteTime).
+	Write time.Duration
+	// Commits is the number of timeline Commits in the transaction, WALBytes
+	// the WAL they wrote.
+	Commits  int
+	WALBytes int
+	Err      error
+}
+
 // commitBatch applies batch in one write transaction and wakes its callers.
 // A request that breaks the LSN rules is refused alone, before it changes
 // anything; any other error aborts the transaction and fails every request:
@@ -656,7 +678,14 @@ func (db *DB) commit(r *commitReq) error {
 func (db *DB) commitBatch(batch []*commitReq) {
 	start := time.Now()
 	var walBytes int
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	var txStats bolt.TxStats
+	// db.bolt.Update, written out to read the transaction's write time.
+	err := func() error {
+		tx, err := db.bolt.Begin(true)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() // after Commit: ErrTxClosed, nothing done
 		timelines := tx.Bucket(bucketTimelines)
 		for _, r := range batch {
 			r.err, r.reqErr, r.wrote = nil, false, 0
@@ -669,12 +698,18 @@ func (db *DB) commitBatch(batch []*commitReq) {
 			}
 			walBytes += r.wrote
 		}
-		return nil
-	})
+		err = tx.Commit()
+		txStats = tx.Stats()
+		return err
+	}()
 	elapsed := time.Since(start)
+	write := txStats.GetWriteTime()
 	db.writeTxs.Add(1)
 	if elapsed > db.opts.SlowCommit {
-		db.log.Warn("storage: slow commit", "duration", elapsed, "commits", len(batch), "wal_bytes", walBytes, "err", err)
+		db.log.Warn("slow fsync", "duration", elapsed, "write_and_fsync", write, "commits", len(batch), "wal_bytes", walBytes, "err", err)
+	}
+	if db.opts.OnCommit != nil {
+		db.opts.OnCommit(CommitStats{Apply: elapsed - write, Write: write, Commits: len(batch), WALBytes: walBytes, Err: err})
 	}
 	// Count first, then wake the committers: a caller that reads Stats
 	// after its Commit returned sees that commit counted.

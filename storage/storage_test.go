@@ -984,7 +984,7 @@ func TestSlowCommitLogged(t *testing.T) {
 	}
 	var found bool
 	for _, line := range bytes.Split(buf.Bytes(), []byte("\n")) {
-		if bytes.Contains(line, []byte("slow commit")) && bytes.Contains(line, []byte("duration=")) {
+		if bytes.Contains(line, []byte("slow fsync")) && bytes.Contains(line, []byte("duration=")) {
 			found = true
 		}
 	}

@@ -387,6 +387,7 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "unsafe-no-fsync", Hidden: true, Usage: "TESTS AND BENCHMARKS ONLY: never fsync; a crash loses acknowledged WAL"},
 			&cli.DurationFlag{Name: "wal-sender-timeout", Value: 60 * time.Second, Usage: "disconnect a replication client silent this long; it is asked for a reply after half of it (at most 10s); 0 disables, like PostgreSQL's wal_sender_timeout = 0"},
 			&cli.DurationFlag{Name: "retention-interval", Value: time.Second, Usage: "least time between two WAL removal passes of a timeline"},
+			&cli.DurationFlag{Name: "slow-fsync-threshold", Value: time.Second, Usage: "log a group commit (write and fsync of WAL and state) that takes longer than this, with its durations; counted in safekeeper_slow_fsyncs_total"},
 			&cli.StringFlag{Name: "listen-http", Value: "127.0.0.1:7676", Usage: "host:port of the HTTP API (status, timelines, /metrics, /healthz, /readyz); '' disables it"},
 			&cli.BoolFlag{Name: "enable-pprof", Usage: "serve Go's /debug/pprof/ on the HTTP API"},
 			&cli.StringFlag{Name: "wal-keep-size", Value: "1GB", Usage: "WAL kept below commit_lsn whatever else retention says, as PostgreSQL's wal_keep_size (e.g. 1GB, 512MB; 0: none)"},
@@ -421,6 +422,9 @@ func runCommand() *cli.Command {
 			if c.Duration("retention-interval") <= 0 {
 				return usagef("--retention-interval %v: want a positive duration", c.Duration("retention-interval"))
 			}
+			if c.Duration("slow-fsync-threshold") <= 0 {
+				return usagef("--slow-fsync-threshold %v: want a positive duration", c.Duration("slow-fsync-threshold"))
+			}
 			walKeep, err := parsePGSize(c.String("wal-keep-size"), false)
 			if err != nil {
 				return usagef("--wal-keep-size: %w", err)
@@ -454,6 +458,7 @@ func runCommand() *cli.Command {
 				WalSenderTimeout: walSenderTimeout, RetentionInterval: c.Duration("retention-interval"),
 				WalKeepSize: walKeep, MaxSlotWALKeepSize: slotKeep, MaxPeerWALKeepSize: peerKeep,
 				ListenHTTP: c.String("listen-http"), EnablePprof: c.Bool("enable-pprof"),
+				SlowFsyncThreshold: c.Duration("slow-fsync-threshold"),
 			})
 			if errors.Is(err, server.ErrNodeIDMismatch) {
 				return usageError{err} // the data dir belongs to another --id

@@ -172,7 +172,7 @@ func timelineArgs(c *cli.Context) (*slog.Logger, timelineFlags, error) {
 	if f.tenant, f.timeline, err = parseIDs(c); err != nil {
 		return nil, f, err
 	}
-	return log, f, nil
+	return log.With("tenant_id", f.tenant.String(), "timeline_id", f.timeline.String()), f, nil
 }
 
 // parseSafekeepers parses the --safekeepers list. An address given twice is

@@ -86,6 +86,7 @@ func walFetchCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
+				log = log.With("tenant_id", tenant.String(), "timeline_id", timeline.String())
 				var addrs []string
 				for _, a := range strings.Split(c.String("safekeepers"), ",") {
 					if a = strings.TrimSpace(a); a != "" {
