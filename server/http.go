@@ -54,7 +54,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, err error) {
 	var ae *apiError
-	if !errors.As(err, &ae) {
+	switch {
+	case errors.As(err, &ae):
+	case errors.Is(err, errShutdown):
+		ae = &apiError{http.StatusServiceUnavailable, "shutting_down", "the safekeeper is shutting down"}
+	default:
 		ae = &apiError{status: http.StatusInternalServerError, code: "internal", msg: err.Error()}
 	}
 	writeJSON(w, ae.status, map[string]string{"error": ae.msg, "code": ae.code})
