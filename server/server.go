@@ -79,6 +79,13 @@ type Config struct {
 	// SlowFsyncThreshold: a group commit (its write transaction, fsyncs
 	// included) taking longer is logged with its durations. Default 1 s.
 	SlowFsyncThreshold time.Duration
+	// TLSCertFile and TLSKeyFile (PEM) turn on TLS for the PostgreSQL port
+	// and the HTTP API (tls.go); both or neither. Re-read on ReloadTLS and
+	// when the files change.
+	TLSCertFile, TLSKeyFile string
+	// TLSRequired refuses a connection that did not upgrade to TLS, with
+	// FATAL 28000 as pg_hba.conf's hostssl would. Needs TLSCertFile.
+	TLSRequired bool
 }
 
 func (c *Config) withDefaults() error {
@@ -108,6 +115,12 @@ func (c *Config) withDefaults() error {
 	}
 	if c.SlowFsyncThreshold <= 0 {
 		c.SlowFsyncThreshold = time.Second
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return errors.New("server: TLS needs both a certificate and a key file")
+	}
+	if c.TLSRequired && c.TLSCertFile == "" {
+		return errors.New("server: TLS required but no certificate given")
 	}
 	if c.MaxBufferedWAL == 0 {
 		c.MaxBufferedWAL = 32 << 20
@@ -167,7 +180,8 @@ type Server struct {
 	// nanoseconds), set by Shutdown; 0 before. See limitedConn.
 	writeLimit atomic.Int64
 
-	http            *httpAPI // nil without Config.ListenHTTP
+	http            *httpAPI    // nil without Config.ListenHTTP
+	certs           *certSource // nil without Config.TLSCertFile
 	metrics         *serverMetrics
 	removedSegments atomic.Int64 // WAL segments retention removed
 
@@ -208,6 +222,13 @@ type hooks struct {
 func newServer(cfg Config, h hooks) (*Server, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
+	}
+	var certs *certSource
+	if cfg.TLSCertFile != "" {
+		var err error
+		if certs, err = newCertSource(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.Logger); err != nil {
+			return nil, err
+		}
 	}
 	// Listen first: a server that cannot listen must leave the data
 	// directory as it was, not claimed for its node id.
@@ -254,6 +275,7 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 		walBudget: semaphore.NewWeighted(cfg.MaxBufferedWAL),
 		metrics:   metrics,
 		hooks:     h,
+		certs:     certs,
 	}
 	if httpLn != nil {
 		s.http = newHTTPAPI(s, httpLn)
@@ -283,11 +305,21 @@ func (s *Server) isStopping() bool {
 
 // Serve accepts connections until Shutdown. It returns nil after Shutdown.
 func (s *Server) Serve() error {
-	s.log.Info("safekeeper listening", "addr", s.ln.Addr().String(), "node_id", s.cfg.NodeID, "data_dir", s.cfg.DataDir)
+	s.log.Info("safekeeper listening", "addr", s.ln.Addr().String(), "node_id", s.cfg.NodeID, "data_dir", s.cfg.DataDir,
+		"tls", s.certs != nil, "tls_required", s.cfg.TLSRequired)
 	go s.mem.run(s.ctx, s)
+	if s.certs != nil {
+		go s.certs.watch(s.ctx)
+	}
 	if s.http != nil {
-		s.log.Info("HTTP API listening", "addr", s.http.addr().String())
-		go s.http.srv.Serve(s.http.ln)
+		if s.certs != nil {
+			s.log.Info("HTTP API listening (HTTPS)", "addr", s.http.addr().String())
+			s.http.srv.TLSConfig = s.certs.config()
+			go s.http.srv.ServeTLS(s.http.ln, "", "")
+		} else {
+			s.log.Info("HTTP API listening", "addr", s.http.addr().String())
+			go s.http.srv.Serve(s.http.ln)
+		}
 	}
 	for {
 		nc, err := s.ln.Accept()
@@ -413,12 +445,33 @@ func (c *limitedConn) SetWriteDeadline(t time.Time) error {
 // every connection).
 func (s *Server) serveConn(nc net.Conn) {
 	log := s.log.With("peer", nc.RemoteAddr().String())
-	pc, err := pgwire.Accept(nc, pgwire.AcceptOptions{StartupTimeout: 10 * time.Second, WriteTimeout: s.cfg.WalSenderTimeout})
+	opts := pgwire.AcceptOptions{StartupTimeout: 10 * time.Second, WriteTimeout: s.cfg.WalSenderTimeout}
+	if s.certs != nil {
+		opts.TLSConfig = s.certs.config()
+	}
+	pc, err := pgwire.Accept(nc, opts)
 	if err != nil {
 		log.Debug("connection startup failed", "err", err)
 		return
 	}
 	params := pc.Params()
+	if s.cfg.TLSRequired && !pc.TLS() {
+		// PostgreSQL's refusal when only hostssl lines match.
+		db := params["database"]
+		if db == "" {
+			db = params["user"]
+		}
+		e := pgwire.Errorf(pgwire.InvalidAuthorizationSpecification, "no pg_hba.conf entry for host %q, user %q, database %q, no encryption",
+			hostOf(nc.RemoteAddr().String()), params["user"], db)
+		if r, _ := pgwire.ParseReplication(params["replication"]); r == pgwire.ReplicationPhysical {
+			e = pgwire.Errorf(pgwire.InvalidAuthorizationSpecification, "no pg_hba.conf entry for replication connection from host %q, user %q, no encryption",
+				hostOf(nc.RemoteAddr().String()), params["user"])
+		}
+		log.Info("connection refused: TLS is required", "user", params["user"])
+		pc.SendError(fatalError(e))
+		pc.Flush()
+		return
+	}
 	log = log.With("application_name", params["application_name"])
 	ids, err := parseStartupIDs(params["options"])
 	var mode pgwire.Replication
@@ -529,4 +582,12 @@ func checkSettingName(name string) error {
 type startupIDs struct {
 	tenant, timeline       proto.ID
 	hasTenant, hasTimeline bool
+}
+
+// hostOf is the host part of a host:port address.
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
 }

@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -312,7 +313,11 @@ func helpCommand() *cli.Command {
 // action would kill the process at once, without a clean shutdown, when
 // logrotate signals it or its terminal closes. There is no configuration to
 // reload, so it is only logged.
-func ignoreSIGHUP(log *slog.Logger) (stop func()) {
+func ignoreSIGHUP(log *slog.Logger) (stop func()) { return onSIGHUP(log, nil) }
+
+// onSIGHUP runs reload on every SIGHUP until stop is called (nil: the
+// signal is only logged).
+func onSIGHUP(log *slog.Logger, reload func()) (stop func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	done := make(chan struct{})
@@ -322,7 +327,11 @@ func ignoreSIGHUP(log *slog.Logger) (stop func()) {
 		for {
 			select {
 			case <-hup:
-				log.Info("SIGHUP ignored: nothing to reload")
+				if reload == nil {
+					log.Info("SIGHUP ignored: nothing to reload")
+				} else {
+					reload()
+				}
 			case <-done:
 				return
 			}
@@ -387,6 +396,9 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "unsafe-no-fsync", Hidden: true, Usage: "TESTS AND BENCHMARKS ONLY: never fsync; a crash loses acknowledged WAL"},
 			&cli.DurationFlag{Name: "wal-sender-timeout", Value: 60 * time.Second, Usage: "disconnect a replication client silent this long; it is asked for a reply after half of it (at most 10s); 0 disables, like PostgreSQL's wal_sender_timeout = 0"},
 			&cli.DurationFlag{Name: "retention-interval", Value: time.Second, Usage: "least time between two WAL removal passes of a timeline"},
+			&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate (chain) for TLS on the PostgreSQL port and HTTPS on the HTTP API; re-read on SIGHUP and when the file changes"},
+			&cli.StringFlag{Name: "tls-key", Usage: "PEM private key of --tls-cert"},
+			&cli.BoolFlag{Name: "tls-required", Usage: "refuse connections that do not use TLS (FATAL 28000, as pg_hba.conf hostssl)"},
 			&cli.DurationFlag{Name: "slow-fsync-threshold", Value: time.Second, Usage: "log a group commit (write and fsync of WAL and state) that takes longer than this, with its durations; counted in safekeeper_slow_fsyncs_total"},
 			&cli.StringFlag{Name: "listen-http", Value: "127.0.0.1:7676", Usage: "host:port of the HTTP API (status, timelines, /metrics, /healthz, /readyz); '' disables it"},
 			&cli.BoolFlag{Name: "enable-pprof", Usage: "serve Go's /debug/pprof/ on the HTTP API"},
@@ -444,7 +456,23 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			defer ignoreSIGHUP(log)()
+			var reload func() // set once the server exists; SIGHUP re-reads its TLS certificate
+			var reloadMu sync.Mutex
+			defer onSIGHUP(log, func() {
+				reloadMu.Lock()
+				defer reloadMu.Unlock()
+				if reload == nil {
+					log.Info("SIGHUP ignored: nothing to reload (no --tls-cert)")
+					return
+				}
+				reload()
+			})()
+			if c.IsSet("tls-required") && c.Bool("tls-required") && !c.IsSet("tls-cert") {
+				return usagef("--tls-required needs --tls-cert and --tls-key")
+			}
+			if c.IsSet("tls-cert") != c.IsSet("tls-key") {
+				return usagef("--tls-cert and --tls-key go together")
+			}
 			dir := c.String("data-dir")
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return err
@@ -459,12 +487,18 @@ func runCommand() *cli.Command {
 				WalKeepSize: walKeep, MaxSlotWALKeepSize: slotKeep, MaxPeerWALKeepSize: peerKeep,
 				ListenHTTP: c.String("listen-http"), EnablePprof: c.Bool("enable-pprof"),
 				SlowFsyncThreshold: c.Duration("slow-fsync-threshold"),
+				TLSCertFile:        c.String("tls-cert"), TLSKeyFile: c.String("tls-key"), TLSRequired: c.Bool("tls-required"),
 			})
 			if errors.Is(err, server.ErrNodeIDMismatch) {
 				return usageError{err} // the data dir belongs to another --id
 			}
 			if err != nil {
 				return err
+			}
+			if srv.TLSEnabled() {
+				reloadMu.Lock()
+				reload = func() { srv.ReloadTLS() } // logs the outcome itself
+				reloadMu.Unlock()
 			}
 			sig := make(chan os.Signal, 1)
 			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
