@@ -431,11 +431,13 @@ var (
 	descProposers  = prometheus.NewDesc("safekeeper_connected_proposers", "Timelines with a proposer connected and streaming.", nil, nil)
 	descReaders    = prometheus.NewDesc("safekeeper_connected_readers", "Replication streams being served.", nil, nil)
 	descDisk       = prometheus.NewDesc("safekeeper_disk_usage_bytes", "Size of the data directory's database file.", nil, nil)
+	descDiskFree   = prometheus.NewDesc("safekeeper_disk_free_bytes", "Free space for unprivileged users on the data directory's file system.", nil, nil)
+	descRemovedTo  = prometheus.NewDesc("safekeeper_removed_up_to_lsn", "removed_up_to of the timeline: WAL below it was removed by retention.", labels, nil)
 	descRemovedSeg = prometheus.NewDesc("safekeeper_removed_wal_segments_total", "WAL segments removed by retention since the server started.", nil, nil)
 )
 
 func (c *timelineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descFlush, descCommit, descRemote, descTerm, descReaderLag, descActive, descProposers, descReaders, descDisk, descRemovedSeg} {
+	for _, d := range []*prometheus.Desc{descFlush, descCommit, descRemote, descTerm, descReaderLag, descActive, descProposers, descReaders, descDisk, descDiskFree, descRemovedTo, descRemovedSeg} {
 		ch <- d
 	}
 }
@@ -454,6 +456,7 @@ func (c *timelineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descFlush, prometheus.GaugeValue, float64(st.FlushLSN), l...)
 		ch <- prometheus.MustNewConstMetric(descCommit, prometheus.GaugeValue, float64(st.CommitLSN), l...)
 		ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(st.VotedFor.Term), l...)
+		ch <- prometheus.MustNewConstMetric(descRemovedTo, prometheus.GaugeValue, float64(max(st.RemovedUpTo, tl.store.RemovedUpTo())), l...)
 		tl.repl.mu.Lock()
 		remote := tl.repl.remoteConsistent
 		readers += len(tl.repl.readers)
@@ -481,6 +484,10 @@ func (c *timelineCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descProposers, prometheus.GaugeValue, float64(proposers))
 	ch <- prometheus.MustNewConstMetric(descReaders, prometheus.GaugeValue, float64(readers))
 	ch <- prometheus.MustNewConstMetric(descDisk, prometheus.GaugeValue, float64(c.s.db.FileSize()))
+	var fs unix.Statfs_t
+	if unix.Statfs(c.s.cfg.DataDir, &fs) == nil {
+		ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(fs.Bavail*uint64(fs.Bsize)))
+	}
 	ch <- prometheus.MustNewConstMetric(descRemovedSeg, prometheus.CounterValue, float64(c.s.removedSegments.Load()))
 }
 

@@ -155,6 +155,9 @@ func TestHTTPAPI(t *testing.T) {
 			t.Errorf("%s: %v", name, h)
 		}
 	}
+	if gauge("safekeeper_disk_free_bytes") <= 0 || gauge("safekeeper_removed_up_to_lsn") != 0 {
+		t.Errorf("disk free %v, removed_up_to %v", gauge("safekeeper_disk_free_bytes"), gauge("safekeeper_removed_up_to_lsn"))
+	}
 	if f := fams["safekeeper_slow_fsyncs_total"]; f == nil || f.Metric[0].Counter.GetValue() != 0 {
 		t.Errorf("safekeeper_slow_fsyncs_total with the default 1s threshold: %v", f)
 	}

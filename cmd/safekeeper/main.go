@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -114,6 +115,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		ErrWriter:      stderr,
 		ExitErrHandler: func(*cli.Context, error) {}, // run() reports errors and picks the exit code
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			if errors.Is(err, flag.ErrHelp) { // -h, --help: the help, exit 0
+				return cli.ShowAppHelp(c)
+			}
 			return usageError{err}
 		},
 		// Without an Action urfave/cli answers an unknown command with its
@@ -146,6 +150,21 @@ func finishFlags(cmds []*cli.Command, global []cli.Flag) {
 	for _, c := range cmds {
 		if c.Name == "help" {
 			continue
+		}
+		// -h and --help show the command's help and exit 0, whatever the
+		// command does with other usage errors.
+		onUsage := c.OnUsageError
+		c.OnUsageError = func(ctx *cli.Context, err error, sub bool) error {
+			if errors.Is(err, flag.ErrHelp) {
+				if len(ctx.Command.Subcommands) > 0 {
+					return cli.ShowSubcommandHelp(ctx)
+				}
+				return cli.ShowCommandHelp(ctx, ctx.Command.Name)
+			}
+			if onUsage != nil {
+				return onUsage(ctx, err, sub)
+			}
+			return usageError{err}
 		}
 		for _, f := range c.Flags {
 			setEnv(f)
@@ -404,7 +423,7 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "enable-pprof", Usage: "serve Go's /debug/pprof/ on the HTTP API"},
 			&cli.StringFlag{Name: "wal-keep-size", Value: "1GB", Usage: "WAL kept below commit_lsn whatever else retention says, as PostgreSQL's wal_keep_size (e.g. 1GB, 512MB; 0: none)"},
 			&cli.StringFlag{Name: "max-slot-wal-keep-size", Value: "-1", Usage: "invalidate a replication slot whose restart_lsn is further behind commit_lsn than this, as PostgreSQL's max_slot_wal_keep_size (-1: never)"},
-			&cli.StringFlag{Name: "max-peer-wal-keep-size", Value: "16GB", Usage: "stop keeping WAL for a peer safekeeper further behind commit_lsn than this (it then recovers with `safekeeper timeline pull`)"},
+			&cli.StringFlag{Name: "max-peer-wal-keep-size", Value: "16GB", Usage: "stop keeping WAL for a peer safekeeper further behind commit_lsn than this (it then recovers with safekeeper timeline pull)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {

@@ -365,3 +365,16 @@ func TestEveryFlagFromTheEnvironment(t *testing.T) {
 		t.Errorf("--log-level info with SAFEKEEPER_LOG_LEVEL=loud: exit %d %q", code, stderr)
 	}
 }
+
+// TestHelpFlagsExitZero: -h and --help print help and exit 0 at every
+// level, as `safekeeper help` does.
+func TestHelpFlagsExitZero(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"wal", "--help"}, {"wal", "export", "-h"}, {"timeline", "--help"},
+		{"timeline", "show", "--help"}, {"run", "--help"}, {"status", "-h"}, {"inspect", "--help"}} {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"safekeeper"}, args...), &out, &errb)
+		if code != 0 || !strings.Contains(out.String(), "NAME:") || strings.Contains(errb.String(), "help requested") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out.String(), errb.String())
+		}
+	}
+}
