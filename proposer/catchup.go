@@ -113,7 +113,8 @@ func (s *driver) findJoinPoint(ctx context.Context, i int) {
 		return
 	}
 	s.joinProbe = true
-	sc := SyncConfig{Safekeepers: s.cfg.Safekeepers, TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID, ConnectTimeout: s.cfg.ConnectTimeout}
+	sc := SyncConfig{Safekeepers: s.cfg.Safekeepers, TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID, ConnectTimeout: s.cfg.ConnectTimeout,
+		Security: s.cfg.Security}
 	seg := uint64(s.ui.SegSize)
 	go func() {
 		var best proto.LSN
@@ -221,8 +222,8 @@ func (s *driver) runCatchup(ctx context.Context, i, id int, from proto.LSN, peer
 		post(streamChunk{err: err})
 		return
 	}
-	connStr := fmt.Sprintf("host=%s port=%s user=proposer sslmode=disable options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, s.cfg.TenantID, s.cfg.TimelineID)
+	connStr := fmt.Sprintf("host=%s port=%s user=proposer %s options='-c tenant_id=%s -c timeline_id=%s'",
+		host, port, s.cfg.Security.params(), s.cfg.TenantID, s.cfg.TimelineID)
 	streamChunks(ctx, "peer safekeeper "+addr, connStr, s.cfg.ApplicationName+"_peer_catchup", s.cfg.ConnectTimeout,
 		from, 0, s.ui.Timeline, s.sess.Core().Ballot().Term, post)
 }

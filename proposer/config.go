@@ -55,6 +55,9 @@ type Config struct {
 	MaxInFlight int
 	// ConnectTimeout bounds each connection attempt. Default 10 s.
 	ConnectTimeout time.Duration
+	// Security: how to connect to the safekeepers (sslmode, sslrootcert,
+	// password).
+	Security Security
 	// ReconnectMin and ReconnectMax bound the exponential backoff between
 	// connection attempts (primary and safekeepers). Defaults 100 ms, 5 s.
 	ReconnectMin, ReconnectMax time.Duration

@@ -46,6 +46,8 @@ type DialConfig struct {
 	ApplicationName string
 	// ConnectTimeout bounds connecting and START_WAL_PUSH; default 10 s.
 	ConnectTimeout time.Duration
+	// Security: sslmode, sslrootcert, password.
+	Security Security
 }
 
 // Dial connects to a safekeeper and starts a WAL push stream (CopyBoth).
@@ -57,8 +59,8 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	connStr := fmt.Sprintf("host=%s port=%s user=proposer sslmode=disable connect_timeout=%d",
-		host, port, int(cfg.ConnectTimeout.Seconds()+0.999))
+	connStr := fmt.Sprintf("host=%s port=%s user=proposer %s connect_timeout=%d",
+		host, port, cfg.Security.params(), int(cfg.ConnectTimeout.Seconds()+0.999))
 	pcfg, err := pgconn.ParseConfig(connStr)
 	if err != nil {
 		return nil, err

@@ -63,7 +63,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		if errors.Is(err, ErrDeposed) || errors.Is(err, ErrDuplicateSafekeeper) {
 			return deposedBy(ctx, nameDeposed(err, cfg.Safekeepers),
-				SyncConfig{Safekeepers: cfg.Safekeepers, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ConnectTimeout: cfg.ConnectTimeout})
+				SyncConfig{Safekeepers: cfg.Safekeepers, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ConnectTimeout: cfg.ConnectTimeout,
+					Security: cfg.Security})
 		}
 		if errors.Is(err, ErrIncompatible) {
 			return err
@@ -221,7 +222,7 @@ func (s *driver) run(ctx context.Context) error {
 		bo:     backoff{min: s.cfg.ReconnectMin, max: s.cfg.ReconnectMax},
 		events: make(chan skEvent, 256),
 		dial: DialConfig{TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID,
-			ApplicationName: s.cfg.ApplicationName, ConnectTimeout: s.cfg.ConnectTimeout},
+			ApplicationName: s.cfg.ApplicationName, ConnectTimeout: s.cfg.ConnectTimeout, Security: s.cfg.Security},
 	}
 	s.upEvents = make(chan upstreamEvent, 64)
 	s.cuEvents = make(chan streamChunk, 16)

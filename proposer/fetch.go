@@ -36,6 +36,9 @@ type FetchConfig struct {
 	Logger *slog.Logger
 	// ConnectTimeout bounds each connection attempt. Default 10 s.
 	ConnectTimeout time.Duration
+	// Security: how to connect to the safekeepers (sslmode, sslrootcert,
+	// password).
+	Security Security
 	// ProposerLease: a proposer that streamed (WAL or a heartbeat, every
 	// 200 ms by default) to a safekeeper this recently and is still
 	// connected is live. Default DefaultProposerLease.
@@ -104,7 +107,7 @@ func Fetch(ctx context.Context, cfg FetchConfig, name string) (Fetched, error) {
 		return Fetched{}, fmt.Errorf("proposer: %q is not a WAL segment (TTTTTTTTXXXXXXXXYYYYYYYY) or history file (TTTTTTTT.history) name", name)
 	}
 	f := fetcher{cfg: cfg, sc: SyncConfig{Safekeepers: cfg.Safekeepers, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID,
-		Logger: cfg.Logger, ConnectTimeout: cfg.ConnectTimeout}}
+		Logger: cfg.Logger, ConnectTimeout: cfg.ConnectTimeout, Security: cfg.Security}}
 	holders, err := f.probe(ctx)
 	if err != nil {
 		return Fetched{}, err
@@ -179,8 +182,8 @@ func (f *fetcher) history(ctx context.Context, holders []timelineProbe, n uint32
 		if err != nil {
 			return nil, "", err
 		}
-		connStr := fmt.Sprintf("host=%s port=%s user=fetch sslmode=disable options='-c tenant_id=%s -c timeline_id=%s'",
-			host, port, f.cfg.TenantID, f.cfg.TimelineID)
+		connStr := fmt.Sprintf("host=%s port=%s user=fetch %s options='-c tenant_id=%s -c timeline_id=%s'",
+			host, port, f.cfg.Security.params(), f.cfg.TenantID, f.cfg.TimelineID)
 		up, err := dialUpstream(ctx, "safekeeper "+p.addr, connStr, "wal_fetch", f.cfg.ConnectTimeout)
 		if err != nil {
 			errs = append(errs, err)
@@ -370,8 +373,8 @@ func (f *fetcher) readFrom(ctx context.Context, addr string, tli uint32, start, 
 	if err != nil {
 		return nil, err
 	}
-	connStr := fmt.Sprintf("host=%s port=%s user=fetch sslmode=disable options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, f.cfg.TenantID, f.cfg.TimelineID)
+	connStr := fmt.Sprintf("host=%s port=%s user=fetch %s options='-c tenant_id=%s -c timeline_id=%s'",
+		host, port, f.cfg.Security.params(), f.cfg.TenantID, f.cfg.TimelineID)
 	up, err := dialUpstream(ctx, "safekeeper "+addr, connStr, "wal_fetch", f.cfg.ConnectTimeout)
 	if err != nil {
 		return nil, err

@@ -83,7 +83,8 @@ func findLive(ctx context.Context, sc *SyncConfig, above uint64, lease time.Dura
 // supervisor after it was deposed therefore waits for the one that deposed
 // it to stop instead of deposing it in turn.
 func waitLease(ctx context.Context, cfg Config, ours uint64) {
-	sc := SyncConfig{Safekeepers: cfg.Safekeepers, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ConnectTimeout: cfg.ConnectTimeout}
+	sc := SyncConfig{Safekeepers: cfg.Safekeepers, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ConnectTimeout: cfg.ConnectTimeout,
+		Security: cfg.Security}
 	var seen LiveProposer
 	for ctx.Err() == nil {
 		pctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)

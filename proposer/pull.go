@@ -14,6 +14,8 @@ import (
 // pull (`safekeeper timeline pull`) without changing anything there.
 type PeerTimeline struct {
 	Addr string
+	// Security is how PeerState connected, and CopyWAL connects.
+	Security Security
 	// Info is the peer's answer to a greeting: voted_for, the term history
 	// cut at flush_lsn, flush_lsn, commit_lsn, truncate_lsn,
 	// timeline_start_lsn.
@@ -41,11 +43,11 @@ func (p *PeerTimeline) FirstHeld() proto.LSN {
 // PeerState reads a peer's state of a timeline: TIMELINE_STATUS, then a
 // greeting (ServerInfo; the SafeKeeperInfo answer), which changes nothing
 // on a timeline the peer holds. ErrNoTimeline if it does not hold it.
-func PeerState(ctx context.Context, addr string, tenant, timeline proto.ID, connectTimeout time.Duration) (PeerTimeline, error) {
+func PeerState(ctx context.Context, addr string, tenant, timeline proto.ID, connectTimeout time.Duration, sec Security) (PeerTimeline, error) {
 	if connectTimeout == 0 {
 		connectTimeout = 10 * time.Second
 	}
-	sc := SyncConfig{Safekeepers: []string{addr}, TenantID: tenant, TimelineID: timeline, ConnectTimeout: connectTimeout}
+	sc := SyncConfig{Safekeepers: []string{addr}, TenantID: tenant, TimelineID: timeline, ConnectTimeout: connectTimeout, Security: sec}
 	p := probeTimeline(ctx, &sc, addr)
 	switch {
 	case p.missing:
@@ -57,7 +59,8 @@ func PeerState(ctx context.Context, addr string, tenant, timeline proto.ID, conn
 	if _, err := io.ReadFull(rand.Reader, uuid[:]); err != nil {
 		return PeerTimeline{}, err
 	}
-	c, err := Dial(ctx, DialConfig{Addr: addr, TenantID: tenant, TimelineID: timeline, ApplicationName: "timeline_pull", ConnectTimeout: connectTimeout})
+	c, err := Dial(ctx, DialConfig{Addr: addr, TenantID: tenant, TimelineID: timeline, ApplicationName: "timeline_pull", ConnectTimeout: connectTimeout,
+		Security: sec})
 	if err != nil {
 		return PeerTimeline{}, err
 	}
@@ -74,7 +77,7 @@ func PeerState(ctx context.Context, addr string, tenant, timeline proto.ID, conn
 	if !ok {
 		return PeerTimeline{}, fmt.Errorf("%s: greeting answered with %T", addr, m)
 	}
-	return PeerTimeline{Addr: addr, Info: *info, SystemID: p.systemID, PgVersion: p.pgVersion, WalSegSize: p.segSize,
+	return PeerTimeline{Addr: addr, Security: sec, Info: *info, SystemID: p.systemID, PgVersion: p.pgVersion, WalSegSize: p.segSize,
 		PgTimeline: p.pgTimeline, RemovedUpTo: p.removedTo}, nil
 }
 
@@ -91,7 +94,7 @@ func CopyWAL(ctx context.Context, p *PeerTimeline, tenant, timeline proto.ID, fr
 	if err != nil {
 		return err
 	}
-	connStr := fmt.Sprintf("host=%s port=%s user=pull sslmode=disable options='-c tenant_id=%s -c timeline_id=%s'", host, port, tenant, timeline)
+	connStr := fmt.Sprintf("host=%s port=%s user=pull %s options='-c tenant_id=%s -c timeline_id=%s'", host, port, p.Security.params(), tenant, timeline)
 	up, err := dialUpstream(ctx, "peer safekeeper "+p.Addr, connStr, "timeline_pull", connectTimeout)
 	if err != nil {
 		return err

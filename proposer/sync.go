@@ -58,6 +58,9 @@ type SyncConfig struct {
 	Logger *slog.Logger
 	// ConnectTimeout bounds each connection attempt. Default 10 s.
 	ConnectTimeout time.Duration
+	// Security: how to connect to the safekeepers (sslmode, sslrootcert,
+	// password).
+	Security Security
 	// Force runs sync even while a proposer streams to the timeline
 	// (deposing it). Without it Sync first asks every safekeeper and fails
 	// with ErrProposerLive when one reports a proposer that streamed within
@@ -136,7 +139,7 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 		addrs: cfg.Safekeepers, si: &si, queueCap: 16, log: cfg.Logger,
 		bo:     backoff{min: 100 * time.Millisecond, max: time.Second},
 		events: make(chan skEvent, 64),
-		dial:   DialConfig{TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ApplicationName: "sync", ConnectTimeout: cfg.ConnectTimeout},
+		dial:   DialConfig{TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ApplicationName: "sync", ConnectTimeout: cfg.ConnectTimeout, Security: cfg.Security},
 	}
 	links.start(ctx)
 	y := &syncer{cfg: cfg, copies: make(chan streamChunk), sks: make([]syncSK, len(cfg.Safekeepers))}
@@ -419,8 +422,8 @@ func copyFromDonor(ctx context.Context, cfg SyncConfig, donor string, term uint6
 		post(streamChunk{err: err})
 		return
 	}
-	connStr := fmt.Sprintf("host=%s port=%s user=sync sslmode=disable options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, cfg.TenantID, cfg.TimelineID)
+	connStr := fmt.Sprintf("host=%s port=%s user=sync %s options='-c tenant_id=%s -c timeline_id=%s'",
+		host, port, cfg.Security.params(), cfg.TenantID, cfg.TimelineID)
 	streamChunks(ctx, "donor safekeeper "+donor, connStr, "sync_copy", cfg.ConnectTimeout, from, to, cfg.PgTimeline, term, post)
 }
 
@@ -523,8 +526,8 @@ func probeTimeline(ctx context.Context, cfg *SyncConfig, addr string) timelinePr
 		p.err = err
 		return p
 	}
-	connStr := fmt.Sprintf("host=%s port=%s user=sync sslmode=disable options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, cfg.TenantID, cfg.TimelineID)
+	connStr := fmt.Sprintf("host=%s port=%s user=sync %s options='-c tenant_id=%s -c timeline_id=%s'",
+		host, port, cfg.Security.params(), cfg.TenantID, cfg.TimelineID)
 	timeout := cfg.ConnectTimeout
 	if timeout == 0 {
 		timeout = 10 * time.Second

@@ -188,6 +188,9 @@ func finishFlags(cmds []*cli.Command, global []cli.Flag) {
 		before := c.Before
 		c.Before = func(ctx *cli.Context) error {
 			if _, err := logger(ctx); err != nil {
+				if onUsage != nil { // the command's own exit code for bad flags (wal fetch: 126)
+					return onUsage(ctx, err, false)
+				}
 				return err
 			}
 			if before != nil {

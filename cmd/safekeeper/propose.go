@@ -44,7 +44,7 @@ func proposeCommand() *cli.Command {
 		Before: func(c *cli.Context) error {
 			return requireFlags(c, "upstream", "safekeepers", "tenant-id", "timeline-id")
 		},
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "upstream", Usage: "libpq connection string of the primary, e.g. 'host=127.0.0.1 port=5432 user=postgres' (required)"},
 			&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline (required)"},
 			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
@@ -53,7 +53,7 @@ func proposeCommand() *cli.Command {
 			&cli.StringFlag{Name: "application-name", Value: "proposer", Usage: "application_name on the primary (1-63 printable ASCII bytes); name it in synchronous_standby_names"},
 			&cli.StringFlag{Name: "buffer-size", Value: "64MiB", Usage: "in-memory WAL kept for lagging safekeepers (e.g. 64MiB); older WAL is re-read from the primary"},
 			&cli.DurationFlag{Name: "proposer-lease", Value: proposer.DefaultProposerLease, Usage: "wait to campaign while another proposer streamed to the timeline this recently; 0: take over at once (deposing it)"},
-		},
+		}, securityFlags()...),
 		Action: func(c *cli.Context) error {
 			log, tl, err := timelineArgs(c)
 			if err != nil {
@@ -84,10 +84,14 @@ func proposeCommand() *cli.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			defer ignoreSIGHUP(log)()
+			sec, err := securityFrom(c)
+			if err != nil {
+				return err
+			}
 			err = proposer.Run(ctx, proposer.Config{
 				Upstream: c.String("upstream"), Safekeepers: sks, TenantID: tenant, TimelineID: timeline,
 				SlotName: c.String("slot"), ApplicationName: c.String("application-name"), Logger: log,
-				BufferSize: bufSize, ProposerLease: lease,
+				BufferSize: bufSize, ProposerLease: lease, Security: sec,
 			})
 			if errors.Is(err, proposer.ErrDeposed) {
 				return deposedExit(err)

@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/safekeeper/safekeeper/proposer"
 )
 
 // The commands that read a running safekeeper's HTTP API (docs/http.md).
@@ -290,4 +293,29 @@ func lagText(v any) string {
 	d := time.Duration(f * float64(time.Second))
 	h, m, sec := int(d/time.Hour), int(d%time.Hour/time.Minute), (d % time.Minute).Seconds()
 	return fmt.Sprintf("%02d:%02d:%09.6f", h, m, sec)
+}
+
+// securityFlags are how a client command connects to safekeepers.
+func securityFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "safekeeper-sslmode", Value: "disable", Usage: "TLS to the safekeepers, as libpq's sslmode: disable, prefer, require, verify-ca or verify-full"},
+		&cli.StringFlag{Name: "safekeeper-sslrootcert", Usage: "CA certificate file that verify-ca and verify-full check the safekeepers' certificates against"},
+	}
+}
+
+// securityFrom reads securityFlags.
+func securityFrom(c *cli.Context) (proposer.Security, error) {
+	sec := proposer.Security{SSLMode: c.String("safekeeper-sslmode"), SSLRootCert: c.String("safekeeper-sslrootcert")}
+	if err := proposer.CheckSSLMode(sec.SSLMode); err != nil {
+		return sec, usagef("--safekeeper-sslmode: %w", err)
+	}
+	if (sec.SSLMode == "verify-ca" || sec.SSLMode == "verify-full") && sec.SSLRootCert == "" {
+		return sec, usagef("--safekeeper-sslmode %s needs --safekeeper-sslrootcert (the CA that signed the safekeepers' certificates)", sec.SSLMode)
+	}
+	if sec.SSLRootCert != "" {
+		if _, err := os.Stat(sec.SSLRootCert); err != nil {
+			return sec, usagef("--safekeeper-sslrootcert: %w", err)
+		}
+	}
+	return sec, nil
 }

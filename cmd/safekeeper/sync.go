@@ -35,7 +35,7 @@ func syncCommand() *cli.Command {
 			"error, 2 usage, 3 deposed.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "safekeepers", "tenant-id", "timeline-id") },
-		Flags: []cli.Flag{jsonFlag(),
+		Flags: append([]cli.Flag{jsonFlag(),
 			&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline (required)"},
 			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
 			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)"},
@@ -46,7 +46,7 @@ func syncCommand() *cli.Command {
 			&cli.BoolFlag{Name: "create", Usage: "with --system-id: create the timeline on the safekeepers if none holds it (initialising a brand-new timeline); without it sync fails when no safekeeper holds the timeline"},
 			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up (exit 1) if no quorum is synced within this time"},
 			&cli.BoolFlag{Name: "force", Usage: "run even while a proposer streams to the timeline (it is deposed)"},
-		},
+		}, securityFlags()...),
 		Action: func(c *cli.Context) error {
 			log, tl, err := timelineArgs(c)
 			if err != nil {
@@ -64,7 +64,11 @@ func syncCommand() *cli.Command {
 			defer ignoreSIGHUP(log)()
 			ctx, cancel := context.WithTimeout(ctx, c.Duration("timeout"))
 			defer cancel()
-			lsn, err := proposer.Sync(ctx, proposer.SyncConfig{
+			sec, err := securityFrom(c)
+			if err != nil {
+				return err
+			}
+			lsn, err := proposer.Sync(ctx, proposer.SyncConfig{Security: sec,
 				Safekeepers: sks, TenantID: tenant, TimelineID: timeline, SystemID: c.Uint64("system-id"),
 				PgVersion: uint32(c.Uint("pg-version")), WalSegSize: uint32(c.Uint("wal-seg-size")),
 				PgTimeline: uint32(c.Uint("pg-timeline")), Create: c.Bool("create"), Logger: log, Force: c.Bool("force"),

@@ -53,13 +53,13 @@ func timelinePullCommand() *cli.Command {
 			"rest.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "from", "data-dir", "tenant-id", "timeline-id") },
-		Flags: []cli.Flag{jsonFlag(),
+		Flags: append([]cli.Flag{jsonFlag(),
 			&cli.StringFlag{Name: "from", Usage: "host:port of the peer safekeeper to copy from (required)"},
 			&cli.StringFlag{Name: "data-dir", Usage: "this safekeeper's data directory (required)"},
 			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
 			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)"},
 			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Minute, Usage: "give up (exit 1) after this long"},
-		},
+		}, securityFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usagef("timeline pull takes no arguments, got %q", c.Args().Slice())
@@ -96,7 +96,11 @@ func pullTimeline(ctx context.Context, c *cli.Context, from, path string, tenant
 	case local.TimelineStartLSN != 0 && local.FlushLSN > local.TimelineStartLSN:
 		return fmt.Errorf("timeline pull: %s already holds timeline %s/%s (WAL up to %s); nothing copied", filepath.Dir(path), tenant, timeline, local.FlushLSN)
 	}
-	peer, err := proposer.PeerState(ctx, from, tenant, timeline, 0)
+	sec, err := securityFrom(c)
+	if err != nil {
+		return err
+	}
+	peer, err := proposer.PeerState(ctx, from, tenant, timeline, 0, sec)
 	if err != nil {
 		return fmt.Errorf("timeline pull: %w", err)
 	}

@@ -66,13 +66,13 @@ func walFetchCommand() *cli.Command {
 		Before: func(c *cli.Context) error {
 			return fetchFailed(requireFlags(c, "safekeepers", "tenant-id", "timeline-id"))
 		},
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline (required)", EnvVars: []string{"SAFEKEEPER_SAFEKEEPERS"}},
 			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)", EnvVars: []string{"SAFEKEEPER_TENANT_ID"}},
 			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)", EnvVars: []string{"SAFEKEEPER_TIMELINE_ID"}},
 			&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "give up (exit 126) after this long"},
 			&cli.DurationFlag{Name: "settle-timeout", Value: 10 * time.Second, Usage: "how long a live proposer is given to commit the WAL a quorum holds above commit_lsn"},
-		},
+		}, securityFlags()...),
 		Action: func(c *cli.Context) error {
 			return fetchFailed(func() error {
 				if c.NArg() != 2 {
@@ -99,7 +99,11 @@ func walFetchCommand() *cli.Command {
 				name, path := c.Args().Get(0), c.Args().Get(1)
 				ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 				defer cancel()
-				f, err := proposer.Fetch(ctx, proposer.FetchConfig{Safekeepers: addrs, TenantID: tenant, TimelineID: timeline,
+				sec, err := securityFrom(c)
+				if err != nil {
+					return err
+				}
+				f, err := proposer.Fetch(ctx, proposer.FetchConfig{Safekeepers: addrs, TenantID: tenant, TimelineID: timeline, Security: sec,
 					Logger: log, SettleTimeout: c.Duration("settle-timeout")}, name)
 				if errors.Is(err, proposer.ErrNotFound) {
 					return fetchExit{err: err, code: exitFetchNotFound}

@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"math/big"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/test/harness"
+	"github.com/safekeeper/safekeeper/test/pgtest"
+	"github.com/safekeeper/safekeeper/test/tlstest"
+)
+
+// TestTLSEndToEnd: three safekeepers with --tls-required and certificates
+// from a CA the test made; the proposer reaches them with
+// --safekeeper-sslmode verify-full, so commits on a stock primary wait for
+// a quorum over TLS; psql, pg_receivewal and a hot standby
+// (primary_conninfo) read from a safekeeper with sslmode=verify-full;
+// plaintext psql is refused with FATAL 28000; the certificate is rotated
+// while the proposer and the standby stream, new connections get the new
+// one, and the streams go on; sync works over verify-full too.
+func TestTLSEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test: skipped in -short mode")
+	}
+	dir := pgtest.Dir(t, "tlstest-") // the postgres user reads ca.crt here
+	ca := tlstest.NewCA(t, dir)
+	pg := pgtest.Start(t, pgtest.Options{Conf: []string{"synchronous_standby_names = 'proposer'", "wal_sender_timeout = '20s'"}})
+	var sks []*harness.Safekeeper
+	var certs [][2]string
+	for id := uint64(1); id <= 3; id++ {
+		cd := t.TempDir()
+		cert, key := filepath.Join(cd, "server.crt"), filepath.Join(cd, "server.key")
+		ca.Issue(t, fmt.Sprintf("safekeeper %d", id), cert, key)
+		certs = append(certs, [2]string{cert, key})
+		sks = append(sks, harness.StartSafekeeper(t, id, "--tls-cert", cert, "--tls-key", key, "--tls-required"))
+	}
+	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
+	prop := harness.StartProcess(t, "proposer", "--log-level", "debug", "propose",
+		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
+		"--safekeepers", strings.Join(addrs, ","), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
+		"--safekeeper-sslmode", "verify-full", "--safekeeper-sslrootcert", ca.CertFile)
+	harness.WaitFor(t, 60*time.Second, "the proposer streaming over TLS as the sync standby", func() bool {
+		if exited, code := prop.Exited(); exited {
+			t.Fatalf("proposer exited %d:\n%s", code, tailString(prop.Log(), 30))
+		}
+		out, err := pg.Query(context.Background(), "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'proposer'")
+		return err == nil && out == "sync"
+	})
+	pg.Exec(t, "CREATE TABLE t(x int); INSERT INTO t VALUES (1)") // waits for the quorum
+
+	host, port, _ := strings.Cut(sks[0].Addr, ":")
+	options := fmt.Sprintf("-c tenant_id=%s -c timeline_id=%s", tenantID, timelineID)
+	// No client certificate: libpq would look for ~/.postgresql/postgresql.crt,
+	// which the postgres user cannot read under root's HOME.
+	noClient := fmt.Sprintf("sslcert=%s sslkey=%s", filepath.Join(dir, "none.crt"), filepath.Join(dir, "none.key"))
+	verify := fmt.Sprintf("host=%s port=%s user=postgres sslmode=verify-full sslrootcert=%s %s", host, port, ca.CertFile, noClient)
+	// psql, verified; psql in plaintext, refused as hostssl refuses it.
+	out := pg.Run(t, "psql", "-XAtq", "-d", verify+" replication=true options='"+options+"'", "-c", "IDENTIFY_SYSTEM")
+	if !strings.Contains(out, "|1|") {
+		t.Fatalf("IDENTIFY_SYSTEM over verify-full: %q", out)
+	}
+	plain, err := pg.Cmd(context.Background(), "psql", "-XAtq", "-d",
+		fmt.Sprintf("host=%s port=%s user=postgres sslmode=disable replication=true", host, port), "-c", "IDENTIFY_SYSTEM").CombinedOutput()
+	if err == nil || !strings.Contains(string(plain), `no pg_hba.conf entry for replication connection from host "127.0.0.1", user "postgres", no encryption`) {
+		t.Fatalf("plaintext psql with --tls-required: %v %s", err, plain)
+	}
+
+	// pg_receivewal over verify-full, up to what is committed now.
+	end, _ := proto.ParseLSN(pg.Exec(t, "SELECT pg_current_wal_flush_lsn()"))
+	recv := pgtest.Dir(t, "tlsrecv-")
+	if b, err := pg.Cmd(harness.Context(t, 60*time.Second), "pg_receivewal", "-D", recv, "--no-loop", "-E", end.String(),
+		"-d", verify+" options='"+options+"'").CombinedOutput(); err != nil {
+		t.Fatalf("pg_receivewal over verify-full: %v\n%s", err, b)
+	}
+	if names, _ := filepath.Glob(filepath.Join(recv, "0000000100000000000000*")); len(names) == 0 {
+		t.Fatal("pg_receivewal wrote no segment")
+	}
+
+	// A hot standby whose primary_conninfo verifies the safekeeper.
+	sdir := pgtest.Dir(t, "tlsstandby-")
+	data, sport := filepath.Join(sdir, "data"), harness.FreePort(t)
+	pg.Run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "-D", data, "-X", "stream", "-c", "fast")
+	conf := fmt.Sprintf("\nport = %d\nunix_socket_directories = '%s'\nhot_standby = on\nsynchronous_standby_names = ''\n"+
+		"primary_conninfo = 'host=%s port=%s user=postgres application_name=standby1 sslmode=verify-full sslrootcert=%s %s options=''%s'''\n",
+		sport, sdir, host, port, ca.CertFile, noClient, options)
+	f, err := os.OpenFile(filepath.Join(data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(conf)
+	f.Close()
+	pg.Run(t, "touch", filepath.Join(data, "standby.signal"))
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(sdir, "standby.log"))
+			t.Logf("standby log:\n%s", tailString(string(b), 30))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		pg.Cmd(ctx, "pg_ctl", "-D", data, "-m", "immediate", "-w", "stop").Run()
+	})
+	pg.Run(t, "pg_ctl", "-D", data, "-l", filepath.Join(sdir, "standby.log"), "-w", "-t", "90", "start")
+	standbyHas := func(n int) bool {
+		out, err := pg.Cmd(context.Background(), "psql", "-XAtq", "-h", sdir, "-p", strconv.Itoa(sport), "-U", "postgres", "-d", "postgres",
+			"-c", "SELECT count(*) FROM t").Output()
+		return err == nil && strings.TrimSpace(string(out)) == strconv.Itoa(n)
+	}
+	harness.WaitFor(t, 90*time.Second, "the standby to replay over TLS", func() bool { return standbyHas(1) })
+
+	// Rotation on safekeeper 1 while the proposer and the standby stream.
+	served := func() *big.Int {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		// pgconn, unlike libpq, fails on a missing sslcert file: none given.
+		c, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres sslmode=verify-full sslrootcert=%s replication=true", host, port, ca.CertFile))
+		if err != nil {
+			return nil
+		}
+		defer c.Close(context.Background())
+		return c.Conn().(*tls.Conn).ConnectionState().PeerCertificates[0].SerialNumber
+	}
+	before := served()
+	rotated := ca.Issue(t, "safekeeper 1 rotated", certs[0][0], certs[0][1])
+	harness.WaitFor(t, 30*time.Second, "safekeeper 1 serving the rotated certificate", func() bool {
+		s := served()
+		return s != nil && s.Cmp(rotated) == 0
+	})
+	pg.Exec(t, "INSERT INTO t VALUES (2)") // the quorum still answers
+	harness.WaitFor(t, 60*time.Second, "the standby to replay after the rotation", func() bool { return standbyHas(2) })
+	if !strings.Contains(sks[0].Log(), "TLS certificate reloaded") {
+		t.Fatal("safekeeper 1 did not log the reload")
+	}
+	t.Logf("rotated safekeeper 1's certificate %v -> %v under live streams", before, rotated)
+
+	// sync over verify-full (the proposer stopped first: sync defers to a
+	// live one).
+	prop.Stop(10 * time.Second)
+	b, err := exec.CommandContext(harness.Context(t, 60*time.Second), harness.Binary(t), "sync", "--force",
+		"--safekeepers", strings.Join(addrs, ","), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
+		"--safekeeper-sslmode", "verify-full", "--safekeeper-sslrootcert", ca.CertFile).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sync over verify-full: %v\n%s", err, b)
+	}
+	// And a wrong CA is refused by the client's verification.
+	other := tlstest.NewCA(t, t.TempDir())
+	b, err = exec.CommandContext(harness.Context(t, 60*time.Second), harness.Binary(t), "sync", "--force", "--timeout", "5s",
+		"--safekeepers", strings.Join(addrs, ","), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
+		"--safekeeper-sslmode", "verify-full", "--safekeeper-sslrootcert", other.CertFile).CombinedOutput()
+	if err == nil || !strings.Contains(string(b), "certificate") {
+		t.Fatalf("sync with the wrong CA: %v\n%s", err, b)
+	}
+}
