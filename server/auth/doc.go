@@ -12,8 +12,8 @@
 // marks it as the operator's (scope safekeeperdata). The safekeeper holds
 // only public keys: a stolen safekeeper disk or configuration lets nobody
 // mint tokens. Tokens are bearer secrets: whoever holds one is its tenant
-// until it expires, so they belong on TLS connections and never in logs
-// (no error of this package quotes a token).
+// until it expires, so they belong on encrypted connections and never in
+// logs (no error of this package quotes a token).
 //
 // # What it owns
 //
