@@ -8,6 +8,7 @@
 //	safekeeper propose      the walproposer: a primary's WAL to a quorum (package proposer)
 //	safekeeper sync         elect and bring a quorum to the end of WAL, print it (proposer.Sync)
 //	safekeeper wal export   a stopped server's WAL as pg_wal segment files (package storage)
+//	safekeeper token        Ed25519 key pairs (keygen) and the JWTs they sign (issue) (package server/auth)
 //	safekeeper help         the commands, or one command's help
 //
 // # Flags to configuration
