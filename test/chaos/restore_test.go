@@ -118,7 +118,7 @@ restore_command = '%s --log-level debug wal fetch --safekeepers %s --tenant-id %
 		t.Fatal(err)
 	}
 	log := string(fl)
-	fetched := regexp.MustCompile(`msg=fetched file=([0-9A-F]{24}) .* zero_padded=(\w+) synced=(\w+)`).FindAllStringSubmatch(log, -1)
+	fetched := regexp.MustCompile(`msg=fetched .*?file=([0-9A-F]{24}) .* zero_padded=(\w+) synced=(\w+)`).FindAllStringSubmatch(log, -1)
 	var padded []string
 	synced := false
 	for _, m := range fetched {

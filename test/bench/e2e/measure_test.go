@@ -240,7 +240,7 @@ type linkStat struct {
 	late       int64
 }
 
-var linkStatRe = regexp.MustCompile(`msg="safekeeper link stats" safekeeper=(\S+) responses=(\d+) max_response_gap=(\S+) late_responses=(\d+)`)
+var linkStatRe = regexp.MustCompile(`msg="safekeeper link stats" (?:\S+ )*?safekeeper=(\S+) responses=(\d+) max_response_gap=(\S+) late_responses=(\d+)`)
 
 // parseLinkStats finds the proposer's link stats lines in log.
 func parseLinkStats(log string) ([]linkStat, error) {

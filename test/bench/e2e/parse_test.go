@@ -128,7 +128,7 @@ func TestPercentileMedian(t *testing.T) {
 func TestParseLinkStats(t *testing.T) {
 	log := `time=2026-01-01T00:00:00Z level=INFO msg=stopped
 time=2026-01-01T00:00:00Z level=INFO msg="safekeeper link stats" safekeeper=127.0.0.1:5001 responses=9000 max_response_gap=31.5ms late_responses=0
-time=2026-01-01T00:00:00Z level=INFO msg="safekeeper link stats" safekeeper=127.0.0.1:5002 responses=8000 max_response_gap=850µs late_responses=2
+time=2026-01-01T00:00:00Z level=INFO msg="safekeeper link stats" tenant_id=7e570100000000000000000000000000 timeline_id=7e570200000000000000000000000000 safekeeper=127.0.0.1:5002 responses=8000 max_response_gap=850µs late_responses=2
 `
 	st, err := parseLinkStats(log)
 	if err != nil {
