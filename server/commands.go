@@ -10,6 +10,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/proto/replcmd"
+	"github.com/safekeeper/safekeeper/server/auth"
 )
 
 // replConn is one client connection in query mode.
@@ -21,6 +22,7 @@ type replConn struct {
 	id       uint64 // connection number: the "PID" in slot errors
 	physical bool   // replication=true: the walsender command set
 	tl       *timeline
+	claims   *auth.Claims // the token's, when auth is on
 }
 
 // close releases what the connection holds: its temporary slots.
@@ -36,8 +38,12 @@ func (c *replConn) timeline() (*timeline, error) {
 	if c.tl != nil {
 		return c.tl, nil
 	}
-	tl, err := c.srv.resolveTimeline(c.ids)
+	tl, err := c.srv.resolveTimeline(c.ids, c.claims)
 	if err != nil {
+		return nil, err
+	}
+	if err := allows(c.claims, c.srv.auth != nil, tl.key); err != nil {
+		c.log.Info("refused: the token does not cover the timeline", "tenant_id", tl.key.TenantID.String(), "timeline_id", tl.key.TimelineID.String())
 		return nil, err
 	}
 	if err := tl.bind(c.pc); err != nil {
@@ -73,7 +79,7 @@ func (c *replConn) handle(q string) bool {
 		c.pc.SendEmptyQueryResponse()
 		return c.done(nil)
 	case replcmd.StartWALPush:
-		return c.srv.runPush(c.pc, c.ids, c.log)
+		return c.srv.runPush(c.pc, c.ids, c.claims, c.log)
 	case replcmd.SQL:
 		if c.physical {
 			return c.fail(pgwire.Errorf(pgwire.FeatureNotSupported, "cannot execute SQL commands in WAL sender for physical replication"))

@@ -74,15 +74,16 @@ func newHTTPAPI(s *Server, ln net.Listener) *httpAPI {
 	})
 	mux.HandleFunc("GET /readyz", a.readyz)
 	mux.HandleFunc("GET /v1/status", a.status)
-	mux.HandleFunc("GET /v1/tenant/timeline", a.timelines)
-	mux.HandleFunc("GET /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.timeline)
-	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.deleteTimeline)
-	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}", a.deleteTenant)
+	// Access (authn.go): open, the path's tenant, or safekeeperdata.
+	mux.HandleFunc("GET /v1/tenant/timeline", a.guard(accessAdmin, a.timelines))
+	mux.HandleFunc("GET /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.guard(accessTenant, a.timeline))
+	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.guard(accessTenant, a.deleteTimeline))
+	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}", a.guard(accessTenant, a.deleteTenant))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	if s.cfg.EnablePprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/", a.guard(accessAdmin, pprof.Index))
+		mux.HandleFunc("/debug/pprof/profile", a.guard(accessAdmin, pprof.Profile))
+		mux.HandleFunc("/debug/pprof/trace", a.guard(accessAdmin, pprof.Trace))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "no such endpoint: " + r.Method + " " + r.URL.Path})

@@ -9,6 +9,7 @@ import (
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/server/auth"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -171,7 +172,10 @@ func (s *Server) startTimeline(key proto.TimelineKey, st acceptor.State, store *
 // resolveTimeline picks the timeline a reader means: the one its startup
 // options name, else the only one stored (matching the tenant if only
 // tenant_id was given). Otherwise the error names the choices.
-func (s *Server) resolveTimeline(ids startupIDs) (*timeline, error) {
+//
+// With auth on, only the timelines of the token's tenant are candidates
+// (a safekeeperdata token sees all).
+func (s *Server) resolveTimeline(ids startupIDs, claims *auth.Claims) (*timeline, error) {
 	if ids.hasTenant && ids.hasTimeline {
 		return s.timelineByKey(proto.TimelineKey{TenantID: ids.tenant, TimelineID: ids.timeline})
 	}
@@ -181,6 +185,9 @@ func (s *Server) resolveTimeline(ids startupIDs) (*timeline, error) {
 	}
 	var match []proto.TimelineKey
 	for _, k := range all {
+		if s.auth != nil && claims.CheckTenant(k.TenantID) != nil {
+			continue
+		}
 		if (!ids.hasTenant || k.TenantID == ids.tenant) && (!ids.hasTimeline || k.TimelineID == ids.timeline) {
 			match = append(match, k)
 		}

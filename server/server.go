@@ -86,6 +86,12 @@ type Config struct {
 	// TLSRequired refuses a connection that did not upgrade to TLS, with
 	// FATAL 28000 as pg_hba.conf's hostssl would. Needs TLSCertFile.
 	TLSRequired bool
+	// AuthPublicKeys (Ed25519 PEM files; several for rotation) turn on
+	// token authentication (authn.go).
+	AuthPublicKeys []string
+	// AllowAuthWithoutTLS lets a client send its token over a plaintext
+	// connection (for tests and trusted networks).
+	AllowAuthWithoutTLS bool
 }
 
 func (c *Config) withDefaults() error {
@@ -182,6 +188,7 @@ type Server struct {
 
 	http            *httpAPI    // nil without Config.ListenHTTP
 	certs           *certSource // nil without Config.TLSCertFile
+	auth            *authState  // nil without Config.AuthPublicKeys
 	metrics         *serverMetrics
 	removedSegments atomic.Int64 // WAL segments retention removed
 
@@ -222,6 +229,13 @@ type hooks struct {
 func newServer(cfg Config, h hooks) (*Server, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
+	}
+	var authn *authState
+	if len(cfg.AuthPublicKeys) > 0 {
+		var err error
+		if authn, err = newAuthState(cfg.AuthPublicKeys); err != nil {
+			return nil, err
+		}
 	}
 	var certs *certSource
 	if cfg.TLSCertFile != "" {
@@ -276,6 +290,7 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 		metrics:   metrics,
 		hooks:     h,
 		certs:     certs,
+		auth:      authn,
 	}
 	if httpLn != nil {
 		s.http = newHTTPAPI(s, httpLn)
@@ -472,6 +487,26 @@ func (s *Server) serveConn(nc net.Conn) {
 		pc.Flush()
 		return
 	}
+	if s.auth != nil && !pc.TLS() && !s.cfg.AllowAuthWithoutTLS {
+		// A token must not cross the network in the clear.
+		log.Info("connection refused: authentication needs TLS", "user", params["user"])
+		pc.SendError(fatalError(pgwire.Errorf(pgwire.InvalidAuthorizationSpecification,
+			"no pg_hba.conf entry for host %q, user %q, no encryption", hostOf(nc.RemoteAddr().String()), params["user"])))
+		pc.Flush()
+		return
+	}
+	claims, err := s.authenticate(pc, params["user"])
+	if err != nil {
+		var pe *pgwire.Error
+		if errors.As(err, &pe) && pe.Code == pgwire.InvalidPassword {
+			log.Info("connection refused: authentication failed", "user", params["user"], "err", err)
+			pc.SendError(fatalError(pe))
+			pc.Flush()
+		} else {
+			log.Debug("connection ended during authentication", "err", err)
+		}
+		return
+	}
 	log = log.With("application_name", params["application_name"])
 	ids, err := parseStartupIDs(params["options"])
 	var mode pgwire.Replication
@@ -491,7 +526,7 @@ func (s *Server) serveConn(nc net.Conn) {
 	if err := pc.Ready(pgwire.WalsenderParams(s.cfg.ServerVersion, params), nil); err != nil {
 		return
 	}
-	rc := &replConn{srv: s, pc: pc, ids: ids, log: log, id: s.connSeq.Add(1), physical: mode == pgwire.ReplicationPhysical}
+	rc := &replConn{srv: s, pc: pc, ids: ids, log: log, id: s.connSeq.Add(1), physical: mode == pgwire.ReplicationPhysical, claims: claims}
 	defer rc.close()
 	for {
 		q, err := pc.ReadQuery()

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -122,6 +123,28 @@ func (s *Server) ReloadTLS() error {
 	}
 	return s.certs.reload("SIGHUP")
 }
+
+// Reload re-reads what SIGHUP re-reads: the TLS certificate and key, and
+// the auth public keys. A file that does not load keeps what was loaded
+// before; the errors are returned (and logged).
+func (s *Server) Reload() error {
+	var errs []error
+	if err := s.ReloadTLS(); err != nil {
+		errs = append(errs, err)
+	}
+	if s.auth != nil {
+		if err := s.auth.reload(); err != nil {
+			s.log.Error("auth public keys not reloaded; keeping the previous ones", "err", err)
+			errs = append(errs, err)
+		} else {
+			s.log.Info("auth public keys reloaded", "files", s.auth.paths)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Reloadable reports whether Reload has anything to re-read.
+func (s *Server) Reloadable() bool { return s.certs != nil || s.auth != nil }
 
 // TLSEnabled reports whether the server has a certificate.
 func (s *Server) TLSEnabled() bool { return s.certs != nil }

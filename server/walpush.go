@@ -11,6 +11,7 @@ import (
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/server/auth"
 )
 
 // maxOutQueue bounds the replies waiting for one proposer connection's
@@ -26,7 +27,8 @@ type pushConn struct {
 	pc     *pgwire.Conn
 	remote string
 	log    *slog.Logger
-	opts   startupIDs // tenant/timeline named in the startup options, if any
+	opts   startupIDs   // tenant/timeline named in the startup options, if any
+	claims *auth.Claims // the token's, when auth is on
 
 	id    acceptor.ConnID // the connection's name in its timeline's session
 	since time.Time       // when the stream started
@@ -198,10 +200,10 @@ func (c *pushConn) write(it outItem, buf *[]byte) error {
 // runPush runs a START_WAL_PUSH stream until the proposer ends it (CopyDone:
 // the connection returns to query mode and ok is true), an error ends it, or
 // the connection drops.
-func (s *Server) runPush(pc *pgwire.Conn, ids startupIDs, log *slog.Logger) (ok bool) {
+func (s *Server) runPush(pc *pgwire.Conn, ids startupIDs, claims *auth.Claims, log *slog.Logger) (ok bool) {
 	id := acceptor.ConnID(s.connSeq.Add(1))
 	c := &pushConn{
-		srv: s, pc: pc, remote: pc.RemoteAddr().String(), log: log.With("conn", uint64(id)), opts: ids,
+		srv: s, pc: pc, remote: pc.RemoteAddr().String(), log: log.With("conn", uint64(id)), opts: ids, claims: claims,
 		id: id, wake: make(chan struct{}, 1), finished: make(chan struct{}), since: time.Now(),
 	}
 	if err := pc.StartCopyBoth(); err != nil {
@@ -286,6 +288,12 @@ func (c *pushConn) readOne() (outItem, proto.Message, []byte) {
 			err = c.opts.check(si)
 		}
 		var tl *timeline
+		if err == nil {
+			// Checked before the greeting may create the timeline.
+			if err = allows(c.claims, c.srv.auth != nil, proto.TimelineKey{TenantID: si.TenantID, TimelineID: si.TimelineID}); err != nil {
+				c.log.Info("refused WAL push: the token does not cover the timeline", "tenant_id", si.TenantID.String(), "timeline_id", si.TimelineID.String())
+			}
+		}
 		if err == nil {
 			tl, err = c.srv.timelineFor(si)
 		}

@@ -421,6 +421,8 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate (chain) for TLS on the PostgreSQL port and HTTPS on the HTTP API; re-read on SIGHUP and when the file changes"},
 			&cli.StringFlag{Name: "tls-key", Usage: "PEM private key of --tls-cert"},
 			&cli.BoolFlag{Name: "tls-required", Usage: "refuse connections that do not use TLS (FATAL 28000, as pg_hba.conf hostssl)"},
+			&cli.StringSliceFlag{Name: "auth-public-key", Usage: "Ed25519 public key file (PEM) that signs tokens; turns authentication on; repeat for key rotation; re-read on SIGHUP"},
+			&cli.BoolFlag{Name: "allow-auth-without-tls", Usage: "accept tokens (passwords) over plaintext connections; only on a trusted network"},
 			&cli.DurationFlag{Name: "slow-fsync-threshold", Value: time.Second, Usage: "log a group commit (write and fsync of WAL and state) that takes longer than this, with its durations; counted in safekeeper_slow_fsyncs_total"},
 			&cli.StringFlag{Name: "listen-http", Value: "127.0.0.1:7676", Usage: "host:port of the HTTP API (status, timelines, /metrics, /healthz, /readyz); '' disables it"},
 			&cli.BoolFlag{Name: "enable-pprof", Usage: "serve Go's /debug/pprof/ on the HTTP API"},
@@ -484,7 +486,7 @@ func runCommand() *cli.Command {
 				reloadMu.Lock()
 				defer reloadMu.Unlock()
 				if reload == nil {
-					log.Info("SIGHUP ignored: nothing to reload (no --tls-cert)")
+					log.Info("SIGHUP ignored: nothing to reload (no --tls-cert, no --auth-public-key)")
 					return
 				}
 				reload()
@@ -494,6 +496,9 @@ func runCommand() *cli.Command {
 			}
 			if c.IsSet("tls-cert") != c.IsSet("tls-key") {
 				return usagef("--tls-cert and --tls-key go together")
+			}
+			if len(c.StringSlice("auth-public-key")) > 0 && !c.IsSet("tls-cert") && !c.Bool("allow-auth-without-tls") {
+				return usagef("--auth-public-key without --tls-cert would have clients send their tokens in plaintext: give --tls-cert and --tls-key, or --allow-auth-without-tls on a trusted network")
 			}
 			dir := c.String("data-dir")
 			if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -510,6 +515,7 @@ func runCommand() *cli.Command {
 				ListenHTTP: c.String("listen-http"), EnablePprof: c.Bool("enable-pprof"),
 				SlowFsyncThreshold: c.Duration("slow-fsync-threshold"),
 				TLSCertFile:        c.String("tls-cert"), TLSKeyFile: c.String("tls-key"), TLSRequired: c.Bool("tls-required"),
+				AuthPublicKeys: c.StringSlice("auth-public-key"), AllowAuthWithoutTLS: c.Bool("allow-auth-without-tls"),
 			})
 			if errors.Is(err, server.ErrNodeIDMismatch) {
 				return usageError{err} // the data dir belongs to another --id
@@ -517,9 +523,9 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if srv.TLSEnabled() {
+			if srv.Reloadable() {
 				reloadMu.Lock()
-				reload = func() { srv.ReloadTLS() } // logs the outcome itself
+				reload = func() { srv.Reload() } // logs the outcome itself
 				reloadMu.Unlock()
 			}
 			sig := make(chan os.Signal, 1)

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,7 +22,33 @@ import (
 // The commands that read a running safekeeper's HTTP API (docs/http.md).
 
 func httpFlag() cli.Flag {
-	return &cli.StringFlag{Name: "http", Value: "127.0.0.1:7676", Usage: "host:port of the safekeeper's HTTP API (run --listen-http)", EnvVars: []string{"SAFEKEEPER_HTTP"}}
+	return &cli.StringFlag{Name: "http", Value: "127.0.0.1:7676", Usage: "host:port of the safekeeper's HTTP API (run --listen-http); https://host:port when it has a certificate", EnvVars: []string{"SAFEKEEPER_HTTP"}}
+}
+
+// httpClientFlags are the HTTPS and token flags of the commands that call
+// the HTTP API.
+func httpClientFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "http-cacert", Usage: "CA certificate file to verify an https:// --http against (default: the system's)"},
+		tokenFileFlag(),
+	}
+}
+
+func tokenFileFlag() cli.Flag {
+	return &cli.StringFlag{Name: "token-file", Usage: "file holding the token (safekeeper token issue) to present; default: $SAFEKEEPER_TOKEN"}
+}
+
+// token is the token to present: --token-file, else $SAFEKEEPER_TOKEN, else
+// none.
+func token(c *cli.Context) (string, error) {
+	if f := c.String("token-file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", usagef("--token-file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return strings.TrimSpace(os.Getenv("SAFEKEEPER_TOKEN")), nil
 }
 
 func jsonFlag() cli.Flag {
@@ -40,17 +68,42 @@ func apiGet(c *cli.Context, path string, v any) ([]byte, error) {
 
 // apiDo is apiGet with another method.
 func apiDo(c *cli.Context, method, path string, v any) ([]byte, error) {
-	if err := checkListenAddr(c.String("http")); err != nil {
+	scheme, hostPort := "http", c.String("http")
+	if rest, ok := strings.CutPrefix(hostPort, "https://"); ok {
+		scheme, hostPort = "https", rest
+	} else {
+		hostPort = strings.TrimPrefix(hostPort, "http://")
+	}
+	if err := checkListenAddr(hostPort); err != nil {
 		return nil, usagef("--http %q: %w", c.String("http"), err)
+	}
+	client := http.DefaultClient
+	if f := c.String("http-cacert"); f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return nil, usagef("--http-cacert: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usagef("--http-cacert %s: no PEM certificate in it", f)
+		}
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	}
+	tok, err := token(c)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
 	defer cancel()
-	url := "http://" + c.String("http") + path
+	url := scheme + "://" + hostPort + path
 	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach the safekeeper's HTTP API at %s: %w", c.String("http"), err)
 	}
@@ -80,7 +133,7 @@ func statusCommand() *cli.Command {
 		Usage:        "show a running safekeeper's status (GET /v1/status)",
 		UsageText:    "safekeeper status [--http HOST:PORT] [--json]",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
-		Flags:        []cli.Flag{httpFlag(), jsonFlag()},
+		Flags:        append([]cli.Flag{httpFlag(), jsonFlag()}, httpClientFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usagef("status takes no arguments, got %q", c.Args().Slice())
@@ -124,7 +177,7 @@ func timelineListCommand() *cli.Command {
 		Usage:        "list a running safekeeper's timelines (GET /v1/tenant/timeline)",
 		UsageText:    "safekeeper timeline list [--http HOST:PORT] [--json]",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
-		Flags:        []cli.Flag{httpFlag(), jsonFlag()},
+		Flags:        append([]cli.Flag{httpFlag(), jsonFlag()}, httpClientFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usagef("timeline list takes no arguments, got %q", c.Args().Slice())
@@ -155,10 +208,10 @@ func timelineShowCommand() *cli.Command {
 		UsageText:    "safekeeper timeline show --tenant-id HEX --timeline-id HEX [--http HOST:PORT] [--json]",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "tenant-id", "timeline-id") },
-		Flags: []cli.Flag{httpFlag(), jsonFlag(),
+		Flags: append([]cli.Flag{httpFlag(), jsonFlag(),
 			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)", EnvVars: []string{"SAFEKEEPER_TENANT_ID"}},
 			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)", EnvVars: []string{"SAFEKEEPER_TIMELINE_ID"}},
-		},
+		}, httpClientFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usagef("timeline show takes no arguments, got %q", c.Args().Slice())
@@ -229,11 +282,11 @@ func timelineDeleteCommand() *cli.Command {
 			"loses that copy: do it on all of them, or only for a timeline no primary writes any more.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "tenant-id", "timeline-id") },
-		Flags: []cli.Flag{httpFlag(), jsonFlag(),
+		Flags: append([]cli.Flag{httpFlag(), jsonFlag(),
 			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)", EnvVars: []string{"SAFEKEEPER_TENANT_ID"}},
 			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)", EnvVars: []string{"SAFEKEEPER_TIMELINE_ID"}},
 			&cli.BoolFlag{Name: "force", Usage: "end the timeline's connections (proposer, readers) and delete it", EnvVars: []string{"SAFEKEEPER_FORCE"}},
-		},
+		}, httpClientFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usagef("timeline delete takes no arguments, got %q", c.Args().Slice())
@@ -300,12 +353,17 @@ func securityFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "safekeeper-sslmode", Value: "disable", Usage: "TLS to the safekeepers, as libpq's sslmode: disable, prefer, require, verify-ca or verify-full"},
 		&cli.StringFlag{Name: "safekeeper-sslrootcert", Usage: "CA certificate file that verify-ca and verify-full check the safekeepers' certificates against"},
+		tokenFileFlag(),
 	}
 }
 
 // securityFrom reads securityFlags.
 func securityFrom(c *cli.Context) (proposer.Security, error) {
-	sec := proposer.Security{SSLMode: c.String("safekeeper-sslmode"), SSLRootCert: c.String("safekeeper-sslrootcert")}
+	tok, err := token(c)
+	if err != nil {
+		return proposer.Security{}, err
+	}
+	sec := proposer.Security{SSLMode: c.String("safekeeper-sslmode"), SSLRootCert: c.String("safekeeper-sslrootcert"), Password: tok}
 	if err := proposer.CheckSSLMode(sec.SSLMode); err != nil {
 		return sec, usagef("--safekeeper-sslmode: %w", err)
 	}

@@ -1,0 +1,37 @@
+package pgwire
+
+import (
+	"github.com/jackc/pgproto3/v2"
+)
+
+// RequestPassword asks the client for a cleartext password
+// (AuthenticationCleartextPassword, as pg_hba.conf's "password" method) and
+// returns what it sends in its PasswordMessage. It belongs to the startup
+// phase: call it after Accept and before Ready, under the startup deadline.
+// A client that sends anything else gets PostgreSQL's FATAL 08P01.
+//
+// Only over TLS is the password safe from the network; the caller decides
+// whether to ask without it.
+func (c *Conn) RequestPassword() (string, error) {
+	if err := c.send(&pgproto3.AuthenticationCleartextPassword{}); err != nil {
+		return "", err
+	}
+	if err := c.Flush(); err != nil {
+		return "", err
+	}
+	if err := c.backend.SetAuthType(pgproto3.AuthTypeCleartextPassword); err != nil {
+		return "", err
+	}
+	msg, err := c.receive()
+	if err != nil {
+		return "", err
+	}
+	pm, ok := msg.(*pgproto3.PasswordMessage)
+	if !ok {
+		e := Errorf(ProtocolViolation, "expected password response, got message type %s", messageName(msg)).fatal()
+		c.readErr = e
+		return "", e
+	}
+	return pm.Password, nil
+}
+

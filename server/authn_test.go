@@ -1,0 +1,202 @@
+package server
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/safekeeper/safekeeper/proposer"
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/server/auth"
+	"github.com/safekeeper/safekeeper/test/tlstest"
+)
+
+// TestTokenAuth: with --auth-public-key, a tenant-A token pushes to and
+// reads tenant A's timeline and is refused on tenant B's for push (which
+// then creates nothing), read, slots and HTTP; a safekeeperdata token may
+// do everything; expired, wrong-key, alg "none" and HMAC-with-the-public-key
+// tokens, and no token at all, get FATAL 28P01 in PostgreSQL's words;
+// /metrics, /healthz and /v1/status stay open.
+func TestTokenAuth(t *testing.T) {
+	dir := t.TempDir()
+	priv, pub := filepath.Join(dir, "auth.key"), filepath.Join(dir, "auth.pub")
+	if err := auth.GenerateKeys(priv, pub); err != nil {
+		t.Fatal(err)
+	}
+	key, err := auth.LoadPrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	issue := func(scope auth.Scope, tenant *proto.ID, ttl time.Duration, at time.Time) string {
+		t.Helper()
+		tok, err := auth.Issue(key, scope, tenant, ttl, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	tenantA, tenantB := tTenant, proto.ID{0xab, 2}
+	tokA := issue(auth.ScopeTenant, &tenantA, time.Hour, now)
+	tokB := issue(auth.ScopeTenant, &tenantB, time.Hour, now)
+	admin := issue(auth.ScopeSafekeeperData, nil, time.Hour, now)
+
+	s := startTestServer(t, t.TempDir(), func(c *Config) {
+		c.ListenHTTP = "127.0.0.1:0"
+		c.AuthPublicKeys = []string{pub}
+		c.AllowAuthWithoutTLS = true
+	})
+	addr := s.Addr().String()
+	host, port := hostOf(addr), addr[len(hostOf(addr))+1:]
+	ctx := testCtx(t)
+	push := func(tenant proto.ID, tok string) error {
+		c, err := proposer.Dial(ctx, proposer.DialConfig{Addr: addr, TenantID: tenant, TimelineID: tTimeline, Security: proposer.Security{Password: tok}})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if err := c.Send(&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018, SystemID: tSysID, TenantID: tenant,
+			TimelineID: tTimeline, PgTimeline: 1, WalSegSize: tSeg, ProposerUUID: proto.ID{0xcc}}); err != nil {
+			return err
+		}
+		_, err = c.Recv(ctx)
+		return err
+	}
+	wantPg := func(what string, err error, code string) {
+		t.Helper()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != code {
+			t.Fatalf("%s: %v, want SQLSTATE %s", what, err, code)
+		}
+	}
+	// Push: own tenant yes, another no (and nothing is created there).
+	if err := push(tenantA, tokA); err != nil {
+		t.Fatalf("push to tenant A with A's token: %v", err)
+	}
+	wantPg("push to tenant B with A's token", push(tenantB, tokA), pgwire.InvalidAuthorizationSpecification)
+	if keys, _ := s.db.Timelines(); len(keys) != 1 {
+		t.Fatalf("timelines after the refused push: %v", keys)
+	}
+	if err := push(tenantB, admin); err != nil {
+		t.Fatalf("push to tenant B with a safekeeperdata token: %v", err)
+	}
+
+	// Read and slots.
+	conn := func(tenant proto.ID, tok string) (*pgconn.PgConn, error) {
+		return pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=reader password=%s sslmode=disable replication=true options='-c tenant_id=%s -c timeline_id=%s'",
+			host, port, tok, tenant, tTimeline))
+	}
+	cA, err := conn(tenantB, tokA)
+	if err != nil {
+		t.Fatalf("connect with A's token: %v", err)
+	}
+	defer cA.Close(ctx)
+	for _, q := range []string{"IDENTIFY_SYSTEM", "TIMELINE_STATUS", `CREATE_REPLICATION_SLOT "s" PHYSICAL`, `DROP_REPLICATION_SLOT "s"`, "START_REPLICATION 0/1000000"} {
+		_, err := cA.Exec(ctx, q).ReadAll()
+		wantPg(q+" on tenant B with A's token", err, pgwire.InvalidAuthorizationSpecification)
+	}
+	cB, err := conn(tenantB, tokB)
+	if err != nil {
+		t.Fatalf("connect with B's token: %v", err)
+	}
+	defer cB.Close(ctx)
+	for _, q := range []string{"IDENTIFY_SYSTEM", `CREATE_REPLICATION_SLOT "s" PHYSICAL`, `DROP_REPLICATION_SLOT "s"`} {
+		if _, err := cB.Exec(ctx, q).ReadAll(); err != nil {
+			t.Fatalf("%s on tenant B with B's token: %v", q, err)
+		}
+	}
+
+	// Bad tokens: FATAL 28P01, PostgreSQL's words, nothing about why.
+	_, otherPriv, _ := ed25519.GenerateKey(nil)
+	wrongKey, _ := auth.Issue(otherPriv, auth.ScopeTenant, &tenantA, time.Hour, now)
+	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.MapClaims{"scope": "safekeeperdata"}).SignedString(jwt.UnsafeAllowNoneSignatureType)
+	pubPEM, err := readFile(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hmac, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"scope": "safekeeperdata"}).SignedString(pubPEM)
+	for name, tok := range map[string]string{
+		"expired": issue(auth.ScopeTenant, &tenantA, time.Minute, now.Add(-time.Hour)), "wrong key": wrongKey,
+		"alg none": none, "HMAC with the public key": hmac, "no token": "", "garbage": "not.a.token",
+	} {
+		_, err := conn(tenantA, tok)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != pgwire.InvalidPassword || pe.Severity != "FATAL" || pe.Message != `password authentication failed for user "reader"` {
+			t.Errorf("%s token: %v, want FATAL 28P01 password authentication failed", name, err)
+		}
+	}
+
+	// HTTP.
+	base := "http://" + s.HTTPAddr().String()
+	get := func(method, path, tok string) int {
+		req, _ := http.NewRequest(method, base+path, nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	tlB := fmt.Sprintf("/v1/tenant/%s/timeline/%s", tenantB, tTimeline)
+	for _, c := range []struct {
+		method, path, tok string
+		want              int
+	}{
+		{"GET", "/metrics", "", 200}, {"GET", "/healthz", "", 200}, {"GET", "/v1/status", "", 200},
+		{"GET", "/v1/tenant/timeline", "", 401}, {"GET", "/v1/tenant/timeline", "garbage", 401}, {"GET", "/v1/tenant/timeline", hmac, 401},
+		{"GET", "/v1/tenant/timeline", tokA, 403}, {"GET", "/v1/tenant/timeline", admin, 200},
+		{"GET", tlB, tokA, 403}, {"GET", tlB, tokB, 200}, {"GET", tlB, admin, 200},
+		{"DELETE", tlB, tokA, 403}, {"DELETE", tlB + "?force=true", tokB, 200},
+	} {
+		if got := get(c.method, c.path, c.tok); got != c.want {
+			t.Errorf("%s %s with token %.12q: %d, want %d", c.method, c.path, c.tok, got, c.want)
+		}
+	}
+}
+
+func readFile(path string) ([]byte, error) { return os.ReadFile(path) }
+
+// TestTokenNeedsTLS: with auth on and no --allow-auth-without-tls, a
+// plaintext connection is refused before any password is asked (FATAL
+// 28000); over TLS (verify-full against the test's CA) the token is taken.
+func TestTokenNeedsTLS(t *testing.T) {
+	dir := t.TempDir()
+	priv, pub := filepath.Join(dir, "auth.key"), filepath.Join(dir, "auth.pub")
+	if err := auth.GenerateKeys(priv, pub); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := auth.LoadPrivateKey(priv)
+	admin, _ := auth.Issue(key, auth.ScopeSafekeeperData, nil, time.Hour, time.Now())
+	ca := tlstest.NewCA(t, dir)
+	cert, ckey := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	ca.Issue(t, "sk", cert, ckey)
+	s := startTestServer(t, t.TempDir(), func(c *Config) {
+		c.AuthPublicKeys = []string{pub}
+		c.TLSCertFile, c.TLSKeyFile = cert, ckey
+	})
+	addr := s.Addr().String()
+	host, port := hostOf(addr), addr[len(hostOf(addr))+1:]
+	ctx := testCtx(t)
+	_, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=u password=%s sslmode=disable replication=true", host, port, admin))
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != pgwire.InvalidAuthorizationSpecification {
+		t.Fatalf("token over plaintext: %v, want FATAL 28000", err)
+	}
+	c, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=u password=%s sslmode=verify-full sslrootcert=%s replication=true", host, port, admin, ca.CertFile))
+	if err != nil {
+		t.Fatalf("token over TLS: %v", err)
+	}
+	c.Close(ctx)
+}
