@@ -34,4 +34,3 @@ func (c *Conn) RequestPassword() (string, error) {
 	}
 	return pm.Password, nil
 }
-
