@@ -67,7 +67,7 @@ func writeError(w http.ResponseWriter, err error) {
 func newHTTPAPI(s *Server, ln net.Listener) *httpAPI {
 	a := &httpAPI{s: s, started: time.Now(), ln: ln, reg: prometheus.NewRegistry()}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&timelineCollector{s: s}, s.metrics.writeSeconds, s.metrics.flushSeconds, s.metrics.slowFsyncs, s.metrics.writeBytes, s.metrics.appends, s.metrics.received)
+		&timelineCollector{s: s}, s.metrics.writeSeconds, s.metrics.flushSeconds, s.metrics.slowFsyncs, s.metrics.writeBytes, s.metrics.appends, s.metrics.received, s.metrics.refused)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -385,6 +385,7 @@ type serverMetrics struct {
 	appends      prometheus.Counter
 	received     prometheus.Counter
 	slowFsync    time.Duration // a commit longer than this is counted in slowFsyncs
+	refused      *prometheus.CounterVec
 }
 
 // observeCommit is storage's OnCommit.
@@ -402,6 +403,7 @@ func (m *serverMetrics) observeCommit(c storage.CommitStats) {
 func newMetrics(slowFsync time.Duration) *serverMetrics {
 	return &serverMetrics{
 		slowFsync: slowFsync,
+		refused:   newRefusedCounter(),
 		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "safekeeper_write_wal_seconds",
 			Help: "Time of one group commit spent putting WAL and state into the store's pages (in memory), before the disk writes.", Buckets: prometheus.ExponentialBuckets(0.00001, 2, 16)}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "safekeeper_flush_wal_seconds",
@@ -434,11 +436,13 @@ var (
 	descDisk       = prometheus.NewDesc("safekeeper_disk_usage_bytes", "Size of the data directory's database file.", nil, nil)
 	descDiskFree   = prometheus.NewDesc("safekeeper_disk_free_bytes", "Free space for unprivileged users on the data directory's file system.", nil, nil)
 	descRemovedTo  = prometheus.NewDesc("safekeeper_removed_up_to_lsn", "removed_up_to of the timeline: WAL below it was removed by retention.", labels, nil)
+	descBreaker    = prometheus.NewDesc("safekeeper_disk_breaker_tripped", "1 while the disk circuit breaker refuses new WAL (53100).", nil, nil)
+	descConns      = prometheus.NewDesc("safekeeper_connections", "Open client connections (limit: --max-connections).", nil, nil)
 	descRemovedSeg = prometheus.NewDesc("safekeeper_removed_wal_segments_total", "WAL segments removed by retention since the server started.", nil, nil)
 )
 
 func (c *timelineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descFlush, descCommit, descRemote, descTerm, descReaderLag, descActive, descProposers, descReaders, descDisk, descDiskFree, descRemovedTo, descRemovedSeg} {
+	for _, d := range []*prometheus.Desc{descFlush, descCommit, descRemote, descTerm, descReaderLag, descActive, descProposers, descReaders, descDisk, descDiskFree, descRemovedTo, descRemovedSeg, descBreaker, descConns} {
 		ch <- d
 	}
 }
@@ -485,6 +489,15 @@ func (c *timelineCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descProposers, prometheus.GaugeValue, float64(proposers))
 	ch <- prometheus.MustNewConstMetric(descReaders, prometheus.GaugeValue, float64(readers))
 	ch <- prometheus.MustNewConstMetric(descDisk, prometheus.GaugeValue, float64(c.s.db.FileSize()))
+	tripped := 0.0
+	if c.s.disk.tripped.Load() {
+		tripped = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, tripped)
+	c.s.mu.Lock()
+	conns := len(c.s.conns)
+	c.s.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(descConns, prometheus.GaugeValue, float64(conns))
 	var fs unix.Statfs_t
 	if unix.Statfs(c.s.cfg.DataDir, &fs) == nil {
 		ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(fs.Bavail*uint64(fs.Bsize)))

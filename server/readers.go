@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/storage"
@@ -70,6 +72,9 @@ type replState struct {
 	consumerSeen     bool
 
 	kick chan struct{} // wakes the retention goroutine; capacity 1
+
+	maxSlots int                    // Config.MaxSlots; 0: no limit
+	refused  *prometheus.CounterVec // nil in tests that build one alone
 }
 
 // setTLI records a PostgreSQL timeline switch: slots advancing from now

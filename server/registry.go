@@ -100,6 +100,10 @@ func (s *Server) open(key proto.TimelineKey, create *proto.ServerInfo) (*timelin
 		if s.isStopping() {
 			return nil, errShutdown // no new timeline once shutdown began
 		}
+		if keys, err := s.db.Timelines(); err == nil && len(keys) >= s.cfg.MaxTimelines {
+			s.metrics.refused.WithLabelValues("timelines").Inc()
+			return nil, pgwire.Errorf(pgwire.ConfigurationLimitExceeded, "cannot create timeline %s: this safekeeper holds %d timelines, its --max-timelines", key, len(keys))
+		}
 		if major := create.PgVersion / 10000; major != supportedPgMajor {
 			return nil, fmt.Errorf("%w: PostgreSQL major version %d: this safekeeper decodes PostgreSQL %d WAL only",
 				acceptor.ErrIncompatible, major, supportedPgMajor)
@@ -145,6 +149,8 @@ func (s *Server) startTimeline(key proto.TimelineKey, st acceptor.State, store *
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", acceptor.ErrStorage, err)
 	}
+	repl.maxSlots = s.cfg.MaxSlots
+	repl.refused = s.metrics.refused
 	t := &timeline{
 		key: key, log: tlog, in: make(chan event, eventQueue),
 		state: sess.InMem(), changed: make(chan struct{}), store: store, repl: repl, stopped: make(chan struct{}), retired: make(chan struct{}),

@@ -92,6 +92,28 @@ type Config struct {
 	// AllowAuthWithoutTLS lets a client send its token over a plaintext
 	// connection (for tests and trusted networks).
 	AllowAuthWithoutTLS bool
+	// MaxConnections bounds open client connections; more get FATAL 53300
+	// (limits.go). Default 1000.
+	MaxConnections int
+	// AuthenticationTimeout bounds a connection's startup (PostgreSQL's
+	// authentication_timeout). Default 60 s.
+	AuthenticationTimeout time.Duration
+	// MaxTimelines bounds the timelines stored; a greeting that would
+	// create one more gets 53400. Default 10,000.
+	MaxTimelines int
+	// MaxSlots bounds the replication slots (temporary and persistent) of
+	// a timeline; 53400 beyond. Default 10.
+	MaxSlots int
+	// MaxDiskUsage: at this database file size new WAL is refused (53100).
+	// 0: no such limit (the file system's reserve applies always).
+	MaxDiskUsage int64
+	// MaxTimelineDiskUsage: a timeline holding this much WAL refuses more
+	// (53100). 0: no limit.
+	MaxTimelineDiskUsage int64
+	// MinFreeDisk is the file system's reserve: with less free, new WAL is
+	// refused (53100). 0: 2% of the file system, at most 1 GiB; negative:
+	// none (WAL is written until the disk is full, and storage fails).
+	MinFreeDisk int64
 }
 
 func (c *Config) withDefaults() error {
@@ -121,6 +143,18 @@ func (c *Config) withDefaults() error {
 	}
 	if c.SlowFsyncThreshold <= 0 {
 		c.SlowFsyncThreshold = time.Second
+	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = 1000
+	}
+	if c.AuthenticationTimeout <= 0 {
+		c.AuthenticationTimeout = time.Minute
+	}
+	if c.MaxTimelines <= 0 {
+		c.MaxTimelines = 10000
+	}
+	if c.MaxSlots <= 0 {
+		c.MaxSlots = 10
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		return errors.New("server: TLS needs both a certificate and a key file")
@@ -189,6 +223,8 @@ type Server struct {
 	http            *httpAPI    // nil without Config.ListenHTTP
 	certs           *certSource // nil without Config.TLSCertFile
 	auth            *authState  // nil without Config.AuthPublicKeys
+	disk            diskState   // the disk circuit breaker (limits.go)
+	refusing        atomic.Int32
 	metrics         *serverMetrics
 	removedSegments atomic.Int64 // WAL segments retention removed
 
@@ -295,6 +331,7 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 	if httpLn != nil {
 		s.http = newHTTPAPI(s, httpLn)
 	}
+	s.checkDisk()
 	return s, nil
 }
 
@@ -323,6 +360,7 @@ func (s *Server) Serve() error {
 	s.log.Info("safekeeper listening", "addr", s.ln.Addr().String(), "node_id", s.cfg.NodeID, "data_dir", s.cfg.DataDir,
 		"tls", s.certs != nil, "tls_required", s.cfg.TLSRequired)
 	go s.mem.run(s.ctx, s)
+	go s.watchDisk()
 	if s.certs != nil {
 		go s.certs.watch(s.ctx)
 	}
@@ -353,6 +391,22 @@ func (s *Server) Serve() error {
 		if s.isStopping() {
 			s.mu.Unlock()
 			nc.Close()
+			continue
+		}
+		if len(s.conns) >= s.cfg.MaxConnections {
+			s.mu.Unlock()
+			s.metrics.refused.WithLabelValues("too_many_clients").Inc()
+			if s.refusing.Add(1) > maxRefusing {
+				s.refusing.Add(-1)
+				nc.Close()
+				continue
+			}
+			s.connWG.Add(1)
+			go func() {
+				defer s.connWG.Done()
+				defer s.refusing.Add(-1)
+				s.refuseTooMany(nc)
+			}()
 			continue
 		}
 		s.conns[nc] = struct{}{}
@@ -460,12 +514,18 @@ func (c *limitedConn) SetWriteDeadline(t time.Time) error {
 // every connection).
 func (s *Server) serveConn(nc net.Conn) {
 	log := s.log.With("peer", nc.RemoteAddr().String())
-	opts := pgwire.AcceptOptions{StartupTimeout: 10 * time.Second, WriteTimeout: s.cfg.WalSenderTimeout}
+	opts := pgwire.AcceptOptions{StartupTimeout: s.cfg.AuthenticationTimeout, WriteTimeout: s.cfg.WalSenderTimeout}
 	if s.certs != nil {
 		opts.TLSConfig = s.certs.config()
 	}
 	pc, err := pgwire.Accept(nc, opts)
 	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			s.metrics.refused.WithLabelValues("startup_timeout").Inc()
+			log.Info("connection closed: startup not finished within the authentication timeout", "timeout", s.cfg.AuthenticationTimeout)
+			return
+		}
 		log.Debug("connection startup failed", "err", err)
 		return
 	}

@@ -59,6 +59,14 @@ func (r *replState) createSlot(s storage.Slot, temporary bool, conn uint64) erro
 	if _, ok := r.slots[s.Name]; ok {
 		return pgwire.Errorf(pgwire.DuplicateObject, "replication slot %q already exists", s.Name)
 	}
+	if r.maxSlots > 0 && len(r.slots) >= r.maxSlots {
+		if r.refused != nil {
+			r.refused.WithLabelValues("slots").Inc()
+		}
+		e := pgwire.Errorf(pgwire.ConfigurationLimitExceeded, "all replication slots are in use")
+		e.Hint = "Free one or increase the safekeeper's --max-slots."
+		return e
+	}
 	if !temporary {
 		if err := r.store.CreateSlot(s); err != nil {
 			if errors.Is(err, storage.ErrSlotExists) {

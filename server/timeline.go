@@ -125,6 +125,14 @@ func (t *timeline) Status() (acceptor.State, <-chan struct{}) {
 	return t.state.Clone(), t.changed
 }
 
+// startLSN is the timeline's timeline_start_lsn (0 before the first
+// election).
+func (t *timeline) startLSN() proto.LSN {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.state.TimelineStartLSN
+}
+
 func (t *timeline) publish(st acceptor.State) {
 	if st.PgTimeline != t.state.PgTimeline && t.repl != nil {
 		t.repl.setTLI(st.PgTimeline) // a PostgreSQL timeline switch: slots restart on the new one

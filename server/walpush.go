@@ -251,7 +251,15 @@ func (c *pushConn) readLoop() outItem {
 			}
 			return item
 		}
-		if r, ok := m.(*proto.SafeKeeperRequest); ok {
+		if r, ok := m.(*proto.SafeKeeperRequest); ok && len(r.WAL) > 0 {
+			if err := c.srv.walRefused(c.tl); err != nil {
+				if cost > 0 {
+					c.srv.walBudget.Release(cost)
+				}
+				pgwire.Recycle(payload)
+				c.log.Warn("refusing WAL: disk limit", "err", err)
+				return outItem{err: err}
+			}
 			c.srv.mem.walIn.Add(int64(len(r.WAL)))
 		}
 		c.tl.in <- event{conn: c, msg: m, payload: payload, cost: cost}

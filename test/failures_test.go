@@ -183,11 +183,21 @@ func TestReadersStreamToCommitWithoutAProposer(t *testing.T) {
 		p.resp()
 	}
 	p.c.Close()
-	rc := replConn(t, sk, 1)
+	got := tlStart + proto.LSN(len(streamWAL(t, replConn(t, sk, 1), tlStart, commit)))
+	if got != commit || commit >= all {
+		t.Fatalf("reader got WAL up to %v; commit_lsn %v, flushed %v: must stop exactly at commit_lsn", got, commit, all)
+	}
+}
+
+// streamWAL runs START_REPLICATION from on rc (in query mode) and returns
+// the WAL it sends up to to, checking that each XLogData continues the
+// last.
+func streamWAL(t *testing.T, rc *pgconn.PgConn, from, to proto.LSN) []byte {
+	t.Helper()
 	ctx := harness.Context(t, 20*time.Second)
 	// pglogrepl.StartReplication needs a slot name; stock clients send
 	// exactly this without one.
-	rc.Frontend().Send(&pgproto3.Query{String: fmt.Sprintf("START_REPLICATION %s TIMELINE 1", tlStart)})
+	rc.Frontend().Send(&pgproto3.Query{String: fmt.Sprintf("START_REPLICATION %s TIMELINE 1", from)})
 	if err := rc.Frontend().Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -203,11 +213,12 @@ func TestReadersStreamToCommitWithoutAProposer(t *testing.T) {
 			t.Fatalf("START_REPLICATION: %s", e.Message)
 		}
 	}
-	got := tlStart
-	for got < commit {
+	var out []byte
+	got := from
+	for got < to {
 		msg, err := rc.ReceiveMessage(ctx)
 		if err != nil {
-			t.Fatalf("stream ended at %v, commit_lsn %v: %v", got, commit, err)
+			t.Fatalf("stream ended at %v, want %v: %v", got, to, err)
 		}
 		cd, ok := msg.(*pgproto3.CopyData)
 		if !ok || cd.Data[0] != pglogrepl.XLogDataByteID {
@@ -217,9 +228,8 @@ func TestReadersStreamToCommitWithoutAProposer(t *testing.T) {
 		if err != nil || proto.LSN(x.WALStart) != got {
 			t.Fatalf("XLogData at %v, want %v (%v)", x.WALStart, got, err)
 		}
+		out = append(out, x.WALData...)
 		got += proto.LSN(len(x.WALData))
 	}
-	if got != commit || commit >= all {
-		t.Fatalf("reader got WAL up to %v; commit_lsn %v, flushed %v: must stop exactly at commit_lsn", got, commit, all)
-	}
+	return out
 }

@@ -422,6 +422,13 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "tls-key", Usage: "PEM private key of --tls-cert"},
 			&cli.BoolFlag{Name: "tls-required", Usage: "refuse connections that do not use TLS (FATAL 28000, as pg_hba.conf hostssl)"},
 			&cli.StringSliceFlag{Name: "auth-public-key", Usage: "Ed25519 public key file (PEM) that signs tokens; turns authentication on; repeat for key rotation; re-read on SIGHUP"},
+			&cli.IntFlag{Name: "max-connections", Value: 1000, Usage: "most client connections at once; more get FATAL 53300 sorry, too many clients already"},
+			&cli.DurationFlag{Name: "authentication-timeout", Value: time.Minute, Usage: "close a connection that has not finished its startup in this time, as PostgreSQL's authentication_timeout"},
+			&cli.IntFlag{Name: "max-timelines", Value: 10000, Usage: "most timelines on this safekeeper; a greeting that would create one more gets 53400"},
+			&cli.IntFlag{Name: "max-slots", Value: 10, Usage: "most replication slots (temporary and persistent) per timeline; more get 53400"},
+			&cli.StringFlag{Name: "max-disk-usage", Value: "0", Usage: "refuse new WAL (53100) once the database file is this big (e.g. 100GB; 0: no limit); new WAL is also refused while the file system has less than 2% (at most 1GB) free"},
+			&cli.StringFlag{Name: "min-free-disk", Value: "auto", Usage: "refuse new WAL (53100) while the data directory's file system has less free space than this (auto: 2% of it, at most 1GB; 0: never, WAL is written until the disk is full)"},
+			&cli.StringFlag{Name: "max-timeline-disk-usage", Value: "0", Usage: "refuse new WAL (53100) for a timeline holding this much WAL (0: no limit)"},
 			&cli.BoolFlag{Name: "allow-auth-without-tls", Usage: "accept tokens (passwords) over plaintext connections; only on a trusted network"},
 			&cli.DurationFlag{Name: "slow-fsync-threshold", Value: time.Second, Usage: "log a group commit (write and fsync of WAL and state) that takes longer than this, with its durations; counted in safekeeper_slow_fsyncs_total"},
 			&cli.StringFlag{Name: "listen-http", Value: "127.0.0.1:7676", Usage: "host:port of the HTTP API (status, timelines, /metrics, /healthz, /readyz); '' disables it"},
@@ -476,6 +483,31 @@ func runCommand() *cli.Command {
 			if walKeep == 0 {
 				walKeep = -1 // server.Config: negative keeps none
 			}
+			maxDisk, err := parsePGSize(c.String("max-disk-usage"), false)
+			if err != nil {
+				return usagef("--max-disk-usage: %w", err)
+			}
+			maxTLDisk, err := parsePGSize(c.String("max-timeline-disk-usage"), false)
+			if err != nil {
+				return usagef("--max-timeline-disk-usage: %w", err)
+			}
+			var minFree int64 // server.Config: 0 is auto
+			if v := c.String("min-free-disk"); v != "auto" {
+				if minFree, err = parsePGSize(v, false); err != nil {
+					return usagef("--min-free-disk: %w (or auto)", err)
+				}
+				if minFree == 0 {
+					minFree = -1 // none
+				}
+			}
+			for _, f := range []string{"max-connections", "max-timelines", "max-slots"} {
+				if c.Int(f) <= 0 {
+					return usagef("--%s %d: want a positive number", f, c.Int(f))
+				}
+			}
+			if c.Duration("authentication-timeout") <= 0 {
+				return usagef("--authentication-timeout %v: want a positive duration", c.Duration("authentication-timeout"))
+			}
 			log, err := logger(c)
 			if err != nil {
 				return err
@@ -516,6 +548,9 @@ func runCommand() *cli.Command {
 				SlowFsyncThreshold: c.Duration("slow-fsync-threshold"),
 				TLSCertFile:        c.String("tls-cert"), TLSKeyFile: c.String("tls-key"), TLSRequired: c.Bool("tls-required"),
 				AuthPublicKeys: c.StringSlice("auth-public-key"), AllowAuthWithoutTLS: c.Bool("allow-auth-without-tls"),
+				MaxConnections: c.Int("max-connections"), AuthenticationTimeout: c.Duration("authentication-timeout"),
+				MaxTimelines: c.Int("max-timelines"), MaxSlots: c.Int("max-slots"), MaxDiskUsage: maxDisk, MaxTimelineDiskUsage: maxTLDisk,
+				MinFreeDisk: minFree,
 			})
 			if errors.Is(err, server.ErrNodeIDMismatch) {
 				return usageError{err} // the data dir belongs to another --id

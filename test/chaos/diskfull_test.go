@@ -85,6 +85,9 @@ func TestDiskFullSafekeeperRefusesAndRecovers(t *testing.T) {
 		sk.Kill()
 		mnt = mountTmpfs(t, tmpfsSize, sk.Kill)
 		sk.DataDir = filepath.Join(mnt, "data")
+		// No reserve: this test is about the disk actually filling up
+		// (ENOSPC in storage); test/breaker_test.go is about the reserve.
+		sk.Args = append(sk.Args, "--min-free-disk", "0")
 		sk.Start()
 	}})
 	sk, proxy := c.sks[2], c.proxies[2]

@@ -1,0 +1,157 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"github.com/safekeeper/safekeeper/proto/pgwire"
+)
+
+// Resource limits (Config.MaxConnections, AuthenticationTimeout,
+// MaxTimelines, MaxSlots, MaxDiskUsage, MaxTimelineDiskUsage): each has a
+// default, a refusal with PostgreSQL's SQLSTATE, and a count in
+// safekeeper_refused_total{reason}.
+//
+//   - Connections over MaxConnections get FATAL 53300 "sorry, too many
+//     clients already" once their startup packet is read; the streams
+//     already running are not touched. At most maxRefusing refusals run at
+//     once; beyond, a connection is closed unanswered.
+//   - A connection that does not finish its startup (SSL negotiation,
+//     startup packet, password) within AuthenticationTimeout is closed
+//     (slowloris). The startup packet is at most 10,000 bytes and every
+//     later message at most 1 MiB (pgwire).
+//   - A greeting that would create a timeline past MaxTimelines gets 53400.
+//   - A slot past MaxSlots on a timeline gets 53400, as PostgreSQL's "all
+//     replication slots are in use".
+//   - The disk circuit breaker: new WAL is refused with FATAL 53100 when the
+//     data directory's file system has less free space than the reserve
+//     (2% of it, at most 1 GiB), when the database file reaches
+//     MaxDiskUsage, or when a timeline's WAL reaches MaxTimelineDiskUsage.
+//     Reads go on. The disk is checked every diskCheckInterval, so WAL is
+//     taken again by itself once space returns (the proposer reconnects).
+
+const (
+	maxRefusing       = 64
+	diskCheckInterval = time.Second
+	maxDiskReserve    = 1 << 30
+)
+
+// refused counts refusals by reason.
+var refusedReasons = []string{"too_many_clients", "startup_timeout", "timelines", "slots", "disk"}
+
+func newRefusedCounter() *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "safekeeper_refused_total",
+		Help: "Connections and requests refused by a resource limit, by reason."}, []string{"reason"})
+	for _, r := range refusedReasons {
+		c.WithLabelValues(r) // every series present from the start
+	}
+	return c
+}
+
+// refuseTooMany answers a connection over MaxConnections as the postmaster
+// does: after its startup packet, FATAL 53300.
+func (s *Server) refuseTooMany(nc net.Conn) {
+	defer nc.Close()
+	opts := pgwire.AcceptOptions{StartupTimeout: min(s.cfg.AuthenticationTimeout, 10*time.Second)}
+	if s.certs != nil {
+		opts.TLSConfig = s.certs.config()
+	}
+	pc, err := pgwire.Accept(nc, opts)
+	if err != nil {
+		return
+	}
+	pc.SendError(fatalError(pgwire.Errorf(pgwire.TooManyConnections, "sorry, too many clients already")))
+	pc.Flush()
+}
+
+// diskState is the breaker's last reading.
+type diskState struct {
+	tripped atomic.Bool
+	why     atomic.Pointer[string]
+	free    atomic.Uint64
+	checked atomic.Int64 // unix nanoseconds of the last check
+}
+
+// diskRecheck is how old a reading may be when WAL arrives: the breaker
+// reads the disk again (two syscalls) at most this often on the write
+// path, besides every diskCheckInterval, so a fast writer cannot run
+// through the reserve between two periodic checks.
+const diskRecheck = 10 * time.Millisecond
+
+// checkDisk reads the file system and the database size and sets the
+// breaker.
+func (s *Server) checkDisk() {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(s.cfg.DataDir, &fs); err != nil {
+		return
+	}
+	free := fs.Bavail * uint64(fs.Bsize)
+	total := fs.Blocks * uint64(fs.Bsize)
+	reserve, rule := min(total/50, maxDiskReserve), "2%, at most 1 GiB"
+	switch m := s.cfg.MinFreeDisk; {
+	case m < 0:
+		reserve = 0
+	case m > 0:
+		reserve, rule = uint64(m), "--min-free-disk"
+	}
+	why := ""
+	switch {
+	case free < reserve:
+		why = fmt.Sprintf("the file system of %s has %d bytes free, below the reserve of %d (%s)", s.cfg.DataDir, free, reserve, rule)
+	case s.cfg.MaxDiskUsage > 0 && s.db.FileSize() >= s.cfg.MaxDiskUsage:
+		why = fmt.Sprintf("the database file holds %d bytes, at --max-disk-usage %d", s.db.FileSize(), s.cfg.MaxDiskUsage)
+	}
+	s.disk.free.Store(free)
+	s.disk.checked.Store(time.Now().UnixNano())
+	was := s.disk.tripped.Load()
+	if why != "" {
+		s.disk.why.Store(&why)
+	}
+	s.disk.tripped.Store(why != "")
+	switch {
+	case why != "" && !was:
+		s.log.Warn("disk circuit breaker tripped: new WAL is refused (53100), reads go on", "reason", why)
+	case why == "" && was:
+		s.log.Info("disk circuit breaker reset: WAL is taken again", "free_bytes", free)
+	}
+}
+
+// watchDisk runs checkDisk every diskCheckInterval until the server stops.
+func (s *Server) watchDisk() {
+	t := time.NewTicker(diskCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			s.checkDisk()
+		}
+	}
+}
+
+// walRefused returns the 53100 error for new WAL on tl, or nil.
+func (s *Server) walRefused(tl *timeline) error {
+	if last := s.disk.checked.Load(); time.Now().UnixNano()-last > int64(diskRecheck) && s.disk.checked.CompareAndSwap(last, time.Now().UnixNano()) {
+		s.checkDisk()
+	}
+	if s.disk.tripped.Load() {
+		s.metrics.refused.WithLabelValues("disk").Inc()
+		return pgwire.Errorf(pgwire.DiskFull, "could not write WAL: %s", *s.disk.why.Load())
+	}
+	if limit := s.cfg.MaxTimelineDiskUsage; limit > 0 {
+		end := tl.store.EndLSN()
+		start := max(tl.store.RemovedUpTo(), tl.startLSN())
+		if end > start && int64(end-start) >= limit {
+			s.metrics.refused.WithLabelValues("disk").Inc()
+			return pgwire.Errorf(pgwire.DiskFull, "could not write WAL: timeline %s holds %d bytes of WAL, at --max-timeline-disk-usage %d",
+				tl.key, uint64(end-start), limit)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,231 @@
+package test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/xlog/xlogtest"
+	"github.com/safekeeper/safekeeper/test/harness"
+)
+
+// startupPacket is a protocol 3.0 StartupMessage.
+func startupPacket(params ...string) []byte {
+	var body []byte
+	body = binary.BigEndian.AppendUint32(body, 196608)
+	for _, p := range params {
+		body = append(append(body, p...), 0)
+	}
+	body = append(body, 0)
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(body)+4)), body...)
+}
+
+// firstAnswer reads the server's first message after a startup packet:
+// "ok" for AuthenticationOk, or the SQLSTATE of an ErrorResponse.
+func firstAnswer(c net.Conn) (string, error) {
+	r := bufio.NewReader(c)
+	var hdr [5]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return "", err
+	}
+	body := make([]byte, binary.BigEndian.Uint32(hdr[1:])-4)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return "", err
+	}
+	switch hdr[0] {
+	case 'R':
+		return "ok", nil
+	case 'E':
+		for _, f := range bytes.Split(body, []byte{0}) {
+			if len(f) > 1 && f[0] == 'C' {
+				return string(f[1:]), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("unexpected message %q", hdr[0])
+}
+
+// scrapeMetric returns one metric's value (with label reason=reason, if given).
+func scrapeMetric(t *testing.T, sk *harness.Safekeeper, name, reason string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + sk.HTTPAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range fams[name].GetMetric() {
+		ok := reason == ""
+		for _, l := range m.GetLabel() {
+			ok = ok || (l.GetName() == "reason" && l.GetValue() == reason)
+		}
+		if ok {
+			if m.Counter != nil {
+				return m.Counter.GetValue()
+			}
+			return m.Gauge.GetValue()
+		}
+	}
+	t.Fatalf("no metric %s{reason=%q}", name, reason)
+	return 0
+}
+
+// TestMaxConnections: 1,100 connections against --max-connections 1000:
+// those over the limit get FATAL 53300 "sorry, too many clients already",
+// the others their AuthenticationOk, and a push stream and a reader that
+// were running before go on. (On a machine whose open-file limit cannot
+// hold that many, the numbers are scaled down and logged.)
+func TestMaxConnections(t *testing.T) {
+	maxConns, clients := 1000, 1100
+	var rl syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) == nil && rl.Cur < 2600 {
+		maxConns = int(rl.Cur-200) / 2
+		clients = maxConns + maxConns/10
+		t.Logf("open-file limit %d: %d connections against --max-connections %d", rl.Cur, clients, maxConns)
+	}
+	sk := harness.StartSafekeeper(t, 1, "--max-connections", fmt.Sprint(maxConns))
+	p := startTerm(t, sk, 1, 1)
+	gen := xlogtest.NewGenerator(tlStart, segSize, 1, sysID)
+	pushSome := func() proto.LSN {
+		begin := gen.Pos()
+		gen.Record(2000)
+		wal := gen.Take()
+		p.send(p.appendReq(begin, wal, begin+proto.LSN(len(wal))))
+		return begin + proto.LSN(len(wal))
+	}
+	end := pushSome()
+	for p.resp().FlushLSN < end {
+	}
+	rd := replConn(t, sk, 1) // a reader connected before the flood
+	conns := make([]net.Conn, clients)
+	answers := make([]string, clients)
+	var wg sync.WaitGroup
+	for i := range conns {
+		c, err := net.DialTimeout("tcp", sk.Addr, 10*time.Second)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		conns[i] = c
+		defer c.Close()
+		wg.Add(1)
+		go func(i int, c net.Conn) {
+			defer wg.Done()
+			c.SetDeadline(time.Now().Add(60 * time.Second))
+			if _, err := c.Write(startupPacket("user", "flood", "replication", "true")); err != nil {
+				answers[i] = err.Error()
+				return
+			}
+			a, err := firstAnswer(c)
+			if err != nil {
+				a = err.Error()
+			}
+			answers[i] = a
+		}(i, c)
+		if i%100 == 99 {
+			wg.Wait() // in order: the first ones hold the slots
+		}
+	}
+	wg.Wait()
+	count := map[string]int{}
+	for _, a := range answers {
+		count[a]++
+	}
+	t.Logf("answers: %v", count)
+	// Two connections of the stream and the reader hold slots too.
+	if count["53300"] < clients-maxConns+2 || count["ok"]+count["53300"] != clients {
+		t.Fatalf("answers %v: want %d refused with 53300 and the rest ok", count, clients-maxConns+2)
+	}
+	if got := scrapeMetric(t, sk, "safekeeper_refused_total", "too_many_clients"); got < float64(count["53300"]) {
+		t.Fatalf("safekeeper_refused_total{reason=too_many_clients} %v, want %d", got, count["53300"])
+	}
+	// The stream that was running goes on, and so does the reader.
+	end = pushSome()
+	for p.resp().FlushLSN < end {
+	}
+	if st := status(t, rd); st["flush_lsn"] != end.String() {
+		t.Fatalf("the reader after the flood: flush_lsn %s, want %s", st["flush_lsn"], end)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	// Closed connections free their slots: a new client gets in.
+	harness.WaitFor(t, 30*time.Second, "a new connection accepted after the flood left", func() bool {
+		c, err := net.DialTimeout("tcp", sk.Addr, time.Second)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write(startupPacket("user", "late", "replication", "true"))
+		a, _ := firstAnswer(c)
+		return a == "ok"
+	})
+}
+
+// TestSlowlorisCutAtAuthenticationTimeout: 500 connections that send half a
+// startup packet and then nothing are closed by the server at
+// --authentication-timeout (2 s here), while a normal client still gets
+// in; each is counted as a startup_timeout.
+func TestSlowlorisCutAtAuthenticationTimeout(t *testing.T) {
+	const n, timeout = 500, 2 * time.Second
+	sk := harness.StartSafekeeper(t, 1, "--authentication-timeout", timeout.String())
+	began := time.Now()
+	closed := make(chan time.Duration, n)
+	for i := 0; i < n; i++ {
+		c, err := net.DialTimeout("tcp", sk.Addr, 10*time.Second)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		defer c.Close()
+		pkt := startupPacket("user", "slow")
+		if _, err := c.Write(pkt[:6]); err != nil { // the length and half the version
+			t.Fatal(err)
+		}
+		go func() {
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			var b [1]byte
+			_, err := c.Read(b[:])
+			if err == nil {
+				err = fmt.Errorf("got a byte")
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				closed <- -1 // not closed by the server
+				return
+			}
+			closed <- time.Since(began)
+		}()
+	}
+	// Meanwhile a normal client is served.
+	startTerm(t, sk, 1, 1) // greeting, vote, election: served
+	var latest time.Duration
+	for i := 0; i < n; i++ {
+		d := <-closed
+		if d < 0 {
+			t.Fatal("a half-open connection was still open after 30 s")
+		}
+		latest = max(latest, d)
+	}
+	if latest < timeout-200*time.Millisecond || latest > timeout+10*time.Second {
+		t.Fatalf("the last half-open connection closed after %v; --authentication-timeout is %v", latest, timeout)
+	}
+	harness.WaitFor(t, 10*time.Second, "every cut counted", func() bool {
+		return scrapeMetric(t, sk, "safekeeper_refused_total", "startup_timeout") >= n
+	})
+	t.Logf("%d half-open connections closed by %v (timeout %v)", n, latest, timeout)
+}
