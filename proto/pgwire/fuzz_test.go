@@ -252,3 +252,51 @@ func FuzzReadQuery(f *testing.F) {
 		t.Fatal("ReadQuery returned more messages than there are bytes")
 	})
 }
+
+// FuzzFrontDoor feeds arbitrary client bytes to the whole startup of a
+// connection, as the server runs it when auth is on: Accept (SSLRequest,
+// GSSENCRequest, CancelRequest, StartupMessage) and then RequestPassword.
+// It must not panic or hang: every outcome is a *Conn or an error, within
+// the startup deadline, and a refusal the client could see is a FATAL
+// *Error.
+func FuzzFrontDoor(f *testing.F) {
+	start := func(kv ...string) []byte { return packet(3<<16, startupBody(kv...)...) }
+	f.Add(start("user", "u", "replication", "true"))
+	f.Add(append(packet(sslRequestCode), start("user", "u")...))
+	f.Add(append(packet(gssEncRequestCode), start("user", "u", "database", "d")...))
+	f.Add(append(start("user", "u"), 'p', 0, 0, 0, 9, 't', 'o', 'k', 0))
+	f.Add(append(start("user", "u"), 'Q', 0, 0, 0, 5, 0))
+	f.Add(packet(cancelRequestCode, 0, 0, 0, 1, 0, 0, 0, 2))
+	f.Add([]byte{0, 0, 0, 8, 0, 3, 0, 1})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		client, server := net.Pipe()
+		defer client.Close()
+		go io.Copy(io.Discard, client) // the server's answers
+		go func() {
+			client.Write(in)
+			client.Close() // EOF after the input
+		}()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c, err := Accept(server, AcceptOptions{StartupTimeout: 2 * time.Second})
+			if err != nil {
+				var e *Error
+				if errors.As(err, &e) && e.Severity != SeverityFatal && e.Severity != "" {
+					t.Errorf("startup refusal %v is not FATAL", err)
+				}
+				return
+			}
+			if _, err := c.RequestPassword(); err != nil {
+				return
+			}
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("startup hung on %q", in)
+		}
+		server.Close()
+	})
+}
