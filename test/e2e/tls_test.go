@@ -21,14 +21,16 @@ import (
 	"github.com/safekeeper/safekeeper/test/tlstest"
 )
 
-// TestTLSEndToEnd: three safekeepers with --tls-required and certificates
-// from a CA the test made; the proposer reaches them with
-// --safekeeper-sslmode verify-full, so commits on a stock primary wait for
-// a quorum over TLS; psql, pg_receivewal and a hot standby
-// (primary_conninfo) read from a safekeeper with sslmode=verify-full;
-// plaintext psql is refused with FATAL 28000; the certificate is rotated
-// while the proposer and the standby stream, new connections get the new
-// one, and the streams go on; sync works over verify-full too.
+// TestTLSEndToEnd: three safekeepers with --tls-required, certificates
+// from a CA the test made, and token auth; the proposer reaches them with
+// --safekeeper-sslmode verify-full and its tenant's token (--token-file),
+// so commits on a stock primary wait for a quorum over TLS; psql,
+// pg_receivewal and a hot standby (primary_conninfo) read from a
+// safekeeper with sslmode=verify-full and the tenant's token as password;
+// plaintext psql is refused with FATAL 28000, another tenant's token with
+// 28000 too; the certificate is rotated while the proposer and the
+// standby stream, new connections get the new one, and the streams go on;
+// sync works over verify-full with a safekeeperdata token.
 func TestTLSEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test: skipped in -short mode")
@@ -36,6 +38,24 @@ func TestTLSEndToEnd(t *testing.T) {
 	dir := pgtest.Dir(t, "tlstest-") // the postgres user reads ca.crt here
 	ca := tlstest.NewCA(t, dir)
 	pg := pgtest.Start(t, pgtest.Options{Conf: []string{"synchronous_standby_names = 'proposer'", "wal_sender_timeout = '20s'"}})
+	// Tokens: the timeline's tenant, another tenant, and safekeeperdata.
+	pubKey, privKey := filepath.Join(dir, "auth.pub"), filepath.Join(t.TempDir(), "auth.key")
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(harness.Binary(t), args...).Output()
+		if err != nil {
+			t.Fatalf("safekeeper %q: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	run("token", "keygen", "--private-key", privKey, "--public-key", pubKey)
+	tenantTok := run("token", "issue", "--private-key", privKey, "--scope", "tenant", "--tenant-id", tenantID.String())
+	otherTok := run("token", "issue", "--private-key", privKey, "--scope", "tenant", "--tenant-id", proto.ID{0x99}.String())
+	adminTok := run("token", "issue", "--private-key", privKey, "--scope", "safekeeperdata", "--ttl", "1h")
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(tenantTok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var sks []*harness.Safekeeper
 	var certs [][2]string
 	for id := uint64(1); id <= 3; id++ {
@@ -43,13 +63,13 @@ func TestTLSEndToEnd(t *testing.T) {
 		cert, key := filepath.Join(cd, "server.crt"), filepath.Join(cd, "server.key")
 		ca.Issue(t, fmt.Sprintf("safekeeper %d", id), cert, key)
 		certs = append(certs, [2]string{cert, key})
-		sks = append(sks, harness.StartSafekeeper(t, id, "--tls-cert", cert, "--tls-key", key, "--tls-required"))
+		sks = append(sks, harness.StartSafekeeper(t, id, "--tls-cert", cert, "--tls-key", key, "--tls-required", "--auth-public-key", pubKey))
 	}
 	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
 	prop := harness.StartProcess(t, "proposer", "--log-level", "debug", "propose",
 		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
 		"--safekeepers", strings.Join(addrs, ","), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
-		"--safekeeper-sslmode", "verify-full", "--safekeeper-sslrootcert", ca.CertFile)
+		"--safekeeper-sslmode", "verify-full", "--safekeeper-sslrootcert", ca.CertFile, "--token-file", tokenFile)
 	harness.WaitFor(t, 60*time.Second, "the proposer streaming over TLS as the sync standby", func() bool {
 		if exited, code := prop.Exited(); exited {
 			t.Fatalf("proposer exited %d:\n%s", code, tailString(prop.Log(), 30))
@@ -64,7 +84,7 @@ func TestTLSEndToEnd(t *testing.T) {
 	// No client certificate: libpq would look for ~/.postgresql/postgresql.crt,
 	// which the postgres user cannot read under root's HOME.
 	noClient := fmt.Sprintf("sslcert=%s sslkey=%s", filepath.Join(dir, "none.crt"), filepath.Join(dir, "none.key"))
-	verify := fmt.Sprintf("host=%s port=%s user=postgres sslmode=verify-full sslrootcert=%s %s", host, port, ca.CertFile, noClient)
+	verify := fmt.Sprintf("host=%s port=%s user=postgres sslmode=verify-full sslrootcert=%s %s password=%s", host, port, ca.CertFile, noClient, tenantTok)
 	// psql, verified; psql in plaintext, refused as hostssl refuses it.
 	out := pg.Run(t, "psql", "-XAtq", "-d", verify+" replication=true options='"+options+"'", "-c", "IDENTIFY_SYSTEM")
 	if !strings.Contains(out, "|1|") {
@@ -74,6 +94,18 @@ func TestTLSEndToEnd(t *testing.T) {
 		fmt.Sprintf("host=%s port=%s user=postgres sslmode=disable replication=true", host, port), "-c", "IDENTIFY_SYSTEM").CombinedOutput()
 	if err == nil || !strings.Contains(string(plain), `no pg_hba.conf entry for replication connection from host "127.0.0.1", user "postgres", no encryption`) {
 		t.Fatalf("plaintext psql with --tls-required: %v %s", err, plain)
+	}
+	// Another tenant's token: authenticated, but not for this timeline.
+	denied, err := pg.Cmd(context.Background(), "psql", "-XAtq", "-d",
+		strings.Replace(verify, tenantTok, otherTok, 1)+" replication=true options='"+options+"'", "-c", "IDENTIFY_SYSTEM").CombinedOutput()
+	if err == nil || !strings.Contains(string(denied), "permission denied for timeline") {
+		t.Fatalf("psql with another tenant's token: %v %s", err, denied)
+	}
+	// No token: PostgreSQL's words.
+	none, err := pg.Cmd(context.Background(), "psql", "-XAtqw", "-d",
+		strings.Replace(verify, "password="+tenantTok, "", 1)+" replication=true", "-c", "IDENTIFY_SYSTEM").CombinedOutput()
+	if err == nil || !strings.Contains(string(none), "password") {
+		t.Fatalf("psql without a token: %v %s", err, none)
 	}
 
 	// pg_receivewal over verify-full, up to what is committed now.
@@ -92,8 +124,8 @@ func TestTLSEndToEnd(t *testing.T) {
 	data, sport := filepath.Join(sdir, "data"), harness.FreePort(t)
 	pg.Run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "-D", data, "-X", "stream", "-c", "fast")
 	conf := fmt.Sprintf("\nport = %d\nunix_socket_directories = '%s'\nhot_standby = on\nsynchronous_standby_names = ''\n"+
-		"primary_conninfo = 'host=%s port=%s user=postgres application_name=standby1 sslmode=verify-full sslrootcert=%s %s options=''%s'''\n",
-		sport, sdir, host, port, ca.CertFile, noClient, options)
+		"primary_conninfo = 'host=%s port=%s user=postgres application_name=standby1 sslmode=verify-full sslrootcert=%s %s password=%s options=''%s'''\n",
+		sport, sdir, host, port, ca.CertFile, noClient, tenantTok, options)
 	f, err := os.OpenFile(filepath.Join(data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +155,7 @@ func TestTLSEndToEnd(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		// pgconn, unlike libpq, fails on a missing sslcert file: none given.
-		c, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres sslmode=verify-full sslrootcert=%s replication=true", host, port, ca.CertFile))
+		c, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=postgres sslmode=verify-full sslrootcert=%s password=%s replication=true", host, port, ca.CertFile, tenantTok))
 		if err != nil {
 			return nil
 		}
@@ -146,7 +178,12 @@ func TestTLSEndToEnd(t *testing.T) {
 	// sync over verify-full (the proposer stopped first: sync defers to a
 	// live one).
 	prop.Stop(10 * time.Second)
-	b, err := exec.CommandContext(harness.Context(t, 60*time.Second), harness.Binary(t), "sync", "--force",
+	syncCmd := func(args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(harness.Context(t, 60*time.Second), harness.Binary(t), args...)
+		cmd.Env = append(os.Environ(), "SAFEKEEPER_TOKEN="+adminTok)
+		return cmd
+	}
+	b, err := syncCmd("sync", "--force",
 		"--safekeepers", strings.Join(addrs, ","), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
 		"--safekeeper-sslmode", "verify-full", "--safekeeper-sslrootcert", ca.CertFile).CombinedOutput()
 	if err != nil {
@@ -154,7 +191,7 @@ func TestTLSEndToEnd(t *testing.T) {
 	}
 	// And a wrong CA is refused by the client's verification.
 	other := tlstest.NewCA(t, t.TempDir())
-	b, err = exec.CommandContext(harness.Context(t, 60*time.Second), harness.Binary(t), "sync", "--force", "--timeout", "5s",
+	b, err = syncCmd("sync", "--force", "--timeout", "5s",
 		"--safekeepers", strings.Join(addrs, ","), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
 		"--safekeeper-sslmode", "verify-full", "--safekeeper-sslrootcert", other.CertFile).CombinedOutput()
 	if err == nil || !strings.Contains(string(b), "certificate") {
