@@ -45,7 +45,9 @@ func timelineKey(n int) proto.TimelineKey {
 }
 
 // node is one fresh safekeeper process for one pass: default options (fsync
-// on), its data directory under the test's temporary directory.
+// on) but for --max-connections, which the 1,000-timeline passes would
+// reach with their readers; its data directory under the test's temporary
+// directory.
 type node struct {
 	t  *testing.T
 	sk *harness.Safekeeper
@@ -53,7 +55,7 @@ type node struct {
 
 func startNode(t *testing.T) *node {
 	t.Helper()
-	return &node{t: t, sk: harness.StartSafekeeper(t, 1)}
+	return &node{t: t, sk: harness.StartSafekeeper(t, 1, "--max-connections", "20000")}
 }
 
 // startNodeEnv starts a node with key=value in its environment only.
