@@ -130,6 +130,23 @@ func TestRealPostgresWAL(t *testing.T) {
 			}
 		}
 	}
+	// The Reader returns pg_waldump's records: starts, prev links, lengths
+	// (rec = xl_tot_len less the images), rmgr and record type names.
+	r := xlog.NewReader(from, seg)
+	r.Feed(data)
+	for i, w := range recs {
+		rec, ok, err := r.Next()
+		if err != nil || !ok {
+			t.Fatalf("Reader: record %d (%s): %v, %v", i, w.Start, ok, err)
+		}
+		name, _, _ := strings.Cut(w.Desc, " ")
+		if rec.LSN != w.Start || rec.Prev != w.Prev || int(rec.TotLen) != w.TotLen || int(rec.TotLen)-rec.FPILen() != w.RecLen ||
+			xlog.RmgrName(rec.RmID) != w.Rmgr || xlog.Describe(rec) != name || rec.End != ends[i] {
+			t.Fatalf("Reader: record %d: %s %s prev %s len %d/%d %s ends %s; pg_waldump: %+v (ends %s)", i, xlog.RmgrName(rec.RmID), rec.LSN, rec.Prev,
+				int(rec.TotLen)-rec.FPILen(), rec.TotLen, xlog.Describe(rec), rec.End, w, ends[i])
+		}
+	}
+
 	// Starting at a record end in mid-stream works too.
 	for _, k := range []int{0, len(ends) / 3, len(ends) / 2, len(ends) - 2} {
 		st := ends[k]

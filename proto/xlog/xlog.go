@@ -62,17 +62,30 @@ const (
 // ErrInvalidWAL is wrapped by every decoding error.
 var ErrInvalidWAL = errors.New("xlog: invalid WAL")
 
+// ErrRecordCRC is wrapped by the error for a record whose xl_crc does not
+// match its bytes. It wraps ErrInvalidWAL.
+var ErrRecordCRC = fmt.Errorf("%w: record CRC mismatch", ErrInvalidWAL)
+
 // Error is a decoding error: the WAL at LSN is not valid PostgreSQL 15 WAL
 // (or not the WAL the decoder was told to expect). It wraps ErrInvalidWAL.
 type Error struct {
 	LSN    proto.LSN // where the offending page header or record starts
 	Reason string    // xlogreader-style description
+	// Err is a more specific sentinel wrapping ErrInvalidWAL (ErrRecordCRC),
+	// or nil.
+	Err error
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("xlog: invalid WAL at %s: %s", e.LSN, e.Reason) }
 
-// Unwrap returns ErrInvalidWAL.
-func (e *Error) Unwrap() error { return ErrInvalidWAL }
+// Unwrap returns Err, or ErrInvalidWAL if Err is nil: either way the error
+// wraps ErrInvalidWAL.
+func (e *Error) Unwrap() error {
+	if e.Err != nil {
+		return e.Err
+	}
+	return ErrInvalidWAL
+}
 
 // CRC32C is the Castagnoli table PostgreSQL's pg_crc32c uses.
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -276,6 +289,7 @@ func (d *Decoder) recordDone() {
 		want := binary.LittleEndian.Uint32(d.rhdr[offXLCRC:])
 		if got := crc32.Update(d.crc, crcTable, d.rhdr[:offXLCRC]); got != want {
 			d.fail(d.recStart, "incorrect resource manager data checksum in record: got %08X, xl_crc %08X", got, want)
+			d.err.(*Error).Err = ErrRecordCRC
 			return
 		}
 		info, rmid := d.rhdr[16], d.rhdr[17]
