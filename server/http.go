@@ -70,6 +70,7 @@ func newHTTPAPI(s *Server, ln net.Listener) *httpAPI {
 	mux.HandleFunc("GET /v1/status", a.status)
 	mux.HandleFunc("GET /v1/tenant/timeline", a.timelines)
 	mux.HandleFunc("GET /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.timeline)
+	mux.HandleFunc("GET /v1/tenant/{tenant_id}/timeline/{timeline_id}/wal", a.wal) // httpwal.go
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	if s.cfg.EnablePprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
