@@ -15,7 +15,7 @@ func walCommand() *cli.Command {
 		Name:         "wal",
 		Usage:        "offline tools for a safekeeper's stored WAL",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
-		Subcommands:  []*cli.Command{walExportCommand(), walFetchCommand()},
+		Subcommands:  []*cli.Command{walExportCommand(), walFetchCommand(), walDumpCommand()},
 		// No "wal help" subcommand of urfave/cli's: it answers an unknown
 		// name with an error that cannot be told from a failure.
 		HideHelpCommand: true,

@@ -47,8 +47,24 @@ func RunWaldump(ctx context.Context, path, dir string, start, end proto.LSN) (re
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	runErr := cmd.Run()
-	for _, m := range waldumpLine.FindAllSubmatch(out.Bytes(), -1) {
+	recs, err = ParseWaldump(out.Bytes())
+	if err != nil {
+		return nil, errb.String(), err
+	}
+	if len(recs) == 0 {
+		return nil, errb.String(), fmt.Errorf("xlogtest: pg_waldump %v printed no record (%v): %s", args, runErr, errb.String())
+	}
+	return recs, errb.String(), nil
+}
+
+// ParseWaldump parses the record lines of pg_waldump's output (or of
+// `safekeeper wal dump`'s, which prints LSNs as X/X instead of X/%08X);
+// other lines are ignored.
+func ParseWaldump(out []byte) ([]WaldumpRecord, error) {
+	var recs []WaldumpRecord
+	for _, m := range waldumpLine.FindAllSubmatch(out, -1) {
 		var r WaldumpRecord
+		var err error
 		r.Rmgr = string(m[1])
 		r.RecLen, _ = strconv.Atoi(string(m[2]))
 		r.TotLen, _ = strconv.Atoi(string(m[3]))
@@ -57,16 +73,19 @@ func RunWaldump(ctx context.Context, path, dir string, start, end proto.LSN) (re
 			r.Prev, err = proto.ParseLSN(string(m[5]))
 		}
 		if err != nil {
-			return nil, errb.String(), err
+			return nil, err
 		}
 		r.Desc = string(m[6])
 		recs = append(recs, r)
 	}
-	if len(recs) == 0 {
-		return nil, errb.String(), fmt.Errorf("xlogtest: pg_waldump %v printed no record (%v): %s", args, runErr, errb.String())
-	}
-	return recs, errb.String(), nil
+	return recs, nil
 }
+
+var blkrefText = regexp.MustCompile(`blkref #\d+: rel \d+/\d+/\d+(?: fork \w+)? blk \d+(?: FPW(?: for WAL verification)?)?`)
+
+// Blkrefs returns the block references of a record's desc as pg_waldump
+// prints them ("blkref #0: rel 1663/5/16384 blk 0 FPW"), in order.
+func (r WaldumpRecord) Blkrefs() []string { return blkrefText.FindAllString(r.Desc, -1) }
 
 // EndsFromStarts derives record ends (EndRecPtr) from consecutive record
 // starts, as an oracle independent of xl_tot_len arithmetic: a record ends
