@@ -82,6 +82,32 @@ func (p *progress) line(now time.Time) string {
 	return s
 }
 
+// clear erases the line, if shown, so that other output starts at the
+// line's start; the next set draws it again.
+func (p *progress) clear() {
+	if p.w != nil && p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.shown = false
+		p.last = time.Time{}
+	}
+}
+
+// above wraps w (stdout, which may be the same terminal) so that the
+// progress line is erased before anything is written to it.
+func (p *progress) above(w io.Writer) io.Writer {
+	if p.w == nil {
+		return w
+	}
+	return writerFunc(func(b []byte) (int, error) {
+		p.clear()
+		return w.Write(b)
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
 // finish clears the line.
 func (p *progress) finish() {
 	if p.w != nil && p.shown {

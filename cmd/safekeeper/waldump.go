@@ -139,11 +139,11 @@ func walDump(c *cli.Context) error {
 	r := xlog.NewReader(readFrom, info.segSize)
 	r.SkipBefore(from)
 
-	out := bufio.NewWriterSize(c.App.Writer, 256<<10)
-	defer out.Flush()
-	st := newDumpStats()
 	prog := newProgress(c.App.ErrWriter, int64(to-readFrom))
 	defer prog.finish()
+	out := bufio.NewWriterSize(prog.above(c.App.Writer), 256<<10)
+	defer out.Flush()
+	st := newDumpStats()
 	jsonOut, statsOnly := c.Bool("json"), c.Bool("stats")
 	enc := json.NewEncoder(out)
 	var firstRec, lastEnd proto.LSN

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -303,5 +305,45 @@ func TestWALDumpAgreesWithPgWaldumpOnGeneratedWAL(t *testing.T) {
 	}
 	if _, ours, _ := runDump(t, "--data-dir", dir, "--stats"); ours != waldump("--stats") {
 		t.Errorf("--stats differ:\n%s\npg_waldump:\n%s", ours, waldump("--stats"))
+	}
+}
+
+// TestProgressAboveOutput: output written through above erases the
+// progress line first (stdout and stderr on one terminal).
+func TestProgressAboveOutput(t *testing.T) {
+	var term, out bytes.Buffer
+	p := newProgress(&term, 100)
+	p.w = &term // as on a terminal
+	p.set(50)
+	fmt.Fprint(p.above(&out), "record\n")
+	if !strings.HasSuffix(term.String(), "\r\033[K") || out.String() != "record\n" {
+		t.Fatalf("terminal %q, output %q", term.String(), out.String())
+	}
+	if w := newProgress(&term, 1).above(&out); w != io.Writer(&out) {
+		t.Fatal("above wraps the output of a progress that is off")
+	}
+}
+
+// TestWALExportProgress: ExportWithProgress reports bytes done, growing to
+// the total exported.
+func TestWALExportProgress(t *testing.T) {
+	dataDir := storeTimeline(t, 0x1000000, bytes.Repeat([]byte{7}, 5*exportSegSize/2))
+	var calls []int64
+	var total int64
+	err := storage.ExportWithProgress(filepath.Join(dataDir, "safekeeper.db"), proto.TimelineKey{TenantID: exportTenant, TimelineID: exportTimeline},
+		t.TempDir(), nil, io.Discard, func(done, tot int64) {
+			calls = append(calls, done)
+			total = tot
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != 5*exportSegSize/2 || len(calls) < 3 || calls[len(calls)-1] != total {
+		t.Fatalf("progress %v of %d", calls, total)
+	}
+	for i := 1; i < len(calls); i++ {
+		if calls[i] <= calls[i-1] {
+			t.Fatalf("progress went back: %v", calls)
+		}
 	}
 }
