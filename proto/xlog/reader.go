@@ -166,39 +166,14 @@ func (r *Reader) pageHeader(page proto.LSN) (info uint16, remLen uint32, size in
 	if page < r.checked {
 		return info, remLen, size, true
 	}
-	magic := binary.LittleEndian.Uint16(h[0:])
-	tli := binary.LittleEndian.Uint32(h[4:])
-	pageaddr := proto.LSN(binary.LittleEndian.Uint64(h[8:]))
-	switch {
-	case magic != PageMagic:
-		r.fail(page, "invalid magic number %04X in WAL page (want %04X)", magic, PageMagic)
-	case info&^xlpAllFlags != 0:
-		r.fail(page, "invalid info bits %04X in WAL page", info)
-	case page.SegmentOffset(r.segSize) == 0 && info&XLPLongHeader == 0:
-		r.fail(page, "invalid info bits %04X in WAL segment: first page lacks XLP_LONG_HEADER", info)
-	case pageaddr != page:
-		r.fail(page, "unexpected pageaddr %s in WAL page", pageaddr)
-	case tli < r.tli:
-		r.fail(page, "out-of-sequence timeline ID %d (after %d) in WAL page", tli, r.tli)
-	}
-	if r.err == nil && info&XLPLongHeader != 0 {
-		sysid := binary.LittleEndian.Uint64(h[24:])
-		segSize := binary.LittleEndian.Uint32(h[32:])
-		blcksz := binary.LittleEndian.Uint32(h[36:])
-		switch {
-		case uint64(segSize) != r.segSize:
-			r.fail(page, "WAL file has xlp_seg_size %d, expected %d", segSize, r.segSize)
-		case blcksz != PageSize:
-			r.fail(page, "WAL file has xlp_xlog_blcksz %d, expected %d", blcksz, PageSize)
-		case r.hasSys && sysid != r.sysid:
-			r.fail(page, "WAL file is from a different database system: xlp_sysid %d, expected %d", sysid, r.sysid)
-		}
-		r.sysid, r.hasSys = sysid, true
-	}
-	if r.err != nil {
+	if reason := checkPageHeader(h, page, r.segSize, r.tli, r.sysid, r.hasSys); reason != "" {
+		r.fail(page, "%s", reason)
 		return 0, 0, 0, false
 	}
-	r.tli = tli
+	if info&XLPLongHeader != 0 {
+		r.sysid, r.hasSys = binary.LittleEndian.Uint64(h[24:]), true
+	}
+	r.tli = binary.LittleEndian.Uint32(h[4:])
 	r.checked = page + PageSize
 	return info, remLen, size, true
 }
