@@ -361,7 +361,7 @@ func TestIdentify(t *testing.T) {
 		{10, 0x00, "INSERT"}, {10, 0x80, "INSERT+INIT"}, {10, 0x40, "HOT_UPDATE"}, {10, 0x60, "LOCK"},
 		{9, 0x10, "PRUNE"}, {9, 0xD0, "MULTI_INSERT+INIT"}, {11, 0x00, "INSERT_LEAF"},
 		{8, 0x10, "RUNNING_XACTS"}, {2, 0x10, "CREATE"}, {20, 0x00, "Generic"},
-		{0, 0xC0, "UNKNOWN (c0)"}, {12, 0x20, "UNKNOWN (20)"}, {200, 0x10, "UNKNOWN (10)"},
+		{0, 0xC0, "UNKNOWN (c0)"}, {13, 0x00, "UNKNOWN (0)"}, {12, 0x20, "INSERT"}, {200, 0x10, "UNKNOWN (10)"},
 	} {
 		if got := xlog.Describe(&xlog.Record{RmID: c.rmid, Info: c.info}); got != c.want {
 			t.Errorf("rmgr %d info %#x: %q, want %q", c.rmid, c.info, got, c.want)

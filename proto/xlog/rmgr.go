@@ -23,7 +23,12 @@ const (
 	rmHeap2     = 9
 	rmHeap      = 10
 	rmBtree     = 11
+	rmHash      = 12
+	rmGin       = 13
+	rmGist      = 14
 	rmSeq       = 15
+	rmSPGist    = 16
+	rmBRIN      = 17
 	rmCommitTs  = 18
 	rmReplOrig  = 19
 	rmGeneric   = 20
@@ -76,7 +81,28 @@ var identify = map[uint8]map[uint8]string{
 		0x90: "UNLINK_PAGE_META", 0xA0: "NEWROOT", 0xB0: "MARK_PAGE_HALFDEAD", 0xC0: "VACUUM",
 		0xD0: "REUSE_PAGE", 0xE0: "META_CLEANUP",
 	},
-	rmSeq:       {0x00: "LOG"},
+	rmHash: {
+		0x00: "INIT_META_PAGE", 0x10: "INIT_BITMAP_PAGE", 0x20: "INSERT", 0x30: "ADD_OVFL_PAGE",
+		0x40: "SPLIT_ALLOCATE_PAGE", 0x50: "SPLIT_PAGE", 0x60: "SPLIT_COMPLETE", 0x70: "MOVE_PAGE_CONTENTS",
+		0x80: "SQUEEZE_PAGE", 0x90: "DELETE", 0xA0: "SPLIT_CLEANUP", 0xB0: "UPDATE_META_PAGE", 0xC0: "VACUUM_ONE_PAGE",
+	},
+	rmGin: {
+		0x10: "CREATE_PTREE", 0x20: "INSERT", 0x30: "SPLIT", 0x40: "VACUUM_PAGE", 0x90: "VACUUM_DATA_LEAF_PAGE",
+		0x50: "DELETE_PAGE", 0x60: "UPDATE_META_PAGE", 0x70: "INSERT_LISTPAGE", 0x80: "DELETE_LISTPAGE",
+	},
+	rmGist: {
+		0x00: "PAGE_UPDATE", 0x10: "DELETE", 0x20: "PAGE_REUSE", 0x30: "PAGE_SPLIT", 0x60: "PAGE_DELETE", 0x70: "ASSIGN_LSN",
+	},
+	rmSeq: {0x00: "LOG"},
+	rmSPGist: {
+		0x10: "ADD_LEAF", 0x20: "MOVE_LEAFS", 0x30: "ADD_NODE", 0x40: "SPLIT_TUPLE", 0x50: "PICKSPLIT",
+		0x60: "VACUUM_LEAF", 0x70: "VACUUM_ROOT", 0x80: "VACUUM_REDIRECT",
+	},
+	// BRIN: 0x80 is XLOG_BRIN_INIT_PAGE.
+	rmBRIN: {
+		0x00: "CREATE_INDEX", 0x10: "INSERT", 0x90: "INSERT+INIT", 0x20: "UPDATE", 0xA0: "UPDATE+INIT",
+		0x30: "SAMEPAGE_UPDATE", 0x40: "REVMAP_EXTEND", 0x50: "DESUMMARIZE",
+	},
 	rmCommitTs:  {0x00: "ZEROPAGE", 0x10: "TRUNCATE"},
 	rmReplOrig:  {0x00: "SET", 0x10: "DROP"},
 	rmLogicalMs: {0x00: "MESSAGE"},
