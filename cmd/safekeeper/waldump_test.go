@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/xlog"
 	"github.com/safekeeper/safekeeper/proto/xlog/xlogtest"
+	"github.com/safekeeper/safekeeper/server"
 	"github.com/safekeeper/safekeeper/storage"
 	"github.com/safekeeper/safekeeper/test/pgtest"
 )
@@ -345,5 +348,59 @@ func TestWALExportProgress(t *testing.T) {
 		if calls[i] <= calls[i-1] {
 			t.Fatalf("progress went back: %v", calls)
 		}
+	}
+}
+
+// TestWALDumpOverHTTP: --http reads the same records from a running
+// server (GET .../wal) as --data-dir read from its data directory before
+// it started; while it runs, --data-dir is refused at once naming --http;
+// an unknown timeline over --http is one line and exit 1, an unreachable
+// API too.
+func TestWALDumpOverHTTP(t *testing.T) {
+	w := makeDumpWAL(t, 0x1000000)
+	dir := storeTimeline(t, w.start, w.data)
+	code, offline, stderr := runDump(t, "--data-dir", dir)
+	if code != 0 {
+		t.Fatalf("--data-dir: exit %d: %s", code, stderr)
+	}
+	srv, err := server.New(server.Config{NodeID: 5, ListenPG: "127.0.0.1:0", ListenHTTP: "127.0.0.1:0", DataDir: dir, UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-served
+	})
+	httpAddr := srv.HTTPAddr().String()
+	code, online, stderr := runDump(t, "--http", httpAddr)
+	if code != 0 || online != offline || !strings.Contains(online, "desc: SWITCH") {
+		t.Fatalf("--http: exit %d, %d bytes (--data-dir: %d): %s", code, len(online), len(offline), stderr)
+	}
+	code, stats, _ := runDump(t, "--http", httpAddr, "--stats", "--start", w.recs[41].Start.String())
+	if code != 0 || !strings.Contains(stats, "\nTotal                                          7 ") {
+		t.Fatalf("--http --stats from record 41: exit %d\n%s", code, stats)
+	}
+	t0 := time.Now()
+	code, _, stderr = runDump(t, "--data-dir", dir)
+	if code != 1 || !strings.Contains(stderr, "--http") || time.Since(t0) > 5*time.Second {
+		t.Fatalf("--data-dir of a running server: exit %d after %v: %q", code, time.Since(t0), stderr)
+	}
+	var out, errb bytes.Buffer
+	code = run([]string{"safekeeper", "wal", "dump", "--http", httpAddr, "--tenant-id", exportTenant.String(), "--timeline-id", proto.ID{7}.String()}, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "does not exist") || strings.Count(strings.TrimSpace(errb.String()), "\n") != 0 {
+		t.Fatalf("unknown timeline over --http: exit %d: %q", code, errb.String())
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String()
+	ln.Close()
+	if code, _, stderr := runDump(t, "--http", gone); code != 1 || !strings.Contains(stderr, "cannot reach") {
+		t.Fatalf("unreachable --http: exit %d: %q", code, stderr)
 	}
 }
