@@ -58,7 +58,7 @@ func TestRealPostgresWAL(t *testing.T) {
 		CREATE INDEX ON idx USING brin(id) WITH (pages_per_range = 1);
 		CREATE INDEX ON idx USING hash(id);
 		CREATE SEQUENCE seq;
-		INSERT INTO idx SELECT g, ARRAY[g, g+1], point(g, g), int4range(g, g+10) FROM generate_series(1, 2000) g;
+		INSERT INTO idx SELECT g, ARRAY[g, g+1], point(g, g), int4range(g, g+10) FROM generate_series(1, 300) g;
 		SELECT count(nextval('seq')) FROM generate_series(1, 100);
 		DELETE FROM idx WHERE id % 3 = 0;
 		VACUUM idx;
