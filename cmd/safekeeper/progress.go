@@ -109,10 +109,6 @@ type writerFunc func([]byte) (int, error)
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 
 // finish clears the line.
-func (p *progress) finish() {
-	if p.w != nil && p.shown {
-		fmt.Fprint(p.w, "\r\033[K")
-	}
-}
+func (p *progress) finish() { p.clear() }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
