@@ -114,7 +114,7 @@ func walDump(c *cli.Context) error {
 	info := src.info()
 	if info.start == proto.InvalidLSN || info.flush == proto.InvalidLSN {
 		fmt.Fprintf(c.App.ErrWriter, "timeline %s holds no WAL\n", key)
-		return nil
+		return nil // nothing to dump is not an error, as for wal export
 	}
 	first := max(info.start, info.removedUpTo)
 	from, to := first, info.flush
@@ -130,8 +130,12 @@ func walDump(c *cli.Context) error {
 		}
 		to = *end
 	}
-	if from >= to {
+	switch {
+	case from >= to && (start != nil || end != nil):
 		return usagef("empty range: start %s is not below end %s", from, to)
+	case from >= to:
+		fmt.Fprintf(c.App.ErrWriter, "timeline %s holds no WAL after %s\n", key, from)
+		return nil
 	}
 	// Read from the page holding the start (or the timeline's first
 	// record) and skip the records before it, as XLogFindNextRecord.

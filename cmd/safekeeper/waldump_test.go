@@ -222,6 +222,10 @@ func TestWALDumpUsage(t *testing.T) {
 			t.Errorf("wal dump %q: exit %d, %q; want exit %d, one line with %q", c.args, code, stderr, c.code, c.want)
 		}
 	}
+	// A timeline with no WAL past its start: nothing printed, exit 0.
+	if code, stdout, stderr := runDump(t, "--data-dir", storeTimeline(t, 0x1000000, nil)); code != 0 || stdout != "" || !strings.Contains(stderr, "no WAL") {
+		t.Errorf("empty timeline: exit %d, %q, %q", code, stdout, stderr)
+	}
 	var out, errb bytes.Buffer
 	if code := run([]string{"safekeeper", "wal", "dump", "--data-dir", dir, "--tenant-id", "xyz", "--timeline-id", exportTimeline.String()}, &out, &errb); code != exitUsage {
 		t.Errorf("bad tenant id: exit %d: %s", code, errb.String())
