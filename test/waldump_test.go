@@ -132,7 +132,9 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL 15 and pgbench")
 	}
-	pg := pgtest.Start(t, pgtest.Options{Conf: []string{"wal_keep_size = '1GB'", "full_page_writes = on"}})
+	began := time.Now()
+	elapsed := func() time.Duration { return time.Since(began).Round(100 * time.Millisecond) }
+	pg := pgtest.Start(t, pgtest.Options{Conf: []string{"wal_keep_size = '1GB'"}})
 	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
 	prop := harness.StartProcess(t, "proposer", "propose",
 		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
@@ -161,7 +163,10 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 		}
 		return l
 	}
-	for lsnNow() < target {
+	for runs := 0; lsnNow() < target; runs++ {
+		if runs == 30 {
+			t.Fatalf("30 pgbench runs wrote WAL only up to %s, want %s", lsnNow(), target)
+		}
 		pgbench("-n", "-c", "4", "-j", "2", "-t", "500")
 	}
 	primaryEnd := lsnNow()
@@ -171,8 +176,13 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 		end = flush
 		return flush >= primaryEnd && commit >= primaryEnd
 	})
-	t.Logf("timeline %s..%s: %.1f MiB, %d whole segments", tlStart, end, float64(end-tlStart)/(1<<20),
-		(end.SegmentStart(segSize)-(tlStart-1).SegmentStart(segSize)-proto.LSN(segSize))/proto.LSN(segSize))
+	// Whole segments in [tlStart, end): from the first segment start at or
+	// after tlStart to the last one at or below end.
+	whole := (end.SegmentStart(segSize) - (tlStart + proto.LSN(segSize) - 1).SegmentStart(segSize)) / proto.LSN(segSize)
+	if whole < 1 {
+		t.Fatalf("timeline %s..%s covers no whole segment", tlStart, end)
+	}
+	t.Logf("[%v] timeline %s..%s: %.1f MiB, %d whole 16 MiB segments", elapsed(), tlStart, end, float64(end-tlStart)/(1<<20), whole)
 
 	ids := []string{"--tenant-id", dumpTenant.String(), "--timeline-id", dumpTimeline.String()}
 	dump := func(args ...string) (int, string, string) {
@@ -186,7 +196,7 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 		t.Fatalf("wal dump --http: exit %d: %s", code, stderr)
 	}
 	n := compareDumps(t, "--http", []byte(ours), []byte(theirs), true)
-	t.Logf("--http: %d records equal to pg_waldump's", n)
+	t.Logf("[%v] --http: %d records equal to pg_waldump's", elapsed(), n)
 
 	// The data directory of a running safekeeper: refused at once.
 	t0 := time.Now()
@@ -208,7 +218,7 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 		t.Fatalf("wal dump --data-dir: exit %d: %s", code, stderr)
 	}
 	n = compareDumps(t, "--data-dir", []byte(ours), []byte(theirs), true)
-	t.Logf("--data-dir: %d records equal to pg_waldump's over %s..%s (%d segments)", n, tlStart, end,
+	t.Logf("[%v] --data-dir: %d records equal to pg_waldump's over %s..%s (%d segments)", elapsed(), n, tlStart, end,
 		(end-1).SegmentNo(segSize)-tlStart.SegmentNo(segSize)+1)
 
 	// A --start inside a record, in mid-segment: both begin at the first
@@ -220,7 +230,7 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 		t.Fatalf("wal dump --start %s: exit %d: %s", mid, code, stderr)
 	}
 	n = compareDumps(t, "--start "+mid.String(), []byte(ours), []byte(pgWaldump(t, pg, mid, end)), false)
-	t.Logf("--start %s: %d records equal", mid, n)
+	t.Logf("[%v] --start %s: %d records equal", elapsed(), mid, n)
 
 	// --stats: byte for byte what pg_waldump --stats prints (its header
 	// line prints LSNs as X/X too).
@@ -233,7 +243,7 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 		t.Fatalf("--stats differ:\nwal dump:\n%s\npg_waldump:\n%s", ours, theirStats)
 	}
 	rows := statsRows(ours)
-	t.Logf("--stats: equal to pg_waldump's (%d rows), %s", len(rows), strings.Join(strings.Fields(rows[len(rows)-1]), " "))
+	t.Logf("[%v] --stats: equal to pg_waldump's (%d rows), %s", elapsed(), len(rows), strings.Join(strings.Fields(rows[len(rows)-1]), " "))
 
 	// One flipped byte inside a stored record: a CRC failure at its LSN.
 	var victim xlogtest.WaldumpRecord
@@ -248,7 +258,7 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "CRC") || !strings.Contains(stderr, victim.Start.String()) {
 		t.Fatalf("wal dump after flipping a byte of the record at %s: exit %d: %q; want exit 1 naming a CRC failure at it", victim.Start, code, stderr)
 	}
-	t.Logf("flipped byte at %s: %s", victim.Start+40, strings.TrimSpace(stderr))
+	t.Logf("[%v] flipped byte at %s: %s", elapsed(), victim.Start+40, strings.TrimSpace(stderr))
 }
 
 // flipStoredByte inverts the WAL byte at lsn in a stopped safekeeper's
