@@ -79,6 +79,7 @@ func newHTTPAPI(s *Server, ln net.Listener) *httpAPI {
 	mux.HandleFunc("GET /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.guard(accessTenant, a.timeline))
 	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.guard(accessTenant, a.deleteTimeline))
 	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}", a.guard(accessTenant, a.deleteTenant))
+	mux.HandleFunc("GET /v1/tenant/{tenant_id}/timeline/{timeline_id}/wal", a.guard(accessTenant, a.wal)) // httpwal.go
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	if s.cfg.EnablePprof {
 		mux.HandleFunc("/debug/pprof/", a.guard(accessAdmin, pprof.Index))

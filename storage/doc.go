@@ -140,7 +140,10 @@ oldest retained WAL fails with ErrWALRemoved.
 
 Export writes a timeline's committed WAL from a database file opened
 read-only as PostgreSQL segment files (`safekeeper wal export`), each one
-durably (temporary file, fsync, rename, directory fsync).
+durably (temporary file, fsync, rename, directory fsync); ExportWithProgress
+also reports the bytes done. `safekeeper wal dump --data-dir` needs no API
+of its own: it opens the file read-only the same way and reads the range
+with ReadWAL, one short transaction per MiB.
 
 # Concurrency
 

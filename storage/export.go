@@ -32,6 +32,15 @@ var ErrExportRange = errors.New("storage: export range outside the timeline's WA
 // unknown. Each file is written durably (temporary file, fsync, rename,
 // fsync of the directory). Progress lines go to w.
 func Export(path string, key proto.TimelineKey, outDir string, uptoArg *proto.LSN, w io.Writer) error {
+	return ExportWithProgress(path, key, outDir, uptoArg, w, nil)
+}
+
+// ExportWithProgress is Export, calling progress (unless nil) as the WAL is
+// read and written: the bytes done so far of the total to export.
+func ExportWithProgress(path string, key proto.TimelineKey, outDir string, uptoArg *proto.LSN, w io.Writer, progress func(done, total int64)) error {
+	if progress == nil {
+		progress = func(int64, int64) {}
+	}
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("wal export: %w", err)
 	}
@@ -88,11 +97,12 @@ func Export(path string, key proto.TimelineKey, outDir string, uptoArg *proto.LS
 	}
 	buf := make([]byte, segSize)
 	full, partial := 0, 0
+	total := int64(upto - from)
 	for seg := from; seg < upto; seg += proto.LSN(segSize) {
 		want := min(uint64(upto-seg), segSize)
 		clear(buf)
 		for n := uint64(0); n < want; {
-			m, err := tl.ReadWAL(seg+proto.LSN(n), buf[n:want])
+			m, err := tl.ReadWAL(seg+proto.LSN(n), buf[n:min(want, n+exportReadChunk)])
 			if err != nil {
 				return fmt.Errorf("wal export: %w", err)
 			}
@@ -100,6 +110,7 @@ func Export(path string, key proto.TimelineKey, outDir string, uptoArg *proto.LS
 				return fmt.Errorf("wal export: WAL ends at %s, below commit_lsn %s", seg+proto.LSN(n), upto)
 			}
 			n += uint64(m)
+			progress(int64(seg-from)+int64(n), total)
 		}
 		name := proto.SegmentFileName(tliOf(seg), seg, segSize)
 		stale := name + ".partial" // never asked for by a restore_command
@@ -123,6 +134,10 @@ func Export(path string, key proto.TimelineKey, outDir string, uptoArg *proto.LS
 	fmt.Fprintf(w, "exported %s..%s: %d complete segment(s), %d unfinished\n", from, upto, full, partial)
 	return nil
 }
+
+// exportReadChunk is the most one ReadWAL of Export reads (so progress
+// moves within a segment).
+const exportReadChunk = 1 << 20
 
 // writeFileDurably writes data to a temporary file, fsyncs it, renames it
 // into place and fsyncs the directory.

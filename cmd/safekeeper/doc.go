@@ -8,6 +8,8 @@
 //	safekeeper propose      the walproposer: a primary's WAL to a quorum (package proposer)
 //	safekeeper sync         elect and bring a quorum to the end of WAL, print it (proposer.Sync)
 //	safekeeper wal export   a stopped server's WAL as pg_wal segment files (package storage)
+//	safekeeper wal dump     a timeline's WAL records as pg_waldump prints them (proto/xlog.Reader),
+//	                        from a stopped server's data dir or a running one's HTTP API
 //	safekeeper token        Ed25519 key pairs (keygen) and the JWTs they sign (issue) (package server/auth)
 //	safekeeper help         the commands, or one command's help
 //
@@ -35,8 +37,9 @@
 // SIGHUP is logged and ignored by run, propose and sync: its default action
 // would kill the process without a clean shutdown when logrotate signals
 // it or its terminal closes, and there is nothing to reload. wal export
-// opens the bbolt file read-only and fails (exit 1) when a running server
-// holds its lock.
+// and wal dump --data-dir open the bbolt file read-only and fail (exit 1)
+// at once when a running server holds its lock; on a terminal they show
+// progress on stderr (progress.go).
 //
 // # Exit codes
 //

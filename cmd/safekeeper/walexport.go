@@ -15,7 +15,7 @@ func walCommand() *cli.Command {
 		Name:         "wal",
 		Usage:        "offline tools for a safekeeper's stored WAL",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
-		Subcommands:  []*cli.Command{walExportCommand(), walFetchCommand()},
+		Subcommands:  []*cli.Command{walExportCommand(), walFetchCommand(), walDumpCommand()},
 		// No "wal help" subcommand of urfave/cli's: it answers an unknown
 		// name with an error that cannot be told from a failure.
 		HideHelpCommand: true,
@@ -72,8 +72,13 @@ func walExportCommand() *cli.Command {
 				}
 				upto = &l
 			}
-			err = storage.Export(filepath.Join(c.String("data-dir"), "safekeeper.db"), proto.TimelineKey{TenantID: tenant, TimelineID: timeline},
-				c.String("output"), upto, c.App.Writer)
+			prog := newProgress(c.App.ErrWriter, 0)
+			err = storage.ExportWithProgress(filepath.Join(c.String("data-dir"), "safekeeper.db"), proto.TimelineKey{TenantID: tenant, TimelineID: timeline},
+				c.String("output"), upto, prog.above(c.App.Writer), func(done, total int64) {
+					prog.total = total
+					prog.set(done)
+				})
+			prog.finish()
 			if errors.Is(err, storage.ErrExportRange) {
 				return usageError{err} // --upto outside what the timeline holds
 			}

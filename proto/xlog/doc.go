@@ -1,5 +1,6 @@
 // Package xlog finds WAL record boundaries in a stream of PostgreSQL 15 WAL,
-// so that the safekeeper never reports a flush_lsn inside a record.
+// so that the safekeeper never reports a flush_lsn inside a record, and
+// reads the records themselves for `safekeeper wal dump` (Reader).
 //
 // It owns the knowledge of PostgreSQL's on-disk WAL page and record layout
 // (access/xlog_internal.h, access/xlogrecord.h, access/xlogreader.c) and
@@ -57,4 +58,29 @@
 // end of the bytes fed. The first malformed byte stops the decoder: Feed
 // returns an *Error (wrapping ErrInvalidWAL, naming the LSN) then and ever
 // after.
+//
+// # Reader
+//
+// Reader (reader.go) is the record-level counterpart of the Decoder, as
+// xlogreader.c's XLogReadRecord: it keeps the bytes of the record being
+// assembled and returns whole records. Feed takes the WAL from the start in
+// any split (it copies), Next returns the next record once its last byte is
+// fed, or reports that more bytes are needed. Each record's header is
+// checked (xl_tot_len, a valid xl_rmid, xl_prev equal to the previous
+// record's start, or below its own for the first), each page header it
+// crosses (magic, info bits, pageaddr, timeline, segment and page size,
+// system id, XLP_FIRST_IS_CONTRECORD with the right xlp_rem_len), then its
+// CRC (an *Error wrapping ErrRecordCRC at the record's start) and its body
+// (DecodeRecord, record.go, as DecodeXLogRecord: block headers with their
+// image headers, RelFileNode or BKPBLOCK_SAME_REL and block number; the
+// origin, top-level xid and main data headers; the lengths must add up to
+// xl_tot_len). XLOG_SWITCH ends the segment; a page with
+// XLP_FIRST_IS_OVERWRITE_CONTRECORD abandons the record it interrupts.
+//
+// A Reader starts at a record boundary or at a page start, skipping the
+// tail of a record continued into that page; with SkipBefore it starts
+// anywhere, as pg_waldump's XLogFindNextRecord: reading begins at the
+// page, records before the position are checked and not returned.
+// rmgr.go holds PostgreSQL 15's resource manager names and the record type
+// names of the common ones (rm_identify), for pg_waldump-style output.
 package xlog

@@ -49,6 +49,20 @@ func TestRealPostgresWAL(t *testing.T) {
 	for _, n := range []int{10, 100, 1000, 8000, 8150, 8192, 9000, 16384, 50000, 200000, 1 << 20, 3 << 20} {
 		fmt.Fprintf(&sql, "SELECT pg_logical_emit_message(false, 'sk', repeat('a', %d));\n", n)
 	}
+	// Index records of every access method, for the Reader's record type
+	// names (rm_identify) below.
+	sql.WriteString(`CREATE TABLE idx(id int, a int[], p point, r int4range);
+		CREATE INDEX ON idx USING gin(a);
+		CREATE INDEX ON idx USING gist(p);
+		CREATE INDEX ON idx USING spgist(p);
+		CREATE INDEX ON idx USING brin(id) WITH (pages_per_range = 1);
+		CREATE INDEX ON idx USING hash(id);
+		CREATE SEQUENCE seq;
+		INSERT INTO idx SELECT g, ARRAY[g, g+1], point(g, g), int4range(g, g+10) FROM generate_series(1, 300) g;
+		SELECT count(nextval('seq')) FROM generate_series(1, 100);
+		DELETE FROM idx WHERE id % 3 = 0;
+		VACUUM idx;
+	`)
 	sql.WriteString(`INSERT INTO small SELECT g, 'v' || g FROM generate_series(1, 3000) g;
 		INSERT INTO big SELECT g, repeat(md5(g::text), 5000) FROM generate_series(1, 4) g;
 		SELECT pg_switch_wal();
@@ -130,6 +144,32 @@ func TestRealPostgresWAL(t *testing.T) {
 			}
 		}
 	}
+	// The Reader returns pg_waldump's records: starts, prev links, lengths
+	// (rec = xl_tot_len less the images), rmgr and record type names.
+	r := xlog.NewReader(from, seg)
+	r.Feed(data)
+	types, pairs := map[string]bool{}, map[string]bool{}
+	for i, w := range recs {
+		rec, ok, err := r.Next()
+		if err != nil || !ok {
+			t.Fatalf("Reader: record %d (%s): %v, %v", i, w.Start, ok, err)
+		}
+		name, _, _ := strings.Cut(w.Desc, " ")
+		if rec.LSN != w.Start || rec.Prev != w.Prev || int(rec.TotLen) != w.TotLen || int(rec.TotLen)-rec.FPILen() != w.RecLen ||
+			xlog.RmgrName(rec.RmID) != w.Rmgr || xlog.Describe(rec) != name || rec.End != ends[i] {
+			t.Fatalf("Reader: record %d: %s %s prev %s len %d/%d %s ends %s; pg_waldump: %+v (ends %s)", i, xlog.RmgrName(rec.RmID), rec.LSN, rec.Prev,
+				int(rec.TotLen)-rec.FPILen(), rec.TotLen, xlog.Describe(rec), rec.End, w, ends[i])
+		}
+		types[w.Rmgr] = true
+		pairs[w.Rmgr+"/"+name] = true
+	}
+	for _, rm := range []string{"XLOG", "Transaction", "Storage", "Standby", "Heap", "Heap2", "Btree", "Hash", "Gin", "Gist", "SPGist", "BRIN", "Sequence", "LogicalMessage"} {
+		if !types[rm] {
+			t.Errorf("no %s record in the workload's WAL: its record type names are not checked", rm)
+		}
+	}
+	t.Logf("Reader: %d records as pg_waldump's, %d rmgr/record type pairs", len(recs), len(pairs))
+
 	// Starting at a record end in mid-stream works too.
 	for _, k := range []int{0, len(ends) / 3, len(ends) / 2, len(ends) - 2} {
 		st := ends[k]

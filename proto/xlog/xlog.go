@@ -62,17 +62,30 @@ const (
 // ErrInvalidWAL is wrapped by every decoding error.
 var ErrInvalidWAL = errors.New("xlog: invalid WAL")
 
+// ErrRecordCRC is wrapped by the error for a record whose xl_crc does not
+// match its bytes. It wraps ErrInvalidWAL.
+var ErrRecordCRC = fmt.Errorf("%w: record CRC mismatch", ErrInvalidWAL)
+
 // Error is a decoding error: the WAL at LSN is not valid PostgreSQL 15 WAL
 // (or not the WAL the decoder was told to expect). It wraps ErrInvalidWAL.
 type Error struct {
 	LSN    proto.LSN // where the offending page header or record starts
 	Reason string    // xlogreader-style description
+	// Err is a more specific sentinel wrapping ErrInvalidWAL (ErrRecordCRC),
+	// or nil.
+	Err error
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("xlog: invalid WAL at %s: %s", e.LSN, e.Reason) }
 
-// Unwrap returns ErrInvalidWAL.
-func (e *Error) Unwrap() error { return ErrInvalidWAL }
+// Unwrap returns Err, or ErrInvalidWAL if Err is nil: either way the error
+// wraps ErrInvalidWAL.
+func (e *Error) Unwrap() error {
+	if e.Err != nil {
+		return e.Err
+	}
+	return ErrInvalidWAL
+}
 
 // CRC32C is the Castagnoli table PostgreSQL's pg_crc32c uses.
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -276,6 +289,7 @@ func (d *Decoder) recordDone() {
 		want := binary.LittleEndian.Uint32(d.rhdr[offXLCRC:])
 		if got := crc32.Update(d.crc, crcTable, d.rhdr[:offXLCRC]); got != want {
 			d.fail(d.recStart, "incorrect resource manager data checksum in record: got %08X, xl_crc %08X", got, want)
+			d.err.(*Error).Err = ErrRecordCRC
 			return
 		}
 		info, rmid := d.rhdr[16], d.rhdr[17]
@@ -320,44 +334,16 @@ func (d *Decoder) readPageHeader(data []byte) int {
 	d.inPageHeader = false
 
 	page := d.pos - proto.LSN(d.phdrLen)
-	h := d.phdr[:]
-	magic := binary.LittleEndian.Uint16(h[0:])
-	info := binary.LittleEndian.Uint16(h[2:])
-	tli := binary.LittleEndian.Uint32(h[4:])
-	pageaddr := proto.LSN(binary.LittleEndian.Uint64(h[8:]))
-	remLen := binary.LittleEndian.Uint32(h[16:])
-	switch {
-	case magic != PageMagic:
-		d.fail(page, "invalid magic number %04X in WAL page (want %04X)", magic, PageMagic)
-	case info&^xlpAllFlags != 0:
-		d.fail(page, "invalid info bits %04X in WAL page", info)
-	case pageaddr != page:
-		d.fail(page, "unexpected pageaddr %s in WAL page", pageaddr)
-	case page.SegmentOffset(d.segSize) == 0 && info&XLPLongHeader == 0:
-		d.fail(page, "invalid info bits %04X in WAL segment: first page lacks XLP_LONG_HEADER", info)
-	case tli < d.tli:
-		d.fail(page, "out-of-sequence timeline ID %d (after %d) in WAL page", tli, d.tli)
-	}
-	if d.err != nil {
+	h := d.phdr[:d.phdrLen]
+	if reason := checkPageHeader(h, page, d.segSize, d.tli, d.sysid, d.haveSysid); reason != "" {
+		d.fail(page, "%s", reason)
 		return n
 	}
-	d.tli = tli
+	info := binary.LittleEndian.Uint16(h[2:])
+	remLen := binary.LittleEndian.Uint32(h[16:])
+	d.tli = binary.LittleEndian.Uint32(h[4:])
 	if info&XLPLongHeader != 0 {
-		sysid := binary.LittleEndian.Uint64(h[24:])
-		segSize := binary.LittleEndian.Uint32(h[32:])
-		blcksz := binary.LittleEndian.Uint32(h[36:])
-		switch {
-		case uint64(segSize) != d.segSize:
-			d.fail(page, "WAL file has xlp_seg_size %d, expected %d", segSize, d.segSize)
-		case blcksz != PageSize:
-			d.fail(page, "WAL file has xlp_xlog_blcksz %d, expected %d", blcksz, PageSize)
-		case d.haveSysid && sysid != d.sysid:
-			d.fail(page, "WAL file is from a different database system: xlp_sysid %d, expected %d", sysid, d.sysid)
-		}
-		if d.err != nil {
-			return n
-		}
-		d.sysid, d.haveSysid = sysid, true
+		d.sysid, d.haveSysid = binary.LittleEndian.Uint64(h[24:]), true
 	}
 
 	first := !d.seenPage
@@ -387,6 +373,46 @@ func (d *Decoder) readPageHeader(data []byte) int {
 		d.fail(page, "contrecord is requested by page, but no record is in progress")
 	}
 	return n
+}
+
+// checkPageHeader checks the page header h of the page at page as
+// XLogReaderValidatePageHeader does: h holds SizeOfXLogShortPHD bytes, or
+// SizeOfXLogLongPHD when xlp_info has XLP_LONG_HEADER. prevTLI is the
+// timeline of the page read before (0: none), sysid the system id of the
+// long headers read before (if haveSysid). It returns why the header is
+// invalid, or "" if it is valid.
+func checkPageHeader(h []byte, page proto.LSN, segSize uint64, prevTLI uint32, sysid uint64, haveSysid bool) string {
+	magic := binary.LittleEndian.Uint16(h[0:])
+	info := binary.LittleEndian.Uint16(h[2:])
+	tli := binary.LittleEndian.Uint32(h[4:])
+	pageaddr := proto.LSN(binary.LittleEndian.Uint64(h[8:]))
+	switch {
+	case magic != PageMagic:
+		return fmt.Sprintf("invalid magic number %04X in WAL page (want %04X)", magic, PageMagic)
+	case info&^xlpAllFlags != 0:
+		return fmt.Sprintf("invalid info bits %04X in WAL page", info)
+	case pageaddr != page:
+		return fmt.Sprintf("unexpected pageaddr %s in WAL page", pageaddr)
+	case page.SegmentOffset(segSize) == 0 && info&XLPLongHeader == 0:
+		return fmt.Sprintf("invalid info bits %04X in WAL segment: first page lacks XLP_LONG_HEADER", info)
+	case tli < prevTLI:
+		return fmt.Sprintf("out-of-sequence timeline ID %d (after %d) in WAL page", tli, prevTLI)
+	}
+	if info&XLPLongHeader == 0 {
+		return ""
+	}
+	hSysid := binary.LittleEndian.Uint64(h[24:])
+	hSegSize := binary.LittleEndian.Uint32(h[32:])
+	blcksz := binary.LittleEndian.Uint32(h[36:])
+	switch {
+	case uint64(hSegSize) != segSize:
+		return fmt.Sprintf("WAL file has xlp_seg_size %d, expected %d", hSegSize, segSize)
+	case blcksz != PageSize:
+		return fmt.Sprintf("WAL file has xlp_xlog_blcksz %d, expected %d", blcksz, PageSize)
+	case haveSysid && hSysid != sysid:
+		return fmt.Sprintf("WAL file is from a different database system: xlp_sysid %d, expected %d", hSysid, sysid)
+	}
+	return ""
 }
 
 // EmptyPages returns WAL bytes [from, to) that hold no record: every page

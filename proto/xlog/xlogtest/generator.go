@@ -160,13 +160,17 @@ func (g *Generator) fill(p []byte) {
 // build returns a record's bytes: the XLogRecord header with xl_prev and
 // xl_crc, then payload.
 func (g *Generator) build(rmid, info byte, payload []byte) []byte {
+	return g.buildXID(rmid, info, 0, payload)
+}
+
+func (g *Generator) buildXID(rmid, info byte, xid uint32, payload []byte) []byte {
 	tot := xlog.SizeOfXLogRecord + len(payload)
 	if tot > xlog.MaxRecordSize {
 		panic("xlogtest: record too long")
 	}
 	rec := make([]byte, tot)
 	binary.LittleEndian.PutUint32(rec[0:], uint32(tot)) // xl_tot_len
-	binary.LittleEndian.PutUint32(rec[4:], 0)           // xl_xid
+	binary.LittleEndian.PutUint32(rec[4:], xid)         // xl_xid
 	binary.LittleEndian.PutUint64(rec[8:], uint64(g.prev))
 	rec[16], rec[17] = info, rmid
 	copy(rec[xlog.SizeOfXLogRecord:], payload)
@@ -174,9 +178,20 @@ func (g *Generator) build(rmid, info byte, payload []byte) []byte {
 	return rec
 }
 
+// Raw appends a record of resource manager rmid with xl_info info, xl_xid
+// xid and payload as the bytes after its XLogRecord header (EncodeBody
+// builds them), and returns its start and end. Nothing checks that the
+// payload is a valid record body.
+func (g *Generator) Raw(rmid, info byte, xid uint32, payload []byte) (start, end proto.LSN) {
+	return g.appendRecord(g.buildXID(rmid, info, xid, payload))
+}
+
 // append writes a record across pages and pads it to MAXALIGN.
 func (g *Generator) append(rmid, info byte, payload []byte) (start, end proto.LSN) {
-	rec := g.build(rmid, info, payload)
+	return g.appendRecord(g.build(rmid, info, payload))
+}
+
+func (g *Generator) appendRecord(rec []byte) (start, end proto.LSN) {
 	g.pageHeaderIfDue(0, 0)
 	start = g.pos
 	for len(rec) > 0 {

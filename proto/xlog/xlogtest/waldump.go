@@ -7,8 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/xlog"
@@ -29,8 +29,6 @@ func (r WaldumpRecord) IsSwitch() bool {
 	return r.Rmgr == "XLOG" && len(r.Desc) >= 6 && r.Desc[:6] == "SWITCH"
 }
 
-var waldumpLine = regexp.MustCompile(`(?m)^rmgr: (\S+)\s+len \(rec/tot\):\s*(\d+)/\s*(\d+), tx:\s*\d+, lsn: ([0-9A-F]+/[0-9A-F]+), prev ([0-9A-F]+/[0-9A-F]+), desc: (.*)$`)
-
 // RunWaldump runs the pg_waldump program at path on the segment files in dir
 // from start (a record start, or a page start: pg_waldump then finds the
 // first record) to end (InvalidLSN: to the end of valid WAL), and parses its
@@ -47,25 +45,92 @@ func RunWaldump(ctx context.Context, path, dir string, start, end proto.LSN) (re
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	runErr := cmd.Run()
-	for _, m := range waldumpLine.FindAllSubmatch(out.Bytes(), -1) {
-		var r WaldumpRecord
-		r.Rmgr = string(m[1])
-		r.RecLen, _ = strconv.Atoi(string(m[2]))
-		r.TotLen, _ = strconv.Atoi(string(m[3]))
-		r.Start, err = proto.ParseLSN(string(m[4]))
-		if err == nil {
-			r.Prev, err = proto.ParseLSN(string(m[5]))
-		}
-		if err != nil {
-			return nil, errb.String(), err
-		}
-		r.Desc = string(m[6])
-		recs = append(recs, r)
+	recs, err = ParseWaldump(out.Bytes())
+	if err != nil {
+		return nil, errb.String(), err
 	}
 	if len(recs) == 0 {
 		return nil, errb.String(), fmt.Errorf("xlogtest: pg_waldump %v printed no record (%v): %s", args, runErr, errb.String())
 	}
 	return recs, errb.String(), nil
+}
+
+// ParseWaldump parses the record lines of pg_waldump's output (or of
+// `safekeeper wal dump`'s, which prints LSNs as X/X instead of X/%08X);
+// other lines are ignored. It uses no regular expression: dumps of a few
+// segments have a hundred thousand lines, parsed under the race detector.
+func ParseWaldump(out []byte) ([]WaldumpRecord, error) {
+	var recs []WaldumpRecord
+	for len(out) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(out, '\n'); i >= 0 {
+			line, out = out[:i], out[i+1:]
+		} else {
+			line, out = out, nil
+		}
+		r, ok, err := parseWaldumpLine(string(line))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			recs = append(recs, r)
+		}
+	}
+	return recs, nil
+}
+
+// parseWaldumpLine parses "rmgr: NAME len (rec/tot): R/ T, tx: X, lsn:
+// L, prev P, desc: D"; ok is false for any other line.
+func parseWaldumpLine(l string) (r WaldumpRecord, ok bool, err error) {
+	rest, found := strings.CutPrefix(l, "rmgr: ")
+	if !found {
+		return r, false, nil
+	}
+	name, rest, _ := strings.Cut(rest, " ")
+	rest, found = strings.CutPrefix(strings.TrimLeft(rest, " "), "len (rec/tot):")
+	if !found {
+		return r, false, nil
+	}
+	lens, rest, found1 := strings.Cut(rest, ", tx:")
+	_, rest, found2 := strings.Cut(rest, ", lsn: ")
+	lsn, rest, found3 := strings.Cut(rest, ", prev ")
+	prev, desc, found4 := strings.Cut(rest, ", desc: ")
+	recLen, totLen, found5 := strings.Cut(lens, "/")
+	if !found1 || !found2 || !found3 || !found4 || !found5 {
+		return r, false, nil
+	}
+	r.Rmgr, r.Desc = name, desc
+	if r.RecLen, err = strconv.Atoi(strings.TrimSpace(recLen)); err != nil {
+		return r, false, fmt.Errorf("xlogtest: %q: %w", l, err)
+	}
+	if r.TotLen, err = strconv.Atoi(strings.TrimSpace(totLen)); err != nil {
+		return r, false, fmt.Errorf("xlogtest: %q: %w", l, err)
+	}
+	if r.Start, err = proto.ParseLSN(lsn); err != nil {
+		return r, false, err
+	}
+	if r.Prev, err = proto.ParseLSN(prev); err != nil {
+		return r, false, err
+	}
+	return r, true, nil
+}
+
+// Blkrefs returns the block references of a record's desc as pg_waldump
+// prints them ("blkref #0: rel 1663/5/16384 blk 0 FPW"), in order: each
+// runs from "blkref #" to the next ", " or the end.
+func (r WaldumpRecord) Blkrefs() []string {
+	var out []string
+	d := r.Desc
+	for {
+		i := strings.Index(d, "blkref #")
+		if i < 0 {
+			return out
+		}
+		d = d[i:]
+		ref, rest, _ := strings.Cut(d, ", ")
+		out = append(out, strings.TrimSpace(ref))
+		d = rest
+	}
 }
 
 // EndsFromStarts derives record ends (EndRecPtr) from consecutive record

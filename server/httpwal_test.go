@@ -1,0 +1,75 @@
+package server
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/safekeeper/safekeeper/proto"
+)
+
+// TestHTTPWAL: GET .../wal serves the timeline's WAL bytes as pushed, by
+// default from its start to flush_lsn, an end above flush_lsn cut to it,
+// the range in X-Wal-Start/X-Wal-End and Content-Length; JSON errors: 400
+// for a bad LSN, a bad id or start above end, 404 for an unknown timeline
+// or WAL the safekeeper does not hold.
+func TestHTTPWAL(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), func(c *Config) { c.ListenHTTP = "127.0.0.1:0" })
+	base := fmt.Sprintf("http://%s/v1/tenant/%s/timeline/%s/wal", s.HTTPAddr(), tTenant, tTimeline)
+	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
+	wal, _ := p.push(400, 3000, 0) // more than one read chunk
+	flush := p.pos
+	if len(wal) <= walReadChunk {
+		t.Fatalf("%d bytes of WAL: one chunk", len(wal))
+	}
+	get := func(query string) (*http.Response, []byte) {
+		t.Helper()
+		resp, err := http.Get(base + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, b
+	}
+	mid := tStart + 12345
+	for _, c := range []struct {
+		query      string
+		start, end proto.LSN
+	}{
+		{"", tStart, flush},
+		{"?start=" + mid.String(), mid, flush},
+		{"?start=" + mid.String() + "&end=" + (mid + 100).String(), mid, mid + 100},
+		{"?end=" + (flush + 1<<20).String(), tStart, flush},
+		{"?start=" + flush.String(), flush, flush},
+	} {
+		resp, b := get(c.query)
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/octet-stream" ||
+			resp.Header.Get(walStartHeader) != c.start.String() || resp.Header.Get(walEndHeader) != c.end.String() ||
+			resp.ContentLength != int64(c.end-c.start) || !bytes.Equal(b, wal[c.start-tStart:c.end-tStart]) {
+			t.Errorf("GET wal%s: %d %v, %d bytes; want %s..%s as pushed", c.query, resp.StatusCode, resp.Header, len(b), c.start, c.end)
+		}
+	}
+	var e map[string]string
+	for _, c := range []struct {
+		url  string
+		code int
+		want string
+	}{
+		{base + "?start=zz", 400, "bad_lsn"},
+		{base + "?end=1/2/3", 400, "bad_lsn"},
+		{base + "?start=" + (flush + 8).String(), 400, "bad_range"},
+		{base + "?start=" + (tStart - 8).String(), 404, "wal_removed"},
+		{fmt.Sprintf("http://%s/v1/tenant/%s/timeline/%s/wal", s.HTTPAddr(), tTenant, proto.ID{9}), 404, "not_found"},
+		{fmt.Sprintf("http://%s/v1/tenant/xyz/timeline/%s/wal", s.HTTPAddr(), tTimeline), 400, "bad_id"},
+	} {
+		if code := getJSON(t, c.url, &e); code != c.code || e["code"] != c.want || e["error"] == "" {
+			t.Errorf("GET %s: %d %v; want %d %s", c.url, code, e, c.code, c.want)
+		}
+	}
+}

@@ -1,0 +1,300 @@
+package test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/xlog"
+	"github.com/safekeeper/safekeeper/proto/xlog/xlogtest"
+	"github.com/safekeeper/safekeeper/test/harness"
+	"github.com/safekeeper/safekeeper/test/pgtest"
+)
+
+var (
+	dumpTenant   = proto.ID{0xd0, 1}
+	dumpTimeline = proto.ID{0xd0, 2}
+)
+
+// skTimeline reads a safekeeper's GET /v1/tenant/{t}/timeline/{tl}.
+func skTimeline(t *testing.T, sk *harness.Safekeeper) (start, flush, commit proto.LSN) {
+	t.Helper()
+	resp, err := http.Get("http://" + sk.HTTPAddr + "/v1/tenant/" + dumpTenant.String() + "/timeline/" + dumpTimeline.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var tl struct {
+		TimelineStartLSN proto.LSN `json:"timeline_start_lsn"`
+		FlushLSN         proto.LSN `json:"flush_lsn"`
+		CommitLSN        proto.LSN `json:"commit_lsn"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, 0
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&tl); err != nil {
+		t.Fatal(err)
+	}
+	return tl.TimelineStartLSN, tl.FlushLSN, tl.CommitLSN
+}
+
+// pgWaldump runs PostgreSQL's pg_waldump on the primary's pg_wal.
+func pgWaldump(t *testing.T, pg *pgtest.Cluster, start, end proto.LSN, extra ...string) string {
+	t.Helper()
+	args := append([]string{"-p", pg.WALDir(), "-t", "1", "-s", start.String(), "-e", end.String()}, extra...)
+	cmd := exec.CommandContext(harness.Context(t, 2*time.Minute), pg.PgBin("pg_waldump"), args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("pg_waldump %q: %v\n%s", args, err, errb.String())
+	}
+	return out.String()
+}
+
+// compareDumps checks ours against pg_waldump's, record by record: lsn,
+// prev, rmgr, rec and tot length, the record type's name and the block
+// references. It returns the number of records compared; the range must
+// hold records with block references, and with images if wantFPW.
+func compareDumps(t *testing.T, what string, ours, theirs []byte, wantFPW bool) int {
+	t.Helper()
+	a, err := xlogtest.ParseWaldump(ours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := xlogtest.ParseWaldump(theirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) == 0 || len(a) != len(b) {
+		t.Fatalf("%s: wal dump printed %d records, pg_waldump %d", what, len(a), len(b))
+	}
+	blk, fpw := 0, 0
+	for i := range a {
+		x, y := a[i], b[i]
+		if refs := strings.Join(y.Blkrefs(), "; "); refs != "" {
+			blk++
+			if strings.Contains(refs, "FPW") {
+				fpw++
+			}
+		}
+		xName, _, _ := strings.Cut(x.Desc, " ")
+		yName, _, _ := strings.Cut(y.Desc, " ")
+		xName, yName = strings.TrimSuffix(xName, ","), strings.TrimSuffix(yName, ",")
+		if x.Start != y.Start || x.Prev != y.Prev || x.Rmgr != y.Rmgr || x.RecLen != y.RecLen || x.TotLen != y.TotLen ||
+			xName != yName || strings.Join(x.Blkrefs(), "; ") != strings.Join(y.Blkrefs(), "; ") {
+			t.Fatalf("%s: record %d differs:\nwal dump:   %+v\npg_waldump: %+v", what, i, x, y)
+		}
+	}
+	if blk == 0 || (wantFPW && fpw == 0) {
+		t.Fatalf("%s: %d records, %d with block references, %d with images: the range does not test them", what, len(a), blk, fpw)
+	}
+	t.Logf("%s: first record: %s", what, bytes.SplitN(ours, []byte("\n"), 2)[0])
+	return len(a)
+}
+
+var statsRow = regexp.MustCompile(`(?m)^(\S+)\s+\d+ \(.*$`)
+
+// statsRows returns the per-rmgr rows and the Total row of a --stats table.
+func statsRows(out string) []string {
+	var rows []string
+	for _, l := range strings.Split(out, "\n") {
+		if statsRow.MatchString(l) || strings.HasPrefix(l, "Total ") {
+			rows = append(rows, l)
+		}
+	}
+	return rows
+}
+
+// TestWALDumpMatchesPgWaldump is the acceptance check of `wal dump`: a real
+// PostgreSQL 15 primary under pgbench streams through the proposer into
+// three safekeepers until more than one whole 16 MiB segment past the
+// timeline's start is committed; then `wal dump` over the range, read from
+// a running safekeeper (--http) and from a stopped one's data directory,
+// prints what pg_waldump prints on the primary's pg_wal (record LSNs, prev
+// links, rec/tot lengths, rmgr names, record types, block references), also
+// from a --start that is no record boundary; --stats equals pg_waldump
+// --stats row for row; a running safekeeper's data directory is refused at
+// once, naming --http; and one flipped byte in a stored record is reported
+// as a CRC failure at that record's LSN, exit 1.
+func TestWALDumpMatchesPgWaldump(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL 15 and pgbench")
+	}
+	began := time.Now()
+	elapsed := func() time.Duration { return time.Since(began).Round(100 * time.Millisecond) }
+	pg := pgtest.Start(t, pgtest.Options{Conf: []string{"wal_keep_size = '1GB'"}})
+	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
+	prop := harness.StartProcess(t, "proposer", "propose",
+		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
+		"--safekeepers", strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ","),
+		"--tenant-id", dumpTenant.String(), "--timeline-id", dumpTimeline.String(),
+		"--slot", "proposer", "--application-name", "proposer")
+	var tlStart proto.LSN
+	harness.WaitFor(t, 60*time.Second, "the timeline on safekeeper 1", func() bool {
+		if exited, code := prop.Exited(); exited {
+			t.Fatalf("proposer exited %d:\n%s", code, prop.Log())
+		}
+		tlStart, _, _ = skTimeline(t, sks[0])
+		return tlStart != 0
+	})
+	segSize := pg.WALSegSize
+	// At least one whole segment past the one the timeline starts in.
+	target := tlStart.SegmentStart(segSize) + 2*proto.LSN(segSize) + 1<<20
+	pgbench := func(args ...string) {
+		pg.Run(t, "pgbench", append(append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres"}, args...), "postgres")...)
+	}
+	pgbench("-i", "-s", "2", "-q")
+	lsnNow := func() proto.LSN {
+		l, err := proto.ParseLSN(pg.Exec(t, "SELECT pg_current_wal_flush_lsn()"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	for runs := 0; lsnNow() < target; runs++ {
+		if runs == 30 {
+			t.Fatalf("30 pgbench runs wrote WAL only up to %s, want %s", lsnNow(), target)
+		}
+		pgbench("-n", "-c", "4", "-j", "2", "-t", "500")
+	}
+	primaryEnd := lsnNow()
+	var end proto.LSN
+	harness.WaitFor(t, 60*time.Second, "safekeepers to commit the pgbench WAL", func() bool {
+		_, flush, commit := skTimeline(t, sks[0])
+		end = flush
+		return flush >= primaryEnd && commit >= primaryEnd
+	})
+	// Whole segments in [tlStart, end): from the first segment start at or
+	// after tlStart to the last one at or below end.
+	whole := (end.SegmentStart(segSize) - (tlStart + proto.LSN(segSize) - 1).SegmentStart(segSize)) / proto.LSN(segSize)
+	if whole < 1 {
+		t.Fatalf("timeline %s..%s covers no whole segment", tlStart, end)
+	}
+	t.Logf("[%v] timeline %s..%s: %.1f MiB, %d whole 16 MiB segments", elapsed(), tlStart, end, float64(end-tlStart)/(1<<20), whole)
+
+	ids := []string{"--tenant-id", dumpTenant.String(), "--timeline-id", dumpTimeline.String()}
+	dump := func(args ...string) (int, string, string) {
+		return runCLI(t, append(append([]string{"wal", "dump"}, ids...), args...)...)
+	}
+	theirs := pgWaldump(t, pg, tlStart, end)
+
+	// From the running safekeeper 1, over HTTP.
+	code, ours, stderr := dump("--http", sks[0].HTTPAddr, "--start", tlStart.String(), "--end", end.String())
+	if code != 0 {
+		t.Fatalf("wal dump --http: exit %d: %s", code, stderr)
+	}
+	n := compareDumps(t, "--http", []byte(ours), []byte(theirs), true)
+	t.Logf("[%v] --http: %d records equal to pg_waldump's", elapsed(), n)
+
+	// The data directory of a running safekeeper: refused at once.
+	t0 := time.Now()
+	code, _, stderr = dump("--data-dir", sks[1].DataDir)
+	if code != 1 || !strings.Contains(stderr, "--http") || strings.Count(strings.TrimSpace(stderr), "\n") > 0 || time.Since(t0) > 10*time.Second {
+		t.Fatalf("wal dump --data-dir of a running safekeeper: exit %d after %v: %q; want exit 1 at once, one line naming --http", code, time.Since(t0), stderr)
+	}
+
+	// From safekeeper 1's data directory, stopped; the default range is
+	// the timeline's first record to its flush_lsn.
+	if err := prop.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := sks[0].Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	code, ours, stderr = dump("--data-dir", sks[0].DataDir, "--end", end.String())
+	if code != 0 {
+		t.Fatalf("wal dump --data-dir: exit %d: %s", code, stderr)
+	}
+	n = compareDumps(t, "--data-dir", []byte(ours), []byte(theirs), true)
+	t.Logf("[%v] --data-dir: %d records equal to pg_waldump's over %s..%s (%d segments)", elapsed(), n, tlStart, end,
+		(end-1).SegmentNo(segSize)-tlStart.SegmentNo(segSize)+1)
+
+	// A --start inside a record, in mid-segment: both begin at the first
+	// record at or after it.
+	recs, _ := xlogtest.ParseWaldump([]byte(theirs))
+	mid := recs[len(recs)/2].Start + 3
+	code, ours, stderr = dump("--data-dir", sks[0].DataDir, "--start", mid.String(), "--end", end.String())
+	if code != 0 {
+		t.Fatalf("wal dump --start %s: exit %d: %s", mid, code, stderr)
+	}
+	n = compareDumps(t, "--start "+mid.String(), []byte(ours), []byte(pgWaldump(t, pg, mid, end)), false)
+	t.Logf("[%v] --start %s: %d records equal", elapsed(), mid, n)
+
+	// --stats: byte for byte what pg_waldump --stats prints (its header
+	// line prints LSNs as X/X too).
+	code, ours, stderr = dump("--data-dir", sks[0].DataDir, "--start", tlStart.String(), "--end", end.String(), "--stats")
+	if code != 0 {
+		t.Fatalf("wal dump --stats: exit %d: %s", code, stderr)
+	}
+	theirStats := pgWaldump(t, pg, tlStart, end, "--stats")
+	if rows := statsRows(theirStats); len(rows) < 20 || ours != theirStats {
+		t.Fatalf("--stats differ:\nwal dump:\n%s\npg_waldump:\n%s", ours, theirStats)
+	}
+	rows := statsRows(ours)
+	t.Logf("[%v] --stats: equal to pg_waldump's (%d rows), %s", elapsed(), len(rows), strings.Join(strings.Fields(rows[len(rows)-1]), " "))
+
+	// One flipped byte inside a stored record: a CRC failure at its LSN.
+	var victim xlogtest.WaldumpRecord
+	for _, r := range recs[len(recs)/3:] {
+		if off := uint64(r.Start) % xlog.PageSize; r.TotLen > 64 && off+64 < xlog.PageSize {
+			victim = r
+			break
+		}
+	}
+	flipStoredByte(t, filepath.Join(sks[0].DataDir, "safekeeper.db"), victim.Start+40)
+	code, _, stderr = dump("--data-dir", sks[0].DataDir, "--end", end.String())
+	if code != 1 || !strings.Contains(stderr, "CRC") || !strings.Contains(stderr, victim.Start.String()) {
+		t.Fatalf("wal dump after flipping a byte of the record at %s: exit %d: %q; want exit 1 naming a CRC failure at it", victim.Start, code, stderr)
+	}
+	t.Logf("[%v] flipped byte at %s: %s", elapsed(), victim.Start+40, strings.TrimSpace(stderr))
+}
+
+// flipStoredByte inverts the WAL byte at lsn in a stopped safekeeper's
+// bbolt file (storage/doc.go: timelines/<tenant‖timeline>/wal/<extent>/<chunk>,
+// keys the big-endian LSN of their first byte).
+func flipStoredByte(t *testing.T, path string, lsn proto.LSN) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	key := append(append([]byte{}, dumpTenant[:]...), dumpTimeline[:]...)
+	lk := binary.BigEndian.AppendUint64(nil, uint64(lsn))
+	err = db.Update(func(tx *bolt.Tx) error {
+		wal := tx.Bucket([]byte("timelines")).Bucket(key).Bucket([]byte("wal"))
+		c := wal.Cursor()
+		ek, _ := c.Seek(lk)
+		if ek == nil || !bytes.Equal(ek, lk) {
+			ek, _ = c.Prev()
+		}
+		ext := wal.Bucket(ek)
+		cc := ext.Cursor()
+		ck, v := cc.Seek(lk)
+		if ck == nil || !bytes.Equal(ck, lk) {
+			ck, v = cc.Prev()
+		}
+		start := proto.LSN(binary.BigEndian.Uint64(ck))
+		if lsn < start || lsn >= start+proto.LSN(len(v)) {
+			return fmt.Errorf("no stored chunk holds %s (nearest at %s, %d bytes)", lsn, start, len(v))
+		}
+		chunk := bytes.Clone(v)
+		chunk[lsn-start] ^= 0xff
+		return ext.Put(bytes.Clone(ck), chunk)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
