@@ -66,8 +66,17 @@ func apiGet(c *cli.Context, path string, v any) ([]byte, error) {
 	return apiDo(c, http.MethodGet, path, v)
 }
 
-// apiDo is apiGet with another method.
-func apiDo(c *cli.Context, method, path string, v any) ([]byte, error) {
+// apiClient is how a command reaches the HTTP API at --http: the client
+// (verifying an https:// API against --http-cacert), the base URL and the
+// token to present (empty: none).
+type apiClient struct {
+	client *http.Client
+	base   string
+	addr   string // as given, for messages
+	token  string
+}
+
+func newAPIClient(c *cli.Context) (*apiClient, error) {
 	scheme, hostPort := "http", c.String("http")
 	if rest, ok := strings.CutPrefix(hostPort, "https://"); ok {
 		scheme, hostPort = "https", rest
@@ -77,7 +86,7 @@ func apiDo(c *cli.Context, method, path string, v any) ([]byte, error) {
 	if err := checkListenAddr(hostPort); err != nil {
 		return nil, usagef("--http %q: %w", c.String("http"), err)
 	}
-	client := http.DefaultClient
+	a := &apiClient{client: http.DefaultClient, base: scheme + "://" + hostPort, addr: c.String("http")}
 	if f := c.String("http-cacert"); f != "" {
 		pem, err := os.ReadFile(f)
 		if err != nil {
@@ -87,23 +96,41 @@ func apiDo(c *cli.Context, method, path string, v any) ([]byte, error) {
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, usagef("--http-cacert %s: no PEM certificate in it", f)
 		}
-		client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+		a.client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	}
-	tok, err := token(c)
+	var err error
+	if a.token, err = token(c); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// request is a request to path with the token.
+func (a *apiClient) request(ctx context.Context, method, path string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	return req, nil
+}
+
+// apiDo is apiGet with another method.
+func apiDo(c *cli.Context, method, path string, v any) ([]byte, error) {
+	a, err := newAPIClient(c)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
 	defer cancel()
-	url := scheme + "://" + hostPort + path
-	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	req, err := a.request(ctx, method, path)
 	if err != nil {
 		return nil, err
 	}
-	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := client.Do(req)
+	url := req.URL.String()
+	resp, err := a.client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach the safekeeper's HTTP API at %s: %w", c.String("http"), err)
 	}

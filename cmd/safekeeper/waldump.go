@@ -46,7 +46,9 @@ func walDumpCommand() *cli.Command {
 		Before:       func(c *cli.Context) error { return requireFlags(c, "tenant-id", "timeline-id") },
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "data-dir", Usage: "a stopped safekeeper's data directory (holding safekeeper.db)"},
-			&cli.StringFlag{Name: "http", Usage: "host:port of a running safekeeper's HTTP API (run --listen-http)"},
+			&cli.StringFlag{Name: "http", Usage: "host:port of a running safekeeper's HTTP API (run --listen-http); https://host:port when it has a certificate"},
+			&cli.StringFlag{Name: "http-cacert", Usage: "CA certificate file to verify an https:// --http against (default: the system's)"},
+			tokenFileFlag(),
 			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
 			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)"},
 			&cli.StringFlag{Name: "start", Usage: "first LSN (X/X): the dump begins at the first record at or after it (default: the timeline's first record)"},
@@ -412,6 +414,7 @@ func (s *dataDirSource) read(ctx context.Context, from, to proto.LSN, fn func([]
 // httpSource reads from a running safekeeper's HTTP API: the timeline's
 // state from GET /v1/tenant/{t}/timeline/{tl}, the WAL from .../wal.
 type httpSource struct {
+	api  *apiClient
 	addr string
 	key  proto.TimelineKey
 	in   dumpInfo
@@ -431,7 +434,11 @@ func openHTTPSource(c *cli.Context, key proto.TimelineKey) (*httpSource, error) 
 		}
 		return nil, fmt.Errorf("wal dump: %w", err)
 	}
-	return &httpSource{addr: c.String("http"), key: key, in: dumpInfo{segSize: tl.WalSegSize, start: tl.TimelineStartLSN,
+	api, err := newAPIClient(c)
+	if err != nil {
+		return nil, err
+	}
+	return &httpSource{api: api, addr: c.String("http"), key: key, in: dumpInfo{segSize: tl.WalSegSize, start: tl.TimelineStartLSN,
 		removedUpTo: tl.RemovedUpTo, flush: tl.FlushLSN}}, nil
 }
 
@@ -444,12 +451,12 @@ func (s *httpSource) close()         {}
 
 func (s *httpSource) read(ctx context.Context, from, to proto.LSN, fn func([]byte) error) error {
 	q := url.Values{"start": {from.String()}, "end": {to.String()}}
-	u := "http://" + s.addr + timelinePath(s.key) + "/wal?" + q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req, err := s.api.request(ctx, http.MethodGet, timelinePath(s.key)+"/wal?"+q.Encode())
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	u := req.URL.String()
+	resp, err := s.api.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach the safekeeper's HTTP API at %s: %w", s.addr, err)
 	}
