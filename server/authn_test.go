@@ -54,6 +54,7 @@ func TestTokenAuth(t *testing.T) {
 		c.ListenHTTP = "127.0.0.1:0"
 		c.AuthPublicKeys = []string{pub}
 		c.AllowAuthWithoutTLS = true
+		c.EnablePprof = true
 	})
 	addr := s.Addr().String()
 	host, port := hostOf(addr), addr[len(hostOf(addr))+1:]
@@ -159,6 +160,7 @@ func TestTokenAuth(t *testing.T) {
 		{"GET", "/v1/tenant/timeline", tokA, 403}, {"GET", "/v1/tenant/timeline", admin, 200},
 		{"GET", tlB, tokA, 403}, {"GET", tlB, tokB, 200}, {"GET", tlB, admin, 200},
 		{"DELETE", tlB, tokA, 403}, {"DELETE", tlB + "?force=true", tokB, 200},
+		{"GET", "/debug/pprof/", tokA, 403}, {"GET", "/debug/pprof/", "", 401}, {"GET", "/debug/pprof/", admin, 200},
 	} {
 		if got := get(c.method, c.path, c.tok); got != c.want {
 			t.Errorf("%s %s with token %.12q: %d, want %d", c.method, c.path, c.tok, got, c.want)

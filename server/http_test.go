@@ -109,6 +109,9 @@ func TestHTTPAPI(t *testing.T) {
 	if code := getJSON(t, base+"/v2/nothing", &e); code != 404 {
 		t.Fatalf("unknown path: %d %v", code, e)
 	}
+	if code := getJSON(t, base+"/debug/pprof/", &e); code != 404 {
+		t.Fatalf("/debug/pprof/ without --enable-pprof: %d %v", code, e)
+	}
 
 	// /metrics: Prometheus text, the LSN gauges equal TIMELINE_STATUS.
 	resp, err := http.Get(base + "/metrics")

@@ -14,7 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/safekeeper/safekeeper/server/auth"
 	"github.com/safekeeper/safekeeper/test/harness"
+	"github.com/safekeeper/safekeeper/test/tlstest"
 )
 
 // TestSIGHUPIsIgnored: logrotate or a closed terminal sends SIGHUP, whose
@@ -133,5 +135,53 @@ func TestSIGHUPIsIgnored(t *testing.T) {
 				t.Fatalf("%s after SIGTERM: %v, want exit code %d\n%s", tc.name, cmd.ProcessState, tc.code, log())
 			}
 		})
+	}
+}
+
+// TestSIGHUPReloadsTLSAndKeys: with a certificate and auth keys, SIGHUP to
+// `run` re-reads both (logged), and the server goes on.
+func TestSIGHUPReloadsTLSAndKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := harness.Binary(t)
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	cert, key := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	ca.Issue(t, "sk", cert, key)
+	priv, pub := filepath.Join(dir, "auth.key"), filepath.Join(dir, "auth.pub")
+	if err := auth.GenerateKeys(priv, pub); err != nil {
+		t.Fatal(err)
+	}
+	listen := "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
+	logPath := filepath.Join(dir, "run.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "run", "--id", "1", "--listen-pg", listen, "--listen-http", "", "--data-dir", filepath.Join(dir, "data"),
+		"--tls-cert", cert, "--tls-key", key, "--auth-public-key", pub)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	harness.WaitFor(t, 15*time.Second, "run listening", func() bool {
+		c, err := net.DialTimeout("tcp", listen, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	cmd.Process.Signal(syscall.SIGHUP)
+	harness.WaitFor(t, 10*time.Second, "both reloads logged", func() bool {
+		b, _ := os.ReadFile(logPath)
+		return strings.Contains(string(b), `msg="TLS certificate reloaded" reason=SIGHUP`) && strings.Contains(string(b), `msg="auth public keys reloaded"`)
+	})
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		b, _ := os.ReadFile(logPath)
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, b)
 	}
 }
