@@ -17,7 +17,6 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/storage"
-	"golang.org/x/sync/semaphore"
 )
 
 // Config configures a Server.
@@ -209,12 +208,16 @@ type Server struct {
 	cancel   context.CancelFunc
 	stopping chan struct{}
 	stopOnce sync.Once
+	// stopCtx is done once Shutdown began: waits that must not hold it up
+	// (a push reader waiting for WAL budget) use it.
+	stopCtx    context.Context
+	stopCancel context.CancelFunc
 
 	connSeq atomic.Uint64 // numbers connections: the "PID" of slot errors
 	// walBudget holds Config.MaxBufferedWAL: a push reader acquires a
 	// request's WAL bytes before queueing it, the timeline's owner releases
 	// them once the group commit that took them is done.
-	walBudget *semaphore.Weighted
+	walBudget *budget   // budget.go
 	mem       reclaimer // memory.go
 	// writeLimit is the latest write deadline of any connection (unix
 	// nanoseconds), set by Shutdown; 0 before. See limitedConn.
@@ -318,11 +321,13 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	stopCtx, stopCancel := context.WithCancel(ctx)
 	s := &Server{
+		stopCtx: stopCtx, stopCancel: stopCancel,
 		cfg: cfg, log: cfg.Logger, db: db, ln: ln,
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}),
 		timelines: map[proto.TimelineKey]*timeline{}, opening: map[proto.TimelineKey]*opening{}, deleting: map[proto.TimelineKey]struct{}{}, conns: map[net.Conn]struct{}{},
-		walBudget: semaphore.NewWeighted(cfg.MaxBufferedWAL),
+		walBudget: newBudget(cfg.MaxBufferedWAL),
 		metrics:   metrics,
 		hooks:     h,
 		certs:     certs,
@@ -437,6 +442,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.writeLimit.Store(limit.UnixNano())
 		s.mu.Lock()
 		close(s.stopping)
+		s.stopCancel()
 		s.ln.Close()
 		for nc := range s.conns {
 			nc.SetReadDeadline(time.Now()) // readers stop; owners and writers finish

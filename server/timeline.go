@@ -10,7 +10,6 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/storage"
-	"golang.org/x/sync/semaphore"
 )
 
 // maxBatch bounds how many queued events one group commit takes, so that a
@@ -71,7 +70,7 @@ type timeline struct {
 	// persistEvery is persistInterval (tests may change it).
 	persistEvery time.Duration
 	// walBudget is the server's (Server.walBudget).
-	walBudget *semaphore.Weighted
+	walBudget *budget
 	// metrics is the server's (nil in tests that build a timeline alone).
 	metrics *serverMetrics
 
@@ -214,7 +213,7 @@ type owner struct {
 // hold slices of them until then.
 func (o *owner) release() {
 	if o.cost > 0 {
-		o.t.walBudget.Release(o.cost)
+		o.t.walBudget.release(o.t.key.TenantID, o.cost)
 		o.cost = 0
 	}
 	for i, p := range o.payloads {

@@ -237,24 +237,39 @@ func (c *pushConn) readLoop() outItem {
 	for {
 		// The WAL budget is taken before the body is read, so that bodies
 		// waiting for it (one per connection) are not in memory meanwhile.
+		// Only after the greeting, which names (and, with auth, is allowed
+		// on) the timeline: the greeting itself is small and takes none.
+		// Once the budget is taken the body must arrive within bodyTimeout:
+		// a connection that announces a body and stalls must not hold the
+		// budget for long (budget.go).
 		var cost int64
 		if typ, n, err := c.pc.PeekMessage(); err == nil && typ == 'd' && n > 0 {
-			cost = min(int64(n), c.srv.cfg.MaxBufferedWAL)
-			if err := c.srv.walBudget.Acquire(c.srv.ctx, cost); err != nil {
-				return outItem{err: errShutdown}
+			switch {
+			case c.tl == nil && n > maxGreeting:
+				return outItem{err: pgwire.Errorf(pgwire.ProtocolViolation,
+					"the first message of a WAL push is %d bytes; a greeting (ServerInfo) is at most %d", n, maxGreeting)}
+			case c.tl != nil:
+				cost = c.srv.walBudget.cost(n)
+				if err := c.srv.walBudget.acquire(c.srv.stopCtx, c.tl.key.TenantID, cost); err != nil {
+					return outItem{err: errShutdown}
+				}
+				c.pc.SetReadDeadline(time.Now().Add(bodyTimeout))
 			}
 		}
 		item, m, payload := c.readOne()
+		if cost > 0 && !c.srv.isStopping() && !c.tl.isDeleted() {
+			c.pc.SetReadDeadline(time.Time{}) // (a shutdown's or delete's cut stays)
+		}
 		if m == nil {
 			if cost > 0 {
-				c.srv.walBudget.Release(cost)
+				c.srv.walBudget.release(c.tl.key.TenantID, cost)
 			}
 			return item
 		}
 		if r, ok := m.(*proto.SafeKeeperRequest); ok && len(r.WAL) > 0 {
 			if err := c.srv.walRefused(c.tl); err != nil {
 				if cost > 0 {
-					c.srv.walBudget.Release(cost)
+					c.srv.walBudget.release(c.tl.key.TenantID, cost)
 				}
 				pgwire.Recycle(payload)
 				c.log.Warn("refusing WAL: disk limit", "err", err)
@@ -265,6 +280,14 @@ func (c *pushConn) readLoop() outItem {
 		c.tl.in <- event{conn: c, msg: m, payload: payload, cost: cost}
 	}
 }
+
+// maxGreeting bounds the first message of a push stream, read before the
+// stream has a timeline (and so a budget to take from).
+const maxGreeting = 64 << 10
+
+// bodyTimeout is how long a push message's body may take to arrive once
+// its header is in and its budget taken.
+const bodyTimeout = 30 * time.Second
 
 // readOne reads and decodes the next message; the first must be the
 // ServerInfo that names the timeline. It returns the message and its
