@@ -36,7 +36,7 @@ import (
 //     taken again by itself once space returns (the proposer reconnects).
 
 const (
-	maxRefusing       = 64
+	maxRefusing       = 512
 	diskCheckInterval = time.Second
 	maxDiskReserve    = 1 << 30
 )
