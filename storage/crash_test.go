@@ -82,7 +82,19 @@ func crashHelper(path string, seed uint64) error {
 			os.Exit(4)
 		}
 	}
-	var others []proto.TimelineKey // created, not deleted, by this process
+	// The timelines a delete may take: those earlier runs created too, so
+	// that a run killed after few commits still deletes (a run that only
+	// deleted its own creations deleted none on a loaded machine).
+	var others []proto.TimelineKey
+	keys, err := db.Timelines()
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k != (proto.TimelineKey{TenantID: st.TenantID, TimelineID: st.TimelineID}) {
+			others = append(others, k)
+		}
+	}
 	say("R")
 	end := tl.EndLSN()
 	if end == 0 {
@@ -117,7 +129,7 @@ func crashHelper(path string, seed uint64) error {
 			return err
 		}
 		say("C %d", seq)
-		if rng.IntN(6) == 0 {
+		if rng.IntN(4) == 0 {
 			other := testState(rng.IntN(1 << 16))
 			other.TimelineID[1] = byte(seq)
 			other.TimelineID[2] = byte(seq >> 8)
@@ -142,7 +154,7 @@ func crashHelper(path string, seed uint64) error {
 			others = append(others, key)
 			say("K %s", key)
 		}
-		if len(others) > 0 && rng.IntN(8) == 0 {
+		if len(others) > 0 && rng.IntN(3) == 0 {
 			i := rng.IntN(len(others))
 			key := others[i]
 			others = append(others[:i], others[i+1:]...)
