@@ -512,11 +512,20 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			var reload func() // set once the server exists; SIGHUP re-reads its TLS certificate
+			// SIGHUP re-reads the TLS certificate and the auth keys once the
+			// server exists; one that comes while it is starting (after the
+			// listen line a test or an operator waits for, before reload is
+			// set) is applied once it is up rather than dropped.
+			var reload func()
+			var started, pending bool
 			var reloadMu sync.Mutex
 			defer onSIGHUP(log, func() {
 				reloadMu.Lock()
 				defer reloadMu.Unlock()
+				if !started {
+					pending = true
+					return
+				}
 				if reload == nil {
 					log.Info("SIGHUP ignored: nothing to reload (no --tls-cert, no --auth-public-key)")
 					return
@@ -558,11 +567,19 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			reloadMu.Lock()
 			if srv.Reloadable() {
-				reloadMu.Lock()
 				reload = func() { srv.Reload() } // logs the outcome itself
-				reloadMu.Unlock()
 			}
+			started = true
+			if pending {
+				if reload != nil {
+					reload()
+				} else {
+					log.Info("SIGHUP ignored: nothing to reload (no --tls-cert, no --auth-public-key)")
+				}
+			}
+			reloadMu.Unlock()
 			sig := make(chan os.Signal, 1)
 			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 			served := make(chan error, 1)
