@@ -100,17 +100,17 @@ func TestShutdownPersistsCommitLSN(t *testing.T) {
 	}
 }
 
-// gatedStorage holds a Commit of its timeline while hold is set, until
+// gatedStorage holds a Commit of its timeline that moves flush_lsn past hold, until
 // release is closed.
 type gatedStorage struct {
 	acceptor.Storage
-	hold    *atomic.Bool
+	hold    *atomic.Uint64 // hold a Commit whose flush_lsn is past it (0: none)
 	held    chan<- struct{} // told when a Commit is held
 	release <-chan struct{}
 }
 
 func (g gatedStorage) Commit(s acceptor.State) error {
-	if g.hold.Load() {
+	if h := g.hold.Load(); h != 0 && uint64(s.FlushLSN) > h {
 		g.held <- struct{}{}
 		<-g.release
 	}
@@ -122,7 +122,7 @@ func (g gatedStorage) Commit(s acceptor.State) error {
 // budget, another timeline's request waits in its reader, and goes through
 // once the budget is given back.
 func TestBufferedWALBoundedAcrossTimelines(t *testing.T) {
-	var hold atomic.Bool
+	var hold atomic.Uint64
 	held, release := make(chan struct{}, 1), make(chan struct{})
 	var once sync.Once
 	open := func() { once.Do(func() { close(release) }) }
@@ -140,8 +140,9 @@ func TestBufferedWALBoundedAcrossTimelines(t *testing.T) {
 	a.heartbeat()
 	b.heartbeat()
 
-	// A request of the budget's size on a: its commit is held.
-	hold.Store(true)
+	// A request of the budget's size on a: its commit is held (that one,
+	// not a periodic commit of a's owner, which takes no budget).
+	hold.Store(uint64(a.pos))
 	for a.gen.Pos() < a.pos+proto.MaxWALPerRequest-200 {
 		a.gen.Record(100)
 	}
