@@ -104,7 +104,7 @@ func TestShutdownPersistsCommitLSN(t *testing.T) {
 // release is closed.
 type gatedStorage struct {
 	acceptor.Storage
-	hold    *atomic.Uint64 // hold a Commit whose flush_lsn is past it (0: none)
+	hold    *atomic.Uint64  // hold a Commit whose flush_lsn is past it (0: none)
 	held    chan<- struct{} // told when a Commit is held
 	release <-chan struct{}
 }
