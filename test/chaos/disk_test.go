@@ -113,6 +113,9 @@ func TestDiskStaysBoundedWithStandbysReading(t *testing.T) {
 	if got := startAt(t, sk, gone); got != "58P01 "+want {
 		t.Fatalf("START_REPLICATION at the removed %s: %q, want 58P01 %q", gone, got, want)
 	}
+	// The transfers acknowledged after end reach the standby too: wait
+	// for it to replay the primary's WAL as of the workers' stop.
+	sb.waitReplay(t, c.flushLSN())
 	acked, _ := b.snapshot()
 	b.check(t, "standby fed by safekeeper 1", func(sql string) string { return sb.query(t, sql) }, acked)
 	// A standby and pg_receivewal under load report nothing past the WAL.
