@@ -186,34 +186,7 @@ func TestTimelinePullCopiesAWholeTimeline(t *testing.T) {
 func TestTimelinePullCarriesTheHistoryFile(t *testing.T) {
 	src := harness.StartSafekeeper(t, 1)
 	dst := harness.StartSafekeeper(t, 2)
-	// push sends gen's WAL from begin on p with commit_lsn = its end.
-	push := func(p *tp, gen *xlogtest.Generator, begin proto.LSN, records int) proto.LSN {
-		t.Helper()
-		var end proto.LSN
-		for range records {
-			_, end = gen.Record(2000)
-		}
-		p.send(p.appendReq(begin, gen.Take(), end))
-		if r := p.resp(); r.FlushLSN != end {
-			t.Fatalf("append up to %s: flush %s", end, r.FlushLSN)
-		}
-		return end
-	}
-	// Timeline 1, term 1.
-	p := startTerm(t, src, 1, 1)
-	switchAt := push(p, xlogtest.NewGenerator(tlStart, segSize, 1, sysID), tlStart, 30)
-	p.c.Close()
-	// The promoted primary's proposer: PostgreSQL timeline 2, term 2.
-	history := []byte(fmt.Sprintf("1\t%s\tno recovery target specified\n", switchAt))
-	q := dial(t, src, 1)
-	q.info.PgTimeline, q.info.ProposerUUID, q.info.WalEnd = 2, proto.ID{0xcc, 2}, switchAt
-	q.greet()
-	q.send(&proto.TimelineHistory{PgTimeline: 2, Content: history})
-	q.vote(node(2, 2))
-	q.elected(switchAt, hist(1, uint64(tlStart), 2, uint64(switchAt)))
-	end := push(q, xlogtest.NewGenerator(switchAt, segSize, 2, sysID), switchAt, 30)
-	q.c.Close()
-
+	switchAt, end, history := promoteOnce(t, src)
 	if err := dst.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -253,5 +226,42 @@ func TestTimelinePullCarriesTheHistoryFile(t *testing.T) {
 	}
 	r.ballot = node(3, 3)
 	r.elected(end, hist(1, uint64(tlStart), 2, uint64(switchAt), 3, uint64(end)))
-	push(r, xlogtest.NewGenerator(end, segSize, 2, sysID), end, 5)
+	pushWAL(t, r, xlogtest.NewGenerator(end, segSize, 2, sysID), end, 5)
+}
+
+// pushWAL sends gen's next records (from begin) on p with commit_lsn = their
+// end and returns the end.
+func pushWAL(t *testing.T, p *tp, gen *xlogtest.Generator, begin proto.LSN, records int) proto.LSN {
+	t.Helper()
+	var end proto.LSN
+	for range records {
+		_, end = gen.Record(2000)
+	}
+	p.send(p.appendReq(begin, gen.Take(), end))
+	if r := p.resp(); r.FlushLSN != end {
+		t.Fatalf("append up to %s: flush %s", end, r.FlushLSN)
+	}
+	return end
+}
+
+// promoteOnce gives sk timeline 1 (tenant 1) as a primary and a promoted
+// standby's proposers would: WAL of PostgreSQL timeline 1 in term 1 up to
+// switchAt, then the proposer of PostgreSQL timeline 2 (term 2) with its
+// history file, which switches it, and WAL of timeline 2 up to end, all
+// committed.
+func promoteOnce(t *testing.T, sk *harness.Safekeeper) (switchAt, end proto.LSN, history []byte) {
+	t.Helper()
+	p := startTerm(t, sk, 1, 1)
+	switchAt = pushWAL(t, p, xlogtest.NewGenerator(tlStart, segSize, 1, sysID), tlStart, 30)
+	p.c.Close()
+	history = []byte(fmt.Sprintf("1\t%s\tno recovery target specified\n", switchAt))
+	q := dial(t, sk, 1)
+	q.info.PgTimeline, q.info.ProposerUUID, q.info.WalEnd = 2, proto.ID{0xcc, 2}, switchAt
+	q.greet()
+	q.send(&proto.TimelineHistory{PgTimeline: 2, Content: history})
+	q.vote(node(2, 2))
+	q.elected(switchAt, hist(1, uint64(tlStart), 2, uint64(switchAt)))
+	end = pushWAL(t, q, xlogtest.NewGenerator(switchAt, segSize, 2, sysID), switchAt, 30)
+	q.c.Close()
+	return switchAt, end, history
 }
