@@ -1,11 +1,16 @@
 package proposer
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -24,6 +29,12 @@ type PeerTimeline struct {
 	PgVersion, WalSegSize, PgTimeline uint32
 	// RemovedUpTo is the peer's retention horizon: it holds no WAL below.
 	RemovedUpTo proto.LSN
+	// PgHistory is the history file of PostgreSQL timeline PgTimeline,
+	// as the promoted primary wrote it (TIMELINE_HISTORY on the peer); nil
+	// on timeline 1. A pull must store it with the state: without it the
+	// pulled safekeeper refuses the promoted primary's proposer (its
+	// TimelineHistory differs from none recorded) for good.
+	PgHistory []byte
 }
 
 // FirstHeld is where a copy of the peer's WAL starts: the timeline start
@@ -42,7 +53,9 @@ func (p *PeerTimeline) FirstHeld() proto.LSN {
 
 // PeerState reads a peer's state of a timeline: TIMELINE_STATUS, then a
 // greeting (ServerInfo; the SafeKeeperInfo answer), which changes nothing
-// on a timeline the peer holds. ErrNoTimeline if it does not hold it.
+// on a timeline the peer holds, then, on a PostgreSQL timeline above 1,
+// its history file (TIMELINE_HISTORY). ErrNoTimeline if it does not hold
+// it.
 func PeerState(ctx context.Context, addr string, tenant, timeline proto.ID, connectTimeout time.Duration, sec Security) (PeerTimeline, error) {
 	if connectTimeout == 0 {
 		connectTimeout = 10 * time.Second
@@ -77,8 +90,45 @@ func PeerState(ctx context.Context, addr string, tenant, timeline proto.ID, conn
 	if !ok {
 		return PeerTimeline{}, fmt.Errorf("%s: greeting answered with %T", addr, m)
 	}
-	return PeerTimeline{Addr: addr, Security: sec, Info: *info, SystemID: p.systemID, PgVersion: p.pgVersion, WalSegSize: p.segSize,
-		PgTimeline: p.pgTimeline, RemovedUpTo: p.removedTo}, nil
+	pt := PeerTimeline{Addr: addr, Security: sec, Info: *info, SystemID: p.systemID, PgVersion: p.pgVersion, WalSegSize: p.segSize,
+		PgTimeline: p.pgTimeline, RemovedUpTo: p.removedTo}
+	if pt.PgTimeline > 1 {
+		if pt.PgHistory, err = peerHistory(ctx, &pt, tenant, timeline, connectTimeout); err != nil {
+			return PeerTimeline{}, err
+		}
+	}
+	return pt, nil
+}
+
+// peerHistory reads the history file of the peer's PostgreSQL timeline
+// (TIMELINE_HISTORY p.PgTimeline) and checks that it is one. A peer on a
+// timeline above 1 that holds none (58P01) is an error too: a copy of it
+// would refuse the promoted primary's proposer as the peer itself does.
+func peerHistory(ctx context.Context, p *PeerTimeline, tenant, timeline proto.ID, connectTimeout time.Duration) ([]byte, error) {
+	host, port, err := splitHostPort(p.Addr)
+	if err != nil {
+		return nil, err
+	}
+	connStr := fmt.Sprintf("host=%s port=%s user=pull %s options='-c tenant_id=%s -c timeline_id=%s'", host, port, p.Security.params(), tenant, timeline)
+	up, err := dialUpstream(ctx, "peer safekeeper "+p.Addr, connStr, "timeline_pull", connectTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer up.close()
+	h, err := pglogrepl.TimelineHistory(ctx, up.pg, int32(p.PgTimeline))
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(err, &pe) && pe.Code == "58P01":
+		return nil, fmt.Errorf("%s is on PostgreSQL timeline %d but holds no history file for it; pull from a peer that does: %w", p.Addr, p.PgTimeline, err)
+	case err != nil:
+		return nil, fmt.Errorf("%s: TIMELINE_HISTORY %d: %w", p.Addr, p.PgTimeline, err)
+	case len(h.Content) > proto.MaxPgHistory:
+		return nil, fmt.Errorf("%s: TIMELINE_HISTORY %d: %d bytes, at most %d", p.Addr, p.PgTimeline, len(h.Content), proto.MaxPgHistory)
+	}
+	if _, err := proto.ParsePgHistory(p.PgTimeline, h.Content); err != nil {
+		return nil, fmt.Errorf("%s: TIMELINE_HISTORY %d: %w", p.Addr, p.PgTimeline, err)
+	}
+	return bytes.Clone(h.Content), nil
 }
 
 // CopyWAL streams the peer's WAL [from, to) to deliver, chunk by chunk in

@@ -97,10 +97,13 @@ func ParsePgHistory(tli uint32, content []byte) ([]PgTimelineEnd, error) {
 }
 
 // PgHistoryPrefix returns the history file of ancestor timeline tli cut
-// from content, the history file of a later timeline: its first lines, up
-// to and without the one for tli — the bytes PostgreSQL wrote for tli, since
-// each history file is its parent's plus one line. ok is false if tli is
-// not an ancestor in content (or is 1, which has no history file).
+// from content, the history file of a later timeline: the bytes PostgreSQL
+// wrote for tli. Each history file is its parent's, then "\n" (added "in
+// case the parent file failed to end with one", writeTimeLineHistory),
+// then one line; so tli's file is content up to the line for tli, without
+// that separator (dropped only where it follows a newline of the parent's:
+// content not written by PostgreSQL keeps its bytes). ok is false if tli
+// is not an ancestor in content (or is 1, which has no history file).
 func PgHistoryPrefix(content []byte, tli uint32) ([]byte, bool) {
 	off := 0
 	for off < len(content) {
@@ -113,7 +116,11 @@ func PgHistoryPrefix(content []byte, tli uint32) ([]byte, bool) {
 		if s != "" && s[0] != '#' {
 			f := strings.Fields(s)
 			if t, err := strconv.ParseUint(f[0], 10, 32); err == nil && uint32(t) == tli {
-				return content[:off], tli > 1
+				p := content[:off]
+				if bytes.HasSuffix(p, []byte("\n\n")) {
+					p = p[:len(p)-1]
+				}
+				return p, tli > 1
 			}
 		}
 		off = end

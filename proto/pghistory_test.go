@@ -25,7 +25,9 @@ func TestParsePgHistory(t *testing.T) {
 }
 
 func TestPgHistoryPrefix(t *testing.T) {
-	if p, ok := PgHistoryPrefix([]byte(pgHistory3), 2); !ok || string(p) != "1\t0/3000158\tno recovery target specified\n\n" {
+	// 00000002.history as PostgreSQL wrote it: timeline 3's first line,
+	// without the separating newline writeTimeLineHistory added after it.
+	if p, ok := PgHistoryPrefix([]byte(pgHistory3), 2); !ok || string(p) != "1\t0/3000158\tno recovery target specified\n" {
 		t.Fatalf("prefix for timeline 2: %q %v", p, ok)
 	}
 	for _, tli := range []uint32{1, 3, 4} {

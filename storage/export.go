@@ -30,7 +30,11 @@ var ErrExportRange = errors.New("storage: export range outside the timeline's WA
 // removed. Only segments the timeline holds from their first byte are
 // written: bytes before timeline_start_lsn (or removed by retention) are
 // unknown. Each file is written durably (temporary file, fsync, rename,
-// fsync of the directory). Progress lines go to w.
+// fsync of the directory). After a promotion (the timeline is on a
+// PostgreSQL timeline above 1) the history files of that timeline and of
+// its ancestors are written too (TTTTTTTT.history, byte for byte as
+// PostgreSQL wrote them): recovery needs them to follow the promotion
+// instead of ending at the first timeline's end. Progress lines go to w.
 func Export(path string, key proto.TimelineKey, outDir string, uptoArg *proto.LSN, w io.Writer) error {
 	return ExportWithProgress(path, key, outDir, uptoArg, w, nil)
 }
@@ -87,6 +91,9 @@ func ExportWithProgress(path string, key proto.TimelineKey, outDir string, uptoA
 	// PostgreSQL's own pg_wal and archive: an ancestor's up to the segment
 	// holding its end, where the next one's begin.
 	ends, _ := proto.ParsePgHistory(st.PgTimeline, st.PgHistory) // none before a switch
+	if err := exportHistoryFiles(outDir, st.PgTimeline, st.PgHistory, ends, w); err != nil {
+		return fmt.Errorf("wal export: %w", err)
+	}
 	tliOf := func(seg proto.LSN) uint32 {
 		for _, e := range ends {
 			if seg < e.End.SegmentStart(segSize) {
@@ -133,6 +140,40 @@ func ExportWithProgress(path string, key proto.TimelineKey, outDir string, uptoA
 	}
 	fmt.Fprintf(w, "exported %s..%s: %d complete segment(s), %d unfinished\n", from, upto, full, partial)
 	return nil
+}
+
+// exportHistoryFiles writes the history file of PostgreSQL timeline tli
+// (content, as the promoted primary wrote it) and of each ancestor that has
+// one (all but timeline 1), named as in pg_wal (TTTTTTTT.history), each
+// durably. Without them a restore_command recovery replays the first
+// timeline to its end, finds no later timeline and promotes there, without
+// the WAL written after the promotion. A timeline never switched (tli 1, or
+// no history recorded) has none.
+func exportHistoryFiles(outDir string, tli uint32, content []byte, ends []proto.PgTimelineEnd, w io.Writer) error {
+	if tli < 2 || len(content) == 0 {
+		return nil
+	}
+	write := func(n uint32, b []byte) error {
+		name := fmt.Sprintf("%08X.history", n)
+		if err := writeFileDurably(filepath.Join(outDir, name), b); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "wrote %s: the history of PostgreSQL timeline %d\n", name, n)
+		return nil
+	}
+	for _, e := range ends {
+		if e.TLI < 2 {
+			continue
+		}
+		b, ok := proto.PgHistoryPrefix(content, e.TLI)
+		if !ok {
+			return fmt.Errorf("the history of PostgreSQL timeline %d has no line for its ancestor %d", tli, e.TLI)
+		}
+		if err := write(e.TLI, b); err != nil {
+			return err
+		}
+	}
+	return write(tli, content)
 }
 
 // exportReadChunk is the most one ReadWAL of Export reads (so progress

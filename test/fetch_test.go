@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -213,4 +214,41 @@ func walFetchRaw(t *testing.T, args []string) fetchRun {
 	cmd.Stderr = &stderr
 	cmd.Run()
 	return fetchRun{code: cmd.ProcessState.ExitCode(), stderr: stderr.String()}
+}
+
+// TestWALFetchServesHistoryFiles: after a promotion `wal fetch` serves the
+// history file of the safekeepers' PostgreSQL timeline byte for byte as the
+// promoted primary wrote it, and after a second one, the first promotion's
+// too, byte for byte as PostgreSQL wrote it (no trailing separator of the
+// later file); timeline 1 and timelines they were never on have none
+// (exit 1, which recovery takes for "no such timeline").
+func TestWALFetchServesHistoryFiles(t *testing.T) {
+	sk := harness.StartSafekeeper(t, 1)
+	addrs, timeline := []string{sk.Addr}, proto.ID{0xbb, 1}
+	switchAt, end, hist2 := promoteOnce(t, sk)
+	if r := walFetch(t, addrs, timeline, "00000002.history"); r.code != 0 || !bytes.Equal(r.data, hist2) {
+		t.Fatalf("00000002.history on timeline 2: exit %d, %q; want %q\n%s", r.code, r.data, hist2, r.stderr)
+	}
+	// A second promotion: PostgreSQL timeline 3, term 3.
+	hist3 := append(append(bytes.Clone(hist2), '\n'), fmt.Sprintf("2\t%s\tno recovery target specified\n", end)...)
+	p := dial(t, sk, 1)
+	p.info.PgTimeline, p.info.ProposerUUID, p.info.WalEnd = 3, proto.ID{0xcc, 3}, end
+	p.greet()
+	p.send(&proto.TimelineHistory{PgTimeline: 3, Content: hist3})
+	p.vote(node(3, 3))
+	p.elected(end, hist(1, uint64(tlStart), 2, uint64(switchAt), 3, uint64(end)))
+	pushWAL(t, p, xlogtest.NewGenerator(end, segSize, 3, sysID), end, 5)
+	for _, tc := range []struct {
+		name string
+		want []byte
+	}{{"00000003.history", hist3}, {"00000002.history", hist2}} {
+		if r := walFetch(t, addrs, timeline, tc.name); r.code != 0 || !bytes.Equal(r.data, tc.want) {
+			t.Errorf("%s on timeline 3: exit %d, %q; want %q\n%s", tc.name, r.code, r.data, tc.want, r.stderr)
+		}
+	}
+	for _, name := range []string{"00000001.history", "00000004.history"} {
+		if r := walFetch(t, addrs, timeline, name); r.code != 1 || r.data != nil {
+			t.Errorf("%s on timeline 3: exit %d, wrote %d bytes; want exit 1 and nothing\n%s", name, r.code, len(r.data), r.stderr)
+		}
+	}
 }

@@ -175,3 +175,93 @@ func TestTimelinePullCopiesAWholeTimeline(t *testing.T) {
 		t.Fatalf("a read below the pulled timeline's first byte: %v, want 58P01", err)
 	}
 }
+
+// TestTimelinePullCarriesTheHistoryFile: a pull from a peer that a
+// promoted primary's proposer switched to PostgreSQL timeline 2 stores the
+// promoted primary's history file with the rest, as the acceptor does at
+// the switch: the pulled safekeeper answers TIMELINE_HISTORY 2 with the
+// exact bytes and takes a proposer of timeline 2 (its TimelineHistory
+// matches what it recorded) instead of refusing it with 22023 for good,
+// which left the new primary's standbys stalled silently.
+func TestTimelinePullCarriesTheHistoryFile(t *testing.T) {
+	src := harness.StartSafekeeper(t, 1)
+	dst := harness.StartSafekeeper(t, 2)
+	switchAt, end, history := promoteOnce(t, src)
+	if err := dst.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "timeline", "pull", "--from", src.Addr, "--data-dir", dst.DataDir,
+		"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String())
+	if code != 0 {
+		t.Fatalf("pull: exit %d\n%s%s", code, stdout, stderr)
+	}
+	t.Logf("%s", strings.TrimSpace(stdout))
+	dst.Start()
+	if st := statusOf(t, dst); st["pg_timeline"] != "2" || st["flush_lsn"] != end.String() {
+		t.Fatalf("pulled: pg_timeline %s, flush_lsn %s; want 2, %s", st["pg_timeline"], st["flush_lsn"], end)
+	}
+	c := replConn(t, dst, 1)
+	res, err := c.Exec(harness.Context(t, 10*time.Second), "TIMELINE_HISTORY 2").ReadAll()
+	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 {
+		t.Fatalf("TIMELINE_HISTORY 2 on the pulled safekeeper: %v", err)
+	}
+	if row := res[0].Rows[0]; string(row[0]) != "00000002.history" || !bytes.Equal(row[1], history) {
+		t.Fatalf("TIMELINE_HISTORY 2 on the pulled safekeeper = %q, %q; want 00000002.history, %q", row[0], row[1], history)
+	}
+
+	// A proposer of timeline 2 (term 3) is taken, and streams on.
+	r := dial(t, dst, 1)
+	r.info.PgTimeline, r.info.ProposerUUID, r.info.WalEnd = 2, proto.ID{0xcc, 3}, end
+	if g := r.greet(); g.FlushLSN != end {
+		t.Fatalf("greeting: flush %s, want %s", g.FlushLSN, end)
+	}
+	r.send(&proto.TimelineHistory{PgTimeline: 2, Content: history})
+	r.send(&proto.RequestVote{Candidate: node(3, 3)})
+	m, err := r.c.Recv(r.ctx)
+	if v, ok := m.(*proto.VoteResponse); err != nil || !ok || v.VotedFor != node(3, 3) {
+		t.Fatalf("a proposer of PostgreSQL timeline 2 asking the pulled safekeeper for a vote: %T %+v, %v; want the vote", m, m, err)
+	}
+	if info, ok := r.recv().(*proto.SafeKeeperInfo); !ok || info.FlushLSN != end {
+		t.Fatalf("fresh info after the grant: %+v", info)
+	}
+	r.ballot = node(3, 3)
+	r.elected(end, hist(1, uint64(tlStart), 2, uint64(switchAt), 3, uint64(end)))
+	pushWAL(t, r, xlogtest.NewGenerator(end, segSize, 2, sysID), end, 5)
+}
+
+// pushWAL sends gen's next records (from begin) on p with commit_lsn = their
+// end and returns the end.
+func pushWAL(t *testing.T, p *tp, gen *xlogtest.Generator, begin proto.LSN, records int) proto.LSN {
+	t.Helper()
+	var end proto.LSN
+	for range records {
+		_, end = gen.Record(2000)
+	}
+	p.send(p.appendReq(begin, gen.Take(), end))
+	if r := p.resp(); r.FlushLSN != end {
+		t.Fatalf("append up to %s: flush %s", end, r.FlushLSN)
+	}
+	return end
+}
+
+// promoteOnce gives sk timeline 1 (tenant 1) as a primary and a promoted
+// standby's proposers would: WAL of PostgreSQL timeline 1 in term 1 up to
+// switchAt, then the proposer of PostgreSQL timeline 2 (term 2) with its
+// history file, which switches it, and WAL of timeline 2 up to end, all
+// committed.
+func promoteOnce(t *testing.T, sk *harness.Safekeeper) (switchAt, end proto.LSN, history []byte) {
+	t.Helper()
+	p := startTerm(t, sk, 1, 1)
+	switchAt = pushWAL(t, p, xlogtest.NewGenerator(tlStart, segSize, 1, sysID), tlStart, 30)
+	p.c.Close()
+	history = []byte(fmt.Sprintf("1\t%s\tno recovery target specified\n", switchAt))
+	q := dial(t, sk, 1)
+	q.info.PgTimeline, q.info.ProposerUUID, q.info.WalEnd = 2, proto.ID{0xcc, 2}, switchAt
+	q.greet()
+	q.send(&proto.TimelineHistory{PgTimeline: 2, Content: history})
+	q.vote(node(2, 2))
+	q.elected(switchAt, hist(1, uint64(tlStart), 2, uint64(switchAt)))
+	end = pushWAL(t, q, xlogtest.NewGenerator(switchAt, segSize, 2, sysID), switchAt, 30)
+	q.c.Close()
+	return switchAt, end, history
+}

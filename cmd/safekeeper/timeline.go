@@ -44,7 +44,8 @@ func timelinePullCommand() *cli.Command {
 		UsageText: "safekeeper timeline pull --from HOST:PORT --data-dir DIR --tenant-id HEX --timeline-id HEX",
 		Description: "For a safekeeper that lacks a timeline its peers hold (a replaced disk, a peer that was away\n" +
 			"longer than their --max-peer-wal-keep-size): copies the peer's control state (vote, term\n" +
-			"history, flush_lsn, commit_lsn) and its WAL, from the timeline start if the peer still holds it,\n" +
+			"history, flush_lsn, commit_lsn; after a promotion, the PostgreSQL timeline's history file) and\n" +
+			"its WAL, from the timeline start if the peer still holds it,\n" +
 			"else from the first whole segment it holds, up to its flush_lsn (read as a term reader of its\n" +
 			"term). Atomic: the WAL goes in in transactions that leave the timeline empty until the last one,\n" +
 			"which writes the state; a crash or failure mid-pull leaves an empty timeline that a new pull (or\n" +
@@ -149,14 +150,22 @@ func pullTimeline(ctx context.Context, c *cli.Context, from, path string, tenant
 	st.FlushLSN = end
 	st.CommitLSN = min(peer.Info.CommitLSN, end)
 	st.TruncateLSN = min(peer.Info.TruncateLSN, st.CommitLSN)
+	// The promoted primary's history file goes in with the state, as the
+	// acceptor records it at a timeline switch.
+	st.PgHistory = peer.PgHistory
 	if err := tl.Commit(st); err != nil {
 		return fmt.Errorf("timeline pull: %w (the timeline here is left empty)", err)
 	}
 	if c.Bool("json") {
 		return writeJSONLine(c, map[string]any{"tenant_id": tenant.String(), "timeline_id": timeline.String(), "from": from,
-			"wal_start_lsn": first, "flush_lsn": end, "wal_bytes": uint64(end - first), "term": st.VotedFor.Term, "commit_lsn": st.CommitLSN})
+			"wal_start_lsn": first, "flush_lsn": end, "wal_bytes": uint64(end - first), "term": st.VotedFor.Term, "commit_lsn": st.CommitLSN,
+			"pg_timeline": st.PgTimeline, "pg_history_bytes": len(st.PgHistory)})
 	}
-	fmt.Fprintf(c.App.Writer, "pulled timeline %s/%s from %s: WAL %s..%s (%d bytes), term %d, commit_lsn %s\n",
-		tenant, timeline, from, first, end, uint64(end-first), st.VotedFor.Term, st.CommitLSN)
+	hist := ""
+	if len(st.PgHistory) > 0 {
+		hist = fmt.Sprintf(" and its history file (%d bytes)", len(st.PgHistory))
+	}
+	fmt.Fprintf(c.App.Writer, "pulled timeline %s/%s from %s: WAL %s..%s (%d bytes), term %d, commit_lsn %s, PostgreSQL timeline %d%s\n",
+		tenant, timeline, from, first, end, uint64(end-first), st.VotedFor.Term, st.CommitLSN, st.PgTimeline, hist)
 	return nil
 }

@@ -45,6 +45,9 @@ func walExportCommand() *cli.Command {
 			"(a NAME.partial left in --output is removed). Only segments the timeline holds from their\n" +
 			"first byte are written: bytes before timeline_start_lsn (or removed by retention) are\n" +
 			"unknown, so a timeline that does not start at a segment boundary skips its first segment.\n" +
+			"After a promotion (the timeline is on a PostgreSQL timeline above 1) the history files of that\n" +
+			"timeline and its ancestors (TTTTTTTT.history, as PostgreSQL wrote them) are written too:\n" +
+			"recovery needs them to follow the promotion rather than end at the first timeline's end.\n" +
 			"For a restore while the safekeepers run, use `safekeeper wal fetch` as restore_command.\n" +
 			"Refuses to run while a safekeeper holds the data directory.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },

@@ -149,3 +149,71 @@ func wantFiles(t *testing.T, dir string, names ...string) {
 		t.Fatalf("%s holds %q, want %q", dir, got, names)
 	}
 }
+
+// TestWALExportWritesHistoryFiles: after a promotion (the timeline is on
+// PostgreSQL timeline 2 or 3) the export holds the history file of that
+// timeline, byte for byte the one stored (the promoted primary's), and of
+// each ancestor but timeline 1, byte for byte as PostgreSQL wrote it; the
+// segments are named by the timeline they belong to. Without them `cp %f
+// %p` recovery ends at the end of timeline 1 and promotes there, without
+// the WAL written after the promotion.
+func TestWALExportWritesHistoryFiles(t *testing.T) {
+	start := proto.LSN(0x1000000)
+	wal := bytes.Repeat([]byte{7}, 3*exportSegSize)
+	// As PostgreSQL 15 writes them: timeline 3's is timeline 2's, a
+	// newline, and one more line.
+	hist2 := "1\t0/1100100\tno recovery target specified\n"
+	hist3 := hist2 + "\n2\t0/1200100\tno recovery target specified\n"
+	seg := func(tli uint32, n int) string {
+		return proto.SegmentFileName(tli, start+proto.LSN(n*exportSegSize), exportSegSize)
+	}
+	for _, tc := range []struct {
+		tli     uint32
+		history string
+		files   map[string]string // history files and their content
+		names   []string          // every file, in name order
+	}{
+		{2, hist2, map[string]string{"00000002.history": hist2},
+			[]string{seg(1, 0), "00000002.history", seg(2, 1), seg(2, 2)}},
+		{3, hist3, map[string]string{"00000002.history": hist2, "00000003.history": hist3},
+			[]string{seg(1, 0), "00000002.history", seg(2, 1), "00000003.history", seg(3, 2)}},
+	} {
+		dataDir := storeSwitchedTimeline(t, start, wal, tc.tli, []byte(tc.history))
+		out := t.TempDir()
+		code, stdout, stderr := runExport(t, dataDir, out)
+		if code != 0 {
+			t.Fatalf("timeline %d: export: exit %d: %s", tc.tli, code, stderr)
+		}
+		wantFiles(t, out, tc.names...)
+		for name, want := range tc.files {
+			b, err := os.ReadFile(filepath.Join(out, name))
+			if err != nil || string(b) != want {
+				t.Errorf("timeline %d: %s = %q, %v; want %q", tc.tli, name, b, err, want)
+			}
+			if !strings.Contains(stdout, "wrote "+name) {
+				t.Errorf("timeline %d: writing %s is not reported:\n%s", tc.tli, name, stdout)
+			}
+		}
+	}
+}
+
+// storeSwitchedTimeline is storeTimeline for a timeline a promoted primary
+// switched to PostgreSQL timeline tli, with its history file.
+func storeSwitchedTimeline(t *testing.T, start proto.LSN, wal []byte, tli uint32, history []byte) string {
+	t.Helper()
+	dataDir := storeTimeline(t, start, wal)
+	db, err := storage.Open(filepath.Join(dataDir, "safekeeper.db"), storage.Options{UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tl, st, err := db.OpenTimeline(exportTenant, exportTimeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.PgTimeline, st.PgHistory = tli, history
+	if err := tl.Commit(st); err != nil {
+		t.Fatal(err)
+	}
+	return dataDir
+}
