@@ -192,7 +192,8 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 			case ev.gen != sk.gen:
 				continue // a dropped connection's leftovers
 			case ev.err != nil:
-				cfg.Logger.Warn("safekeeper disconnected", "safekeeper", cfg.Safekeepers[ev.sk], "err", ev.err)
+				// The link warns about it (skLinks.loop, rate-limited per reason).
+				cfg.Logger.Debug("safekeeper disconnected", "safekeeper", cfg.Safekeepers[ev.sk], "err", ev.err)
 				y.closeLink(ev.sk)
 				y.sess.Disconnected(ev.sk)
 			default:
