@@ -222,8 +222,13 @@ func (s *driver) runCatchup(ctx context.Context, i, id int, from proto.LSN, peer
 		post(streamChunk{err: err})
 		return
 	}
+	sec, err := s.cfg.Security.params()
+	if err != nil {
+		post(streamChunk{err: fmt.Errorf("peer safekeeper %s: %w", addr, err)})
+		return
+	}
 	connStr := fmt.Sprintf("host=%s port=%s user=proposer %s options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, s.cfg.Security.params(), s.cfg.TenantID, s.cfg.TimelineID)
+		host, port, sec, s.cfg.TenantID, s.cfg.TimelineID)
 	streamChunks(ctx, "peer safekeeper "+addr, connStr, s.cfg.ApplicationName+"_peer_catchup", s.cfg.ConnectTimeout,
 		from, 0, s.ui.Timeline, s.sess.Core().Ballot().Term, post)
 }

@@ -59,7 +59,9 @@ type Config struct {
 	// password).
 	Security Security
 	// ReconnectMin and ReconnectMax bound the exponential backoff between
-	// connection attempts (primary and safekeepers). Defaults 100 ms, 5 s.
+	// connection attempts (primary and safekeepers). Defaults 100 ms and
+	// 1 s (Neon's wal_acceptor_reconnect_timeout). A safekeeper's backoff
+	// starts over only after a connection that lasted ReconnectMax.
 	ReconnectMin, ReconnectMax time.Duration
 	// ElectionTimeout is how long a session waits for a quorum of grants
 	// before it gives up and starts over with a new term. Default 30 s.
@@ -96,8 +98,8 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.HeartbeatInterval, 200*time.Millisecond)
 	def(&c.StatusInterval, 2*time.Second)
 	def(&c.ConnectTimeout, 10*time.Second)
-	def(&c.ReconnectMin, 100*time.Millisecond)
-	def(&c.ReconnectMax, 5*time.Second)
+	def(&c.ReconnectMin, defaultReconnectMin)
+	def(&c.ReconnectMax, defaultReconnectMax)
 	def(&c.ElectionTimeout, 30*time.Second)
 	def(&c.ProposerLease, DefaultProposerLease)
 	if c.BufferSize == 0 {
@@ -122,6 +124,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
+
+// The defaults of Config.ReconnectMin and ReconnectMax.
+const (
+	defaultReconnectMin = 100 * time.Millisecond
+	defaultReconnectMax = time.Second
+)
 
 // backoff is an exponential delay between min and max.
 type backoff struct {

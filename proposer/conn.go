@@ -59,8 +59,12 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	sec, err := cfg.Security.params()
+	if err != nil {
+		return nil, fmt.Errorf("proposer: connect to safekeeper %s: %w", cfg.Addr, err)
+	}
 	connStr := fmt.Sprintf("host=%s port=%s user=proposer %s connect_timeout=%d",
-		host, port, cfg.Security.params(), int(cfg.ConnectTimeout.Seconds()+0.999))
+		host, port, sec, int(cfg.ConnectTimeout.Seconds()+0.999))
 	pcfg, err := pgconn.ParseConfig(connStr)
 	if err != nil {
 		return nil, err

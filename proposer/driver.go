@@ -384,7 +384,8 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 		return nil // a dropped connection's leftovers
 	}
 	if ev.err != nil {
-		s.log.Warn("safekeeper disconnected", "safekeeper", s.cfg.Safekeepers[ev.sk], "err", ev.err)
+		// The link warns about it (skLinks.loop, rate-limited per reason).
+		s.log.Debug("safekeeper disconnected", "safekeeper", s.cfg.Safekeepers[ev.sk], "err", ev.err)
 		s.disconnect(sk)
 		return nil
 	}

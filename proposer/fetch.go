@@ -182,8 +182,12 @@ func (f *fetcher) history(ctx context.Context, holders []timelineProbe, n uint32
 		if err != nil {
 			return nil, "", err
 		}
+		sec, err := f.cfg.Security.params()
+		if err != nil {
+			return nil, "", err
+		}
 		connStr := fmt.Sprintf("host=%s port=%s user=fetch %s options='-c tenant_id=%s -c timeline_id=%s'",
-			host, port, f.cfg.Security.params(), f.cfg.TenantID, f.cfg.TimelineID)
+			host, port, sec, f.cfg.TenantID, f.cfg.TimelineID)
 		up, err := dialUpstream(ctx, "safekeeper "+p.addr, connStr, "wal_fetch", f.cfg.ConnectTimeout)
 		if err != nil {
 			errs = append(errs, err)
@@ -373,8 +377,12 @@ func (f *fetcher) readFrom(ctx context.Context, addr string, tli uint32, start, 
 	if err != nil {
 		return nil, err
 	}
+	sec, err := f.cfg.Security.params()
+	if err != nil {
+		return nil, err
+	}
 	connStr := fmt.Sprintf("host=%s port=%s user=fetch %s options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, f.cfg.Security.params(), f.cfg.TenantID, f.cfg.TimelineID)
+		host, port, sec, f.cfg.TenantID, f.cfg.TimelineID)
 	up, err := dialUpstream(ctx, "safekeeper "+addr, connStr, "wal_fetch", f.cfg.ConnectTimeout)
 	if err != nil {
 		return nil, err

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -29,7 +32,11 @@ type skEvent struct {
 
 // skLinks runs one connection goroutine per safekeeper: dial, greet with
 // ServerInfo, report, then forward every message to the owner until the
-// connection fails; then reconnect with backoff. The owner writes through
+// connection fails; then reconnect with backoff. The backoff starts over
+// only after a greeted connection that lasted at least bo.max: a
+// safekeeper that greets and then refuses at once (its disk breaker
+// tripped, FATAL 53100; the timeline being deleted) is retried at the
+// longest backoff, not every bo.min. The owner writes through
 // the connection's out queue (encoded payloads; closing it ends the writer)
 // and never blocks on it: it keeps at most queueCap payloads queued.
 type skLinks struct {
@@ -67,20 +74,25 @@ func (l *skLinks) post(ctx context.Context, ev skEvent) bool {
 
 func (l *skLinks) loop(ctx context.Context, i int) {
 	bo := l.bo
+	var warn warnLimiter
 	for gen := 1; ctx.Err() == nil; gen++ {
-		greeted, err := l.connection(ctx, i, gen)
+		greetedAt, err := l.connection(ctx, i, gen)
 		if ctx.Err() != nil {
 			return
 		}
-		if !greeted && incompatible(err) {
+		if greetedAt.IsZero() && incompatible(err) {
 			l.post(ctx, skEvent{sk: i, gen: gen, err: err, refused: true})
 			return
 		}
-		if greeted {
+		if !greetedAt.IsZero() && time.Since(greetedAt) >= bo.max {
 			bo.reset()
 		}
 		d := bo.next()
-		l.log.Warn("safekeeper connection ended; reconnecting", "safekeeper", l.addrs[i], "err", err, "retry_in", d)
+		if skipped, ok := warn.allow(warnReason(err), time.Now()); ok {
+			l.log.Warn("safekeeper connection ended; reconnecting", "safekeeper", l.addrs[i], "err", err, "retry_in", d, "same_before", skipped)
+		} else {
+			l.log.Debug("safekeeper connection ended; reconnecting", "safekeeper", l.addrs[i], "err", err, "retry_in", d)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -89,31 +101,33 @@ func (l *skLinks) loop(ctx context.Context, i int) {
 	}
 }
 
-// connection runs one connection to safekeeper i until it fails.
-func (l *skLinks) connection(ctx context.Context, i, gen int) (greeted bool, err error) {
+// connection runs one connection to safekeeper i until it fails. It
+// returns when the safekeeper greeted (zero if it did not).
+func (l *skLinks) connection(ctx context.Context, i, gen int) (greetedAt time.Time, err error) {
 	dc := l.dial
 	dc.Addr = l.addrs[i]
 	c, err := Dial(ctx, dc)
 	if err != nil {
-		return false, err
+		return time.Time{}, err
 	}
 	defer c.Close()
 	if err := c.Send(l.si); err != nil {
-		return false, err
+		return time.Time{}, err
 	}
 	gctx, cancel := context.WithTimeout(ctx, dc.ConnectTimeout)
 	m, err := c.Recv(gctx)
 	cancel()
 	if err != nil {
-		return false, fmt.Errorf("greeting: %w", err)
+		return time.Time{}, fmt.Errorf("greeting: %w", err)
 	}
 	info, ok := m.(*proto.SafeKeeperInfo)
 	if !ok {
-		return false, fmt.Errorf("greeting: got %T, want SafeKeeperInfo", m)
+		return time.Time{}, fmt.Errorf("greeting: got %T, want SafeKeeperInfo", m)
 	}
+	greetedAt = time.Now()
 	if l.hist != nil {
 		if err := c.Send(l.hist); err != nil {
-			return false, err
+			return greetedAt, err
 		}
 	}
 	out := make(chan []byte, l.queueCap)
@@ -126,7 +140,7 @@ func (l *skLinks) connection(ctx context.Context, i, gen int) (greeted bool, err
 	if !l.post(ctx, skEvent{sk: i, gen: gen, info: info, out: out}) {
 		c.Close()
 		close(out) // the owner never got it
-		return true, ctx.Err()
+		return greetedAt, ctx.Err()
 	}
 	for {
 		m, err := c.Recv(ctx)
@@ -136,15 +150,63 @@ func (l *skLinks) connection(ctx context.Context, i, gen int) (greeted bool, err
 				err = fmt.Errorf("safekeeper ended the stream")
 			}
 			if !l.post(ctx, skEvent{sk: i, gen: gen, err: err}) {
-				return true, ctx.Err() // the owner is gone; out is closed by the session
+				return greetedAt, ctx.Err() // the owner is gone; out is closed by the session
 			}
-			return true, err
+			return greetedAt, err
 		}
 		if !l.post(ctx, skEvent{sk: i, gen: gen, msg: m}) {
 			c.Close()
-			return true, ctx.Err()
+			return greetedAt, ctx.Err()
 		}
 	}
+}
+
+// repeatWarning is how often a link repeats its warning about a safekeeper
+// it cannot keep connected while the reason stays the same; the attempts
+// in between are logged at debug level. A new reason is warned at once.
+const repeatWarning = time.Minute
+
+// warnLimiter decides which of a link's "connection ended" lines are
+// warnings: the first of each reason, and one a repeatWarning after.
+type warnLimiter struct {
+	reason  string
+	at      time.Time
+	skipped int // lines of the same reason since the last warning
+}
+
+// allow reports whether the line of reason at now is a warning, and how
+// many lines of the same reason were not since the previous warning.
+func (w *warnLimiter) allow(reason string, now time.Time) (skipped int, ok bool) {
+	if reason == w.reason && now.Sub(w.at) < repeatWarning {
+		w.skipped++
+		return w.skipped, false
+	}
+	skipped = 0
+	if reason == w.reason {
+		skipped = w.skipped
+	}
+	w.reason, w.at, w.skipped = reason, now, 0
+	return skipped, true
+}
+
+// warnReason is what makes two connection failures the same for
+// warnLimiter: a server's refusal by severity, SQLSTATE and message (an
+// authentication refusal, 28P01 or 28000, differs from a disk breaker's
+// 53100); a network error by operation and cause, without the addresses
+// (a new local port each time); otherwise the error's text.
+func warnReason(err error) string {
+	if err == nil {
+		return ""
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Severity + " " + pe.Code + " " + pe.Message
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return oe.Op + ": " + fmt.Sprint(oe.Err)
+	}
+	return err.Error()
 }
 
 // writer sends queued payloads, one socket write per burst, until out is

@@ -192,7 +192,8 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 			case ev.gen != sk.gen:
 				continue // a dropped connection's leftovers
 			case ev.err != nil:
-				cfg.Logger.Warn("safekeeper disconnected", "safekeeper", cfg.Safekeepers[ev.sk], "err", ev.err)
+				// The link warns about it (skLinks.loop, rate-limited per reason).
+				cfg.Logger.Debug("safekeeper disconnected", "safekeeper", cfg.Safekeepers[ev.sk], "err", ev.err)
 				y.closeLink(ev.sk)
 				y.sess.Disconnected(ev.sk)
 			default:
@@ -422,8 +423,13 @@ func copyFromDonor(ctx context.Context, cfg SyncConfig, donor string, term uint6
 		post(streamChunk{err: err})
 		return
 	}
+	sec, err := cfg.Security.params()
+	if err != nil {
+		post(streamChunk{err: fmt.Errorf("donor safekeeper %s: %w", donor, err)})
+		return
+	}
 	connStr := fmt.Sprintf("host=%s port=%s user=sync %s options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, cfg.Security.params(), cfg.TenantID, cfg.TimelineID)
+		host, port, sec, cfg.TenantID, cfg.TimelineID)
 	streamChunks(ctx, "donor safekeeper "+donor, connStr, "sync_copy", cfg.ConnectTimeout, from, to, cfg.PgTimeline, term, post)
 }
 
@@ -526,8 +532,13 @@ func probeTimeline(ctx context.Context, cfg *SyncConfig, addr string) timelinePr
 		p.err = err
 		return p
 	}
+	sec, err := cfg.Security.params()
+	if err != nil {
+		p.err = err
+		return p
+	}
 	connStr := fmt.Sprintf("host=%s port=%s user=sync %s options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, cfg.Security.params(), cfg.TenantID, cfg.TimelineID)
+		host, port, sec, cfg.TenantID, cfg.TimelineID)
 	timeout := cfg.ConnectTimeout
 	if timeout == 0 {
 		timeout = 10 * time.Second

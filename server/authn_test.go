@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -201,4 +202,117 @@ func TestTokenNeedsTLS(t *testing.T) {
 		t.Fatalf("token over TLS: %v", err)
 	}
 	c.Close(ctx)
+}
+
+// TestPasswordFileReadAtEveryConnection: a proposer whose Security names a
+// token file reads it at every new connection, so after a rotation as
+// docs/security.md describes (a new key on the safekeeper, a new token in
+// the file) the same client connects again without a restart — while the
+// old token, which a client reading the file once would keep sending, is
+// refused. A token file that is empty or gone fails the attempt with an
+// error, not a panic or a connection without a password.
+func TestPasswordFileReadAtEveryConnection(t *testing.T) {
+	dir := t.TempDir()
+	pub := filepath.Join(dir, "auth.pub")
+	newToken := func(name string) string {
+		t.Helper()
+		priv, p := filepath.Join(dir, name+".key"), filepath.Join(dir, name+".pub")
+		if err := auth.GenerateKeys(priv, p); err != nil {
+			t.Fatal(err)
+		}
+		key, err := auth.LoadPrivateKey(priv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := auth.Issue(key, auth.ScopeSafekeeperData, nil, time.Hour, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Only this pair's public key is on the safekeeper (a rename, as an
+		// operator's deploy would).
+		if err := os.Rename(p, pub); err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	tokFile := filepath.Join(dir, "token")
+	writeToken := func(tok string) {
+		t.Helper()
+		tmp := tokFile + ".tmp"
+		if err := os.WriteFile(tmp, []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, tokFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	oldTok := newToken("old")
+	writeToken(oldTok)
+
+	s := startTestServer(t, t.TempDir(), func(c *Config) {
+		c.AuthPublicKeys = []string{pub}
+		c.AllowAuthWithoutTLS = true
+	})
+	ctx := testCtx(t)
+	client := proposer.DialConfig{Addr: s.Addr().String(), TenantID: tTenant, TimelineID: tTimeline,
+		Security: proposer.Security{PasswordFile: tokFile}}
+	push := func(dc proposer.DialConfig) error {
+		c, err := proposer.Dial(ctx, dc)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if err := c.Send(&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018, SystemID: tSysID, TenantID: tTenant,
+			TimelineID: tTimeline, PgTimeline: 1, WalSegSize: tSeg, ProposerUUID: proto.ID{0xcc}}); err != nil {
+			return err
+		}
+		m, err := c.Recv(ctx)
+		if err != nil {
+			return err
+		}
+		if _, ok := m.(*proto.SafeKeeperInfo); !ok {
+			return fmt.Errorf("greeting answered with %T, want SafeKeeperInfo", m)
+		}
+		return nil
+	}
+	if err := push(client); err != nil {
+		t.Fatalf("push with the token file before the rotation: %v", err)
+	}
+
+	// Rotate: the safekeeper gets only the new public key (SIGHUP), the
+	// token file the new token.
+	newTok := newToken("new")
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	writeToken(newTok)
+
+	fixed := client
+	fixed.Security = proposer.Security{Password: oldTok}
+	var pe *pgconn.PgError
+	if err := push(fixed); !errors.As(err, &pe) || pe.Code != pgwire.InvalidPassword {
+		t.Fatalf("push with the old token after the rotation: %v, want FATAL 28P01", err)
+	}
+	if err := push(client); err != nil {
+		t.Fatalf("push with the same client after the token file got the new token: %v (the file was not read again)", err)
+	}
+
+	// A token file being rewritten in place (empty) or gone fails the
+	// attempt with an error; the next attempt may succeed.
+	if err := os.WriteFile(tokFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := push(client); !errors.Is(err, proposer.ErrPasswordFileEmpty) {
+		t.Fatalf("push with an empty token file: %v, want ErrPasswordFileEmpty", err)
+	}
+	if err := os.Remove(tokFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := push(client); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("push with the token file removed: %v, want fs.ErrNotExist", err)
+	}
+	writeToken(newTok)
+	if err := push(client); err != nil {
+		t.Fatalf("push once the token file is back: %v", err)
+	}
 }

@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
@@ -98,5 +101,44 @@ func TestHTTPCommandsOverHTTPSWithTokens(t *testing.T) {
 	// The system's roots do not know the test CA.
 	if code, _, stderr := cli(admin, "timeline", "list", "--http", "https://"+srv.HTTPAddr().String()); code != 1 || !strings.Contains(stderr, "certificate") {
 		t.Fatalf("https without --http-cacert: exit %d %q", code, stderr)
+	}
+}
+
+// TestSecurityFromTokenFile: --token-file reaches the proposer as a file
+// to read at every connection (so a token rotated in it is taken without
+// a restart), an empty one is a usage error at start, and
+// $SAFEKEEPER_TOKEN stays a fixed password.
+func TestSecurityFromTokenFile(t *testing.T) {
+	tokFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokFile, []byte("tok1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	parse := func(args ...string) (proposer.Security, error) {
+		var sec proposer.Security
+		var err error
+		app := &cli.App{Flags: securityFlags(), Action: func(c *cli.Context) error {
+			sec, err = securityFrom(c)
+			return nil
+		}}
+		if rerr := app.Run(append([]string{"x"}, args...)); rerr != nil {
+			t.Fatal(rerr)
+		}
+		return sec, err
+	}
+	t.Setenv("SAFEKEEPER_TOKEN", "from-env")
+	sec, err := parse("--token-file", tokFile)
+	if err != nil || sec.PasswordFile != tokFile || sec.Password != "" {
+		t.Fatalf("--token-file: %+v, %v; want PasswordFile %s and no fixed Password", sec, err, tokFile)
+	}
+	sec, err = parse()
+	if err != nil || sec.Password != "from-env" || sec.PasswordFile != "" {
+		t.Fatalf("SAFEKEEPER_TOKEN: %+v, %v; want the fixed Password from-env", sec, err)
+	}
+	if err := os.WriteFile(tokFile, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var ue usageError
+	if _, err := parse("--token-file", tokFile); !errors.As(err, &ue) {
+		t.Fatalf("an empty --token-file: %v, want a usage error", err)
 	}
 }

@@ -35,7 +35,7 @@ func httpClientFlags() []cli.Flag {
 }
 
 func tokenFileFlag() cli.Flag {
-	return &cli.StringFlag{Name: "token-file", Usage: "file holding the token (safekeeper token issue) to present; default: $SAFEKEEPER_TOKEN"}
+	return &cli.StringFlag{Name: "token-file", Usage: "file holding the token (safekeeper token issue) to present; propose, sync, wal fetch and timeline pull read it again at every connection to a safekeeper; default: $SAFEKEEPER_TOKEN (fixed at start)"}
 }
 
 // token is the token to present: --token-file, else $SAFEKEEPER_TOKEN, else
@@ -384,13 +384,24 @@ func securityFlags() []cli.Flag {
 	}
 }
 
-// securityFrom reads securityFlags.
+// securityFrom reads securityFlags. A --token-file is read now (a usage
+// error if it cannot be) and again at every connection to a safekeeper
+// (proposer.Security.PasswordFile), so that a token rotated in the file
+// is taken without a restart; $SAFEKEEPER_TOKEN stays as it was at start.
 func securityFrom(c *cli.Context) (proposer.Security, error) {
 	tok, err := token(c)
 	if err != nil {
 		return proposer.Security{}, err
 	}
-	sec := proposer.Security{SSLMode: c.String("safekeeper-sslmode"), SSLRootCert: c.String("safekeeper-sslrootcert"), Password: tok}
+	sec := proposer.Security{SSLMode: c.String("safekeeper-sslmode"), SSLRootCert: c.String("safekeeper-sslrootcert")}
+	if f := c.String("token-file"); f != "" {
+		if tok == "" {
+			return sec, usagef("--token-file %s is empty", f)
+		}
+		sec.PasswordFile = f
+	} else {
+		sec.Password = tok
+	}
 	if err := proposer.CheckSSLMode(sec.SSLMode); err != nil {
 		return sec, usagef("--safekeeper-sslmode: %w", err)
 	}
