@@ -109,7 +109,11 @@ func peerHistory(ctx context.Context, p *PeerTimeline, tenant, timeline proto.ID
 	if err != nil {
 		return nil, err
 	}
-	connStr := fmt.Sprintf("host=%s port=%s user=pull %s options='-c tenant_id=%s -c timeline_id=%s'", host, port, p.Security.params(), tenant, timeline)
+	sec, err := p.Security.params()
+	if err != nil {
+		return nil, err
+	}
+	connStr := fmt.Sprintf("host=%s port=%s user=pull %s options='-c tenant_id=%s -c timeline_id=%s'", host, port, sec, tenant, timeline)
 	up, err := dialUpstream(ctx, "peer safekeeper "+p.Addr, connStr, "timeline_pull", connectTimeout)
 	if err != nil {
 		return nil, err
