@@ -564,13 +564,19 @@ func (s *Server) serveConn(nc net.Conn) {
 	claims, err := s.authenticate(pc, params["user"])
 	if err != nil {
 		var pe *pgwire.Error
-		if errors.As(err, &pe) && pe.Code == pgwire.InvalidPassword {
+		switch {
+		case errors.As(err, &pe) && pe.Code == pgwire.InvalidPassword:
 			log.Info("connection refused: authentication failed", "user", params["user"], "err", err)
-			pc.SendError(fatalError(pe))
-			pc.Flush()
-		} else {
+		case errors.As(err, &pe):
+			// The password message broke the protocol (another message
+			// type, or longer than PostgreSQL takes): PostgreSQL's FATAL.
+			log.Info("connection refused: protocol violation during authentication", "user", params["user"], "err", err)
+		default:
 			log.Debug("connection ended during authentication", "err", err)
+			return
 		}
+		pc.SendError(fatalError(pe))
+		pc.Flush()
 		return
 	}
 	log = log.With("application_name", params["application_name"])
