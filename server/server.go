@@ -238,6 +238,11 @@ type Server struct {
 	conns     map[net.Conn]struct{}
 	connWG    sync.WaitGroup
 	ownerWG   sync.WaitGroup
+	// openWG counts the timeline opens under way (registry.go). Added to
+	// under mu and only while not stopping, so Shutdown, which marks
+	// stopping under mu, can wait for it before it stops the owners and
+	// closes the database.
+	openWG sync.WaitGroup
 
 	hooks hooks // tests only
 }
@@ -431,8 +436,8 @@ func (s *Server) Serve() error {
 }
 
 // Shutdown stops accepting, ends every stream after making what it sent
-// durable and answering it, stops the timeline owners and closes the data
-// directory.
+// durable and answering it, waits for the timeline opens under way, stops
+// the timeline owners and closes the data directory.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopOnce.Do(func() {
 		// Streams get ShutdownGrace to end as WalSndDone does, and a second
@@ -468,6 +473,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		hcancel()
 		s.http.srv.Close()
 	}
+	// An open under way (from the HTTP API, whose handlers are not waited
+	// for, or a connection cut short by ctx) still uses the database and
+	// may start an owner: wait for it. New ones are refused.
+	s.openWG.Wait()
 	s.cancel()
 	s.ownerWG.Wait()
 	return s.db.Close()
