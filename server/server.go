@@ -268,6 +268,8 @@ type hooks struct {
 	create func(acceptor.State) (*storage.Timeline, error)
 	// persistInterval replaces persistInterval (0: the default).
 	persistInterval time.Duration
+	// httpWAL runs in a GET .../wal handler once it holds its slot.
+	httpWAL func()
 }
 
 func newServer(cfg Config, h hooks) (*Server, error) {
