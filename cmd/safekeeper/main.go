@@ -438,6 +438,13 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "max-peer-wal-keep-size", Value: "16GB", Usage: "stop keeping WAL for a peer safekeeper further behind commit_lsn than this (it then recovers with safekeeper timeline pull)"},
 		},
 		Action: func(c *cli.Context) error {
+			// SIGTERM and SIGINT are taken from the first step on: a
+			// supervisor may stop run while it starts (opening a large
+			// database takes a while), and that must be a clean stop, not
+			// the default action's kill.
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+			defer signal.Stop(sig)
 			if c.NArg() > 0 {
 				return usagef("run takes no arguments, got %q", c.Args().Slice())
 			}
@@ -563,8 +570,18 @@ func runCommand() *cli.Command {
 				reload = func() { srv.Reload() } // logs the outcome itself
 				reloadMu.Unlock()
 			}
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+			select {
+			case s := <-sig: // while it started: stop before serving
+				log.Info("shutting down before serving", "signal", s.String())
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if err := srv.Shutdown(ctx); err != nil {
+					return err
+				}
+				log.Info("stopped")
+				return nil
+			default:
+			}
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve() }()
 			select {
