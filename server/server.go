@@ -110,8 +110,11 @@ type Config struct {
 	// (53100). 0: no limit.
 	MaxTimelineDiskUsage int64
 	// MinFreeDisk is the file system's reserve: with less free, new WAL is
-	// refused (53100). 0: 2% of the file system, at most 1 GiB; negative:
-	// none (WAL is written until the disk is full, and storage fails).
+	// refused (53100). 0 (auto): 2% of the file system, at most 1 GiB, but
+	// at least twice MaxBufferedWAL (the WAL read before the breaker trips
+	// is still written) unless that is more than a quarter of the file
+	// system; negative: none (WAL is written until the disk is full, and
+	// storage fails).
 	MinFreeDisk int64
 }
 
