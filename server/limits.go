@@ -23,8 +23,11 @@ import (
 //     once; beyond, a connection is closed unanswered.
 //   - A connection that does not finish its startup (SSL negotiation,
 //     startup packet, password) within AuthenticationTimeout is closed
-//     (slowloris). The startup packet is at most 10,000 bytes and every
-//     later message at most 1 MiB (pgwire).
+//     (slowloris). The startup packet is at most 10,000 bytes, the
+//     password message at most 64 KiB and every later message at most
+//     1 MiB (pgwire).
+//   - At most maxWALStreams GET .../wal answers run at once; more get 429
+//     (httpwal.go).
 //   - A greeting that would create a timeline past MaxTimelines gets 53400.
 //   - A slot past MaxSlots on a timeline gets 53400, as PostgreSQL's "all
 //     replication slots are in use".
@@ -42,7 +45,7 @@ const (
 )
 
 // refused counts refusals by reason.
-var refusedReasons = []string{"too_many_clients", "startup_timeout", "timelines", "slots", "disk"}
+var refusedReasons = []string{"too_many_clients", "startup_timeout", "timelines", "slots", "disk", "http_wal_streams"}
 
 func newRefusedCounter() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "safekeeper_refused_total",
