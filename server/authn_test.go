@@ -1,13 +1,19 @@
 package server
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/ed25519"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -315,4 +321,107 @@ func TestPasswordFileReadAtEveryConnection(t *testing.T) {
 	if err := push(client); err != nil {
 		t.Fatalf("push once the token file is back: %v", err)
 	}
+}
+
+// TestAuthPhaseRefusals: before authentication a client cannot make the
+// server wait for or allocate more than PostgreSQL takes. A PasswordMessage
+// whose length word announces more than 64 KiB (PG_MAX_AUTH_TOKEN_LENGTH) is
+// refused from its header with FATAL 08P01, without the server waiting for
+// the body; one of the largest size taken is read and judged (28P01); another
+// message type is FATAL 08P01.
+func TestAuthPhaseRefusals(t *testing.T) {
+	dir := t.TempDir()
+	priv, pub := filepath.Join(dir, "auth.key"), filepath.Join(dir, "auth.pub")
+	if err := auth.GenerateKeys(priv, pub); err != nil {
+		t.Fatal(err)
+	}
+	s := startTestServer(t, t.TempDir(), func(c *Config) {
+		c.AuthPublicKeys = []string{pub}
+		c.AllowAuthWithoutTLS = true
+		c.AuthenticationTimeout = time.Minute // a server waiting for the body would answer after this
+	})
+	frame := func(typ byte, length uint32, body []byte) []byte {
+		b := append([]byte{typ}, binary.BigEndian.AppendUint32(nil, length)...)
+		return append(b, body...)
+	}
+	const maxBody = 65535 - 4 // the length word counts itself
+	password := func(n int) []byte {
+		return frame('p', uint32(4+n), append(bytes.Repeat([]byte{'x'}, n-1), 0))
+	}
+	for _, tc := range []struct {
+		name     string
+		send     []byte
+		code     string
+		msgStart string
+	}{
+		{"password message announcing more than 64 KiB, body never sent", frame('p', 4+maxBody+1, nil), pgwire.ProtocolViolation, "invalid message length"},
+		{"password message announcing 1 GiB, body never sent", frame('p', 1<<30, nil), pgwire.ProtocolViolation, "invalid message length"},
+		{"password message of the largest size taken", password(maxBody), pgwire.InvalidPassword, "password authentication failed"},
+		{"a query instead of a password", frame('Q', 4+2, []byte{'x', 0}), pgwire.ProtocolViolation, "expected password response"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", s.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			// Well below AuthenticationTimeout: the answer must not wait for it.
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			startup := binary.BigEndian.AppendUint32(nil, 196608)
+			for _, kv := range []string{"user", "u", "replication", "true", ""} {
+				startup = append(append(startup, kv...), 0)
+			}
+			if _, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(4+len(startup))), startup...)); err != nil {
+				t.Fatal(err)
+			}
+			r := bufio.NewReader(c)
+			typ, body := readBackendMessage(t, r)
+			if typ != 'R' || len(body) != 4 || binary.BigEndian.Uint32(body) != 3 {
+				t.Fatalf("got %q %x, want AuthenticationCleartextPassword", typ, body)
+			}
+			if _, err := c.Write(tc.send); err != nil {
+				t.Fatal(err)
+			}
+			typ, body = readBackendMessage(t, r)
+			if typ != 'E' {
+				t.Fatalf("got message %q, want an ErrorResponse", typ)
+			}
+			f := errorFields(body)
+			if f['S'] != "FATAL" || f['C'] != tc.code || !strings.HasPrefix(f['M'], tc.msgStart) {
+				t.Fatalf("got %s %s %q, want FATAL %s %q...", f['S'], f['C'], f['M'], tc.code, tc.msgStart)
+			}
+		})
+	}
+}
+
+// readBackendMessage reads one backend message: its type and body.
+func readBackendMessage(t *testing.T, r *bufio.Reader) (byte, []byte) {
+	t.Helper()
+	var hdr [5]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		t.Fatalf("reading a message header: %v", err)
+	}
+	n := binary.BigEndian.Uint32(hdr[1:])
+	if n < 4 || n > 1<<20 {
+		t.Fatalf("message %q with length %d", hdr[0], n)
+	}
+	body := make([]byte, n-4)
+	if _, err := io.ReadFull(r, body); err != nil {
+		t.Fatalf("reading a message body: %v", err)
+	}
+	return hdr[0], body
+}
+
+// errorFields splits an ErrorResponse body into its fields.
+func errorFields(body []byte) map[byte]string {
+	f := map[byte]string{}
+	for len(body) > 1 {
+		i := bytes.IndexByte(body[1:], 0)
+		if i < 0 {
+			break
+		}
+		f[body[0]] = string(body[1 : 1+i])
+		body = body[2+i:]
+	}
+	return f
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -167,5 +168,60 @@ func TestDeleteTimeline(t *testing.T) {
 	}
 	if code := httpDo(t, "DELETE", fmt.Sprintf("%s/v1/tenant/%s", base, tTenant), &e); code != 404 {
 		t.Fatalf("DELETE of an empty tenant: %d %v", code, e)
+	}
+}
+
+// TestForcedDeleteEndsAStreamingProposerAtOnce: a forced delete cuts the
+// reads of a proposer that streams without pause, and the cut sticks
+// although the push reader sets its own read deadline around each
+// message: the delete returns at once (not after deleteWait, when it
+// closes the sockets) and the proposer gets FATAL 57P01, not a reset.
+func TestForcedDeleteEndsAStreamingProposerAtOnce(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), func(c *Config) { c.ListenHTTP = "127.0.0.1:0" })
+	url := fmt.Sprintf("http://%s/v1/tenant/%s/timeline/%s", s.HTTPAddr(), tTenant, tTimeline)
+	for round := 0; round < 5; round++ {
+		p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
+		p.push(1, 100, 0)
+		// The proposer streams without pause: one goroutine sends WAL, one
+		// reads the responses, until the connection ends.
+		sent := make(chan error, 1)
+		go func() {
+			for {
+				p.gen.Record(200)
+				wal := p.gen.Take()
+				end := p.pos + lsn(len(wal))
+				if err := p.c.Send(&proto.SafeKeeperRequest{Sender: p.ballot, BeginLSN: p.pos, EndLSN: end, CommitLSN: end, WAL: wal}); err != nil {
+					sent <- err
+					return
+				}
+				p.pos = end
+			}
+		}()
+		ended := make(chan error, 1)
+		go func() {
+			for {
+				if _, err := p.c.Recv(p.ctx); err != nil {
+					ended <- err
+					return
+				}
+			}
+		}()
+		waitFor(t, "the stream to be under way", func() bool { return statusOf(t, s).FlushLSN > tStart+10_000 })
+
+		start := time.Now()
+		var res DeleteResult
+		if code := httpDo(t, "DELETE", url+"?force=true", &res); code != 200 || !res.WasActive {
+			t.Fatalf("round %d: DELETE ?force=true: %d %+v", round, code, res)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("round %d: the forced delete took %v (its reads were not cut: it waited to close the sockets)", round, d)
+		}
+		err := <-ended
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != pgwire.AdminShutdown || pe.Severity != "FATAL" {
+			t.Fatalf("round %d: the proposer's stream ended with %v, want FATAL %s", round, err, pgwire.AdminShutdown)
+		}
+		p.c.Close()
+		<-sent
 	}
 }

@@ -33,6 +33,9 @@ type httpAPI struct {
 	srv     *http.Server
 	ln      net.Listener
 	reg     *prometheus.Registry
+	// walStreams holds a token per GET .../wal answer under way
+	// (httpwal.go): at most maxWALStreams at once.
+	walStreams chan struct{}
 }
 
 // apiError is an error answer: the status and a machine-readable code.
@@ -65,7 +68,7 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 func newHTTPAPI(s *Server, ln net.Listener) *httpAPI {
-	a := &httpAPI{s: s, started: time.Now(), ln: ln, reg: prometheus.NewRegistry()}
+	a := &httpAPI{s: s, started: time.Now(), ln: ln, reg: prometheus.NewRegistry(), walStreams: make(chan struct{}, maxWALStreams)}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&timelineCollector{s: s}, s.metrics.writeSeconds, s.metrics.flushSeconds, s.metrics.slowFsyncs, s.metrics.writeBytes, s.metrics.appends, s.metrics.received, s.metrics.refused)
 	mux := http.NewServeMux()

@@ -18,15 +18,34 @@ import (
 // flush_lsn; an end above flush_lsn is cut to it. The range served is in
 // the X-Wal-Start and X-Wal-End headers and Content-Length. Errors: 400
 // bad_id / bad_lsn / bad_range, 404 not_found (no such timeline) or
-// wal_removed (start below the WAL held).
+// wal_removed (start below the WAL held), 429 too_many_requests (more than
+// maxWALStreams answers at once).
 
 const (
 	walStartHeader = "X-Wal-Start"
 	walEndHeader   = "X-Wal-End"
 	walReadChunk   = 1 << 20
+	// maxWALStreams bounds the GET .../wal answers under way at once.
+	// Each holds a read buffer of walReadChunk and may take long (a slow
+	// client of a large range): without a bound, clients could make the
+	// server hold any number of them.
+	maxWALStreams = 32
 )
 
 func (a *httpAPI) wal(w http.ResponseWriter, r *http.Request) {
+	select {
+	case a.walStreams <- struct{}{}:
+		defer func() { <-a.walStreams }()
+	default:
+		a.s.metrics.refused.WithLabelValues("http_wal_streams").Inc()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, &apiError{http.StatusTooManyRequests, "too_many_requests",
+			fmt.Sprintf("%d WAL answers are under way, the most this safekeeper serves at once; retry later", maxWALStreams)})
+		return
+	}
+	if a.s.hooks.httpWAL != nil {
+		a.s.hooks.httpWAL()
+	}
 	tenant, err := proto.ParseID(r.PathValue("tenant_id"))
 	if err != nil {
 		writeError(w, &apiError{http.StatusBadRequest, "bad_id", "tenant_id: " + err.Error()})

@@ -2,10 +2,16 @@ package server
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -71,5 +77,83 @@ func TestHTTPWAL(t *testing.T) {
 		if code := getJSON(t, c.url, &e); code != c.code || e["code"] != c.want || e["error"] == "" {
 			t.Errorf("GET %s: %d %v; want %d %s", c.url, code, e, c.code, c.want)
 		}
+	}
+}
+
+// TestHTTPWALStreamsAreBounded: at most maxWALStreams GET .../wal answers
+// run at once; one more is refused with 429 and the API's JSON error
+// (counted in safekeeper_refused_total), without being served; once the
+// answers under way end, a new one is served again.
+func TestHTTPWALStreamsAreBounded(t *testing.T) {
+	gate := make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	defer release()
+	entered := make(chan struct{}, maxWALStreams+1)
+	var held atomic.Bool
+	held.Store(true)
+	s := startHookedServer(t, t.TempDir(), func(c *Config) { c.ListenHTTP = "127.0.0.1:0" }, hooks{httpWAL: func() {
+		if held.Load() {
+			entered <- struct{}{}
+			<-gate
+		}
+	}})
+	url := fmt.Sprintf("http://%s/v1/tenant/%s/timeline/%s/wal", s.HTTPAddr(), tTenant, tTimeline)
+	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
+	wal, _ := p.push(20, 1000, 0)
+
+	type result struct {
+		code int
+		body []byte
+		err  error
+	}
+	get := func(ch chan<- result) {
+		resp, err := http.Get(url)
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		ch <- result{resp.StatusCode, b, err}
+	}
+	results := make(chan result, maxWALStreams)
+	for range maxWALStreams {
+		go get(results)
+	}
+	for i := range maxWALStreams {
+		select {
+		case <-entered:
+		case <-time.After(tTimeout):
+			t.Fatalf("%d of %d WAL answers under way", i, maxWALStreams)
+		}
+	}
+
+	one := make(chan result, 1)
+	go get(one)
+	select {
+	case <-entered:
+		t.Fatalf("answer %d was served while %d were under way", maxWALStreams+1, maxWALStreams)
+	case r := <-one:
+		var e map[string]string
+		if r.err != nil || r.code != http.StatusTooManyRequests || json.Unmarshal(r.body, &e) != nil || e["code"] != "too_many_requests" || e["error"] == "" {
+			t.Fatalf("answer %d: %d %s %v, want 429 too_many_requests", maxWALStreams+1, r.code, r.body, r.err)
+		}
+	case <-time.After(tTimeout):
+		t.Fatal("no answer")
+	}
+	if got := testutil.ToFloat64(s.metrics.refused.WithLabelValues("http_wal_streams")); got != 1 {
+		t.Errorf("safekeeper_refused_total{reason=\"http_wal_streams\"} = %v, want 1", got)
+	}
+
+	held.Store(false)
+	release()
+	for range maxWALStreams {
+		if r := <-results; r.err != nil || r.code != 200 || !bytes.Equal(r.body, wal) {
+			t.Fatalf("an answer under way: %d, %d bytes, %v; want 200 and the WAL", r.code, len(r.body), r.err)
+		}
+	}
+	go get(one)
+	if r := <-one; r.err != nil || r.code != 200 || !bytes.Equal(r.body, wal) {
+		t.Fatalf("after the others ended: %d, %d bytes, %v; want 200 and the WAL", r.code, len(r.body), r.err)
 	}
 }

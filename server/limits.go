@@ -23,14 +23,17 @@ import (
 //     once; beyond, a connection is closed unanswered.
 //   - A connection that does not finish its startup (SSL negotiation,
 //     startup packet, password) within AuthenticationTimeout is closed
-//     (slowloris). The startup packet is at most 10,000 bytes and every
-//     later message at most 1 MiB (pgwire).
+//     (slowloris). The startup packet is at most 10,000 bytes, the
+//     password message at most 64 KiB and every later message at most
+//     1 MiB (pgwire).
+//   - At most maxWALStreams GET .../wal answers run at once; more get 429
+//     (httpwal.go).
 //   - A greeting that would create a timeline past MaxTimelines gets 53400.
 //   - A slot past MaxSlots on a timeline gets 53400, as PostgreSQL's "all
 //     replication slots are in use".
 //   - The disk circuit breaker: new WAL is refused with FATAL 53100 when the
 //     data directory's file system has less free space than the reserve
-//     (2% of it, at most 1 GiB), when the database file reaches
+//     (autoDiskReserve, or MinFreeDisk), when the database file reaches
 //     MaxDiskUsage, or when a timeline's WAL reaches MaxTimelineDiskUsage.
 //     Reads go on. The disk is checked every diskCheckInterval, so WAL is
 //     taken again by itself once space returns (the proposer reconnects).
@@ -42,7 +45,7 @@ const (
 )
 
 // refused counts refusals by reason.
-var refusedReasons = []string{"too_many_clients", "startup_timeout", "timelines", "slots", "disk"}
+var refusedReasons = []string{"too_many_clients", "startup_timeout", "timelines", "slots", "disk", "http_wal_streams"}
 
 func newRefusedCounter() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "safekeeper_refused_total",
@@ -83,6 +86,18 @@ type diskState struct {
 // through the reserve between two periodic checks.
 const diskRecheck = 10 * time.Millisecond
 
+// autoDiskReserve is the free space MinFreeDisk 0 (auto) keeps on a file
+// system of total bytes: 2% of it, at most maxDiskReserve, but at least
+// twice the WAL buffer (bufferedWAL, Config.MaxBufferedWAL): WAL already
+// read when the breaker trips is still written, so on a small file system
+// 2% alone would leave too little room for it and the disk would fill
+// (ENOSPC) before the breaker refused anything. That floor is at most a
+// quarter of the file system, so a tiny one still takes WAL.
+func autoDiskReserve(total uint64, bufferedWAL int64) uint64 {
+	floor := min(2*uint64(max(bufferedWAL, 0)), total/4)
+	return max(min(total/50, maxDiskReserve), floor)
+}
+
 // checkDisk reads the file system and the database size and sets the
 // breaker.
 func (s *Server) checkDisk() {
@@ -92,7 +107,7 @@ func (s *Server) checkDisk() {
 	}
 	free := fs.Bavail * uint64(fs.Bsize)
 	total := fs.Blocks * uint64(fs.Bsize)
-	reserve, rule := min(total/50, maxDiskReserve), "2%, at most 1 GiB"
+	reserve, rule := autoDiskReserve(total, s.cfg.MaxBufferedWAL), "auto"
 	switch m := s.cfg.MinFreeDisk; {
 	case m < 0:
 		reserve = 0

@@ -61,3 +61,36 @@ func TestTimelineAndSlotLimits(t *testing.T) {
 		t.Errorf("refused slots %v", n)
 	}
 }
+
+// TestAutoDiskReserve: --min-free-disk auto keeps 2% of the file system,
+// at most 1 GiB, but at least twice the WAL buffer (what is written after
+// the breaker trips), that floor at most a quarter of the file system.
+func TestAutoDiskReserve(t *testing.T) {
+	const (
+		mib    = 1 << 20
+		gib    = 1 << 30
+		buffer = 32 * mib // Config.MaxBufferedWAL's default
+	)
+	for _, c := range []struct {
+		name   string
+		total  uint64
+		buffer int64
+		want   uint64
+	}{
+		{"empty", 0, buffer, 0},
+		{"a 16 MiB tmpfs: a quarter", 16 * mib, buffer, 4 * mib},
+		{"a 64 MiB tmpfs: a quarter, not 2% (1.3 MiB)", 64 * mib, buffer, 16 * mib},
+		{"256 MiB: the quarter meets twice the buffer", 256 * mib, buffer, 64 * mib},
+		{"1 GiB: twice the buffer, not 2% (20 MiB)", gib, buffer, 64 * mib},
+		{"3200 MiB: 2% is twice the buffer", 3200 * mib, buffer, 64 * mib},
+		{"10 GiB: 2%", 10 * gib, buffer, 10 * gib / 50},
+		{"50 GiB: 2% is 1 GiB", 50 * gib, buffer, gib},
+		{"1 TiB: at most 1 GiB", 1024 * gib, buffer, gib},
+		{"a larger buffer raises the floor", 10 * gib, 256 * mib, 512 * mib},
+		{"a buffer above 1 GiB: the floor wins over the cap", 1024 * gib, 2 * gib, 4 * gib},
+	} {
+		if got := autoDiskReserve(c.total, c.buffer); got != c.want {
+			t.Errorf("%s: autoDiskReserve(%d, %d) = %d, want %d", c.name, c.total, c.buffer, got, c.want)
+		}
+	}
+}

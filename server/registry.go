@@ -65,6 +65,7 @@ func (s *Server) openTimeline(key proto.TimelineKey, create *proto.ServerInfo) (
 		}
 		op := &opening{done: make(chan struct{})}
 		s.opening[key] = op
+		s.openWG.Add(1) // not stopping (checked above, under mu): Shutdown waits for it
 		s.mu.Unlock()
 
 		op.t, op.err = s.open(key, create)
@@ -75,6 +76,7 @@ func (s *Server) openTimeline(key proto.TimelineKey, create *proto.ServerInfo) (
 		}
 		s.mu.Unlock()
 		close(op.done)
+		s.openWG.Done()
 		return op.t, op.err
 	}
 }

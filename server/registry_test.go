@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,5 +110,70 @@ func TestSlowTimelineOpenDoesNotStopOthers(t *testing.T) {
 	}
 	if n := opens.Load(); n != 1 {
 		t.Fatalf("the slow timeline was opened %d times, want once (single-flight)", n)
+	}
+}
+
+// TestShutdownWaitsForTimelineOpens: an open under way (here from the HTTP
+// API, whose handlers Shutdown does not wait for) holds Shutdown until it
+// ends: the data directory stays open under it, the open succeeds and its
+// owner is stopped with the others. Opens asked for after shutdown began
+// are refused.
+func TestShutdownWaitsForTimelineOpens(t *testing.T) {
+	dir := t.TempDir()
+	s := startTestServer(t, dir, nil)
+	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
+	p.push(2, 300, 0)
+	p.c.Close()
+	shutdown(t, s)
+
+	key := proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline}
+	gate := make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	defer release()
+	entered := make(chan struct{}, 1)
+	s = startHookedServer(t, dir, func(c *Config) { c.ListenHTTP = "127.0.0.1:0" }, hooks{beforeOpen: func(k proto.TimelineKey) {
+		if k == key {
+			entered <- struct{}{}
+			<-gate
+		}
+	}})
+	go http.Get(fmt.Sprintf("http://%s/v1/tenant/%s/timeline/%s", s.HTTPAddr(), tTenant, tTimeline)) //nolint:errcheck // its answer is lost to the shutdown
+	select {
+	case <-entered:
+	case <-time.After(tTimeout):
+		t.Fatal("the open never started")
+	}
+
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), tTimeout)
+		defer cancel()
+		stopped <- s.Shutdown(ctx)
+	}()
+	waitFor(t, "shutdown to begin", s.isStopping)
+	if _, err := s.timelineByKey(proto.TimelineKey{TenantID: tTenant, TimelineID: proto.ID{0xbb, 9}}); err != errShutdown {
+		t.Fatalf("an open asked for after shutdown began: %v, want errShutdown", err)
+	}
+	// Shutdown without the wait returns once the HTTP server's grace (1 s)
+	// is over; give it twice that.
+	select {
+	case err := <-stopped:
+		t.Fatalf("Shutdown returned (%v) while a timeline open was under way", err)
+	case <-time.After(2 * time.Second):
+	}
+	release()
+	if err := <-stopped; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	s.mu.Lock()
+	tl := s.timelines[key]
+	s.mu.Unlock()
+	if tl == nil {
+		t.Fatal("the open under way at shutdown failed")
+	}
+	select {
+	case <-tl.stopped:
+	default:
+		t.Fatal("Shutdown returned with the opened timeline's owner running")
 	}
 }

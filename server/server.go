@@ -110,8 +110,11 @@ type Config struct {
 	// (53100). 0: no limit.
 	MaxTimelineDiskUsage int64
 	// MinFreeDisk is the file system's reserve: with less free, new WAL is
-	// refused (53100). 0: 2% of the file system, at most 1 GiB; negative:
-	// none (WAL is written until the disk is full, and storage fails).
+	// refused (53100). 0 (auto): 2% of the file system, at most 1 GiB, but
+	// at least twice MaxBufferedWAL (the WAL read before the breaker trips
+	// is still written) unless that is more than a quarter of the file
+	// system; negative: none (WAL is written until the disk is full, and
+	// storage fails).
 	MinFreeDisk int64
 }
 
@@ -238,6 +241,11 @@ type Server struct {
 	conns     map[net.Conn]struct{}
 	connWG    sync.WaitGroup
 	ownerWG   sync.WaitGroup
+	// openWG counts the timeline opens under way (registry.go). Added to
+	// under mu and only while not stopping, so Shutdown, which marks
+	// stopping under mu, can wait for it before it stops the owners and
+	// closes the database.
+	openWG sync.WaitGroup
 
 	hooks hooks // tests only
 }
@@ -263,6 +271,8 @@ type hooks struct {
 	create func(acceptor.State) (*storage.Timeline, error)
 	// persistInterval replaces persistInterval (0: the default).
 	persistInterval time.Duration
+	// httpWAL runs in a GET .../wal handler once it holds its slot.
+	httpWAL func()
 }
 
 func newServer(cfg Config, h hooks) (*Server, error) {
@@ -431,8 +441,8 @@ func (s *Server) Serve() error {
 }
 
 // Shutdown stops accepting, ends every stream after making what it sent
-// durable and answering it, stops the timeline owners and closes the data
-// directory.
+// durable and answering it, waits for the timeline opens under way, stops
+// the timeline owners and closes the data directory.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopOnce.Do(func() {
 		// Streams get ShutdownGrace to end as WalSndDone does, and a second
@@ -468,6 +478,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		hcancel()
 		s.http.srv.Close()
 	}
+	// An open under way (from the HTTP API, whose handlers are not waited
+	// for, or a connection cut short by ctx) still uses the database and
+	// may start an owner: wait for it. New ones are refused.
+	s.openWG.Wait()
 	s.cancel()
 	s.ownerWG.Wait()
 	return s.db.Close()
@@ -564,13 +578,19 @@ func (s *Server) serveConn(nc net.Conn) {
 	claims, err := s.authenticate(pc, params["user"])
 	if err != nil {
 		var pe *pgwire.Error
-		if errors.As(err, &pe) && pe.Code == pgwire.InvalidPassword {
+		switch {
+		case errors.As(err, &pe) && pe.Code == pgwire.InvalidPassword:
 			log.Info("connection refused: authentication failed", "user", params["user"], "err", err)
-			pc.SendError(fatalError(pe))
-			pc.Flush()
-		} else {
+		case errors.As(err, &pe):
+			// The password message broke the protocol (another message
+			// type, or longer than PostgreSQL takes): PostgreSQL's FATAL.
+			log.Info("connection refused: protocol violation during authentication", "user", params["user"], "err", err)
+		default:
 			log.Debug("connection ended during authentication", "err", err)
+			return
 		}
+		pc.SendError(fatalError(pe))
+		pc.Flush()
 		return
 	}
 	log = log.With("application_name", params["application_name"])

@@ -253,12 +253,12 @@ func (c *pushConn) readLoop() outItem {
 				if err := c.srv.walBudget.acquire(c.srv.stopCtx, c.tl.key.TenantID, cost); err != nil {
 					return outItem{err: errShutdown}
 				}
-				c.pc.SetReadDeadline(time.Now().Add(bodyTimeout))
+				c.setReadDeadline(time.Now().Add(bodyTimeout))
 			}
 		}
 		item, m, payload := c.readOne()
-		if cost > 0 && !c.srv.isStopping() && !c.tl.isDeleted() {
-			c.pc.SetReadDeadline(time.Time{}) // (a shutdown's or delete's cut stays)
+		if cost > 0 {
+			c.setReadDeadline(time.Time{})
 		}
 		if m == nil {
 			if cost > 0 {
@@ -278,6 +278,21 @@ func (c *pushConn) readLoop() outItem {
 			c.srv.mem.walIn.Add(int64(len(r.WAL)))
 		}
 		c.tl.in <- event{conn: c, msg: m, payload: payload, cost: cost}
+	}
+}
+
+// setReadDeadline sets the connection's read deadline to t, unless a
+// shutdown or the timeline's delete has cut its reads: then the cut stays.
+// Both mark themselves (stopping, deleted) before they cut (a deadline in
+// the past), so either the check after the set sees the mark and cuts
+// again, or their cut comes after the set and overrides it. Without this
+// a cut that landed while the reader was not blocked on the socket (a
+// proposer streaming without pause) was undone by the next message's
+// deadline, and the connection went on until its socket was closed.
+func (c *pushConn) setReadDeadline(t time.Time) {
+	c.pc.SetReadDeadline(t)
+	if c.srv.isStopping() || (c.tl != nil && c.tl.isDeleted()) {
+		c.pc.SetReadDeadline(time.Now())
 	}
 }
 

@@ -426,8 +426,8 @@ func runCommand() *cli.Command {
 			&cli.DurationFlag{Name: "authentication-timeout", Value: time.Minute, Usage: "close a connection that has not finished its startup in this time, as PostgreSQL's authentication_timeout"},
 			&cli.IntFlag{Name: "max-timelines", Value: 10000, Usage: "most timelines on this safekeeper; a greeting that would create one more gets 53400"},
 			&cli.IntFlag{Name: "max-slots", Value: 10, Usage: "most replication slots (temporary and persistent) per timeline; more get 53400"},
-			&cli.StringFlag{Name: "max-disk-usage", Value: "0", Usage: "refuse new WAL (53100) once the database file is this big (e.g. 100GB; 0: no limit); new WAL is also refused while the file system has less than 2% (at most 1GB) free"},
-			&cli.StringFlag{Name: "min-free-disk", Value: "auto", Usage: "refuse new WAL (53100) while the data directory's file system has less free space than this (auto: 2% of it, at most 1GB; 0: never, WAL is written until the disk is full)"},
+			&cli.StringFlag{Name: "max-disk-usage", Value: "0", Usage: "refuse new WAL (53100) once the database file is this big (e.g. 100GB; 0: no limit); new WAL is also refused while the file system has less free than --min-free-disk"},
+			&cli.StringFlag{Name: "min-free-disk", Value: "auto", Usage: "refuse new WAL (53100) while the data directory's file system has less free space than this (auto: 2% of it, at most 1GB, but at least 64MB, twice the WAL buffered in memory, or a quarter of a smaller file system; 0: never, WAL is written until the disk is full)"},
 			&cli.StringFlag{Name: "max-timeline-disk-usage", Value: "0", Usage: "refuse new WAL (53100) for a timeline holding this much WAL (0: no limit)"},
 			&cli.BoolFlag{Name: "allow-auth-without-tls", Usage: "accept tokens (passwords) over plaintext connections; only on a trusted network"},
 			&cli.DurationFlag{Name: "slow-fsync-threshold", Value: time.Second, Usage: "log a group commit (write and fsync of WAL and state) that takes longer than this, with its durations; counted in safekeeper_slow_fsyncs_total"},
@@ -438,6 +438,13 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "max-peer-wal-keep-size", Value: "16GB", Usage: "stop keeping WAL for a peer safekeeper further behind commit_lsn than this (it then recovers with safekeeper timeline pull)"},
 		},
 		Action: func(c *cli.Context) error {
+			// SIGTERM and SIGINT are taken from the first step on: a
+			// supervisor may stop run while it starts (opening a large
+			// database takes a while), and that must be a clean stop, not
+			// the default action's kill.
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+			defer signal.Stop(sig)
 			if c.NArg() > 0 {
 				return usagef("run takes no arguments, got %q", c.Args().Slice())
 			}
@@ -580,8 +587,18 @@ func runCommand() *cli.Command {
 				}
 			}
 			reloadMu.Unlock()
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+			select {
+			case s := <-sig: // while it started: stop before serving
+				log.Info("shutting down before serving", "signal", s.String())
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if err := srv.Shutdown(ctx); err != nil {
+					return err
+				}
+				log.Info("stopped")
+				return nil
+			default:
+			}
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve() }()
 			select {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -183,5 +184,70 @@ func TestSIGHUPReloadsTLSAndKeys(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		b, _ := os.ReadFile(logPath)
 		t.Fatalf("exit after SIGTERM: %v\n%s", err, b)
+	}
+}
+
+// TestSIGTERMRightAfterStartIsACleanStop: a supervisor may send SIGTERM at
+// any moment, also while run is still starting. run takes SIGTERM from its
+// first step on, so one that arrives as soon as the data directory is
+// created (before the listener opens and the database is claimed) is a
+// clean stop: exit 0, the data directory closed. Before, the handler was
+// installed after the server had started and such a signal killed the
+// process. Several rounds, each with a fresh data directory.
+func TestSIGTERMRightAfterStartIsACleanStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := harness.Binary(t)
+	for round := range 5 {
+		dir := t.TempDir()
+		data := filepath.Join(dir, "data")
+		logPath := filepath.Join(dir, "run.log")
+		logf, err := os.Create(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "run", "--id", "1", "--listen-pg", "127.0.0.1:0", "--listen-http", "127.0.0.1:0", "--data-dir", data)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		// Poll without pause: the moment between creating the data directory
+		// and listening is short.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if _, err := os.Stat(data); err == nil {
+				break
+			}
+			select {
+			case <-done:
+				b, _ := os.ReadFile(logPath)
+				t.Fatalf("round %d: run exited before it created its data directory: %v\n%s", round, cmd.ProcessState, b)
+			default:
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				<-done
+				t.Fatalf("round %d: run did not create its data directory within 30s", round)
+			}
+			runtime.Gosched()
+		}
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("round %d: run still running 30s after SIGTERM", round)
+		}
+		logf.Close()
+		if !cmd.ProcessState.Exited() || cmd.ProcessState.ExitCode() != 0 {
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("round %d: SIGTERM right after start: %v, want exit code 0\n%s", round, cmd.ProcessState, b)
+		}
 	}
 }
