@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 
+	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/storage"
@@ -340,12 +341,7 @@ func (a *httpAPI) describe(tl *timeline) timelineJSON {
 		RetentionReason: ret.Reason, PgVersion: st.PgVersion, PgTimeline: st.PgTimeline, SystemID: st.SystemID, WalSegSize: st.WalSegSize,
 		TermHistory: []termSwitchJSON{}, Readers: []readerJSON{}, Slots: []slotJSON{},
 	}
-	if st.TimelineStartLSN != 0 {
-		out.WALStartLSN = max(out.RemovedUpTo, st.TimelineStartLSN)
-		if st.FlushLSN > out.WALStartLSN {
-			out.WALBytes = uint64(st.FlushLSN - out.WALStartLSN)
-		}
-	}
+	out.WALStartLSN, out.WALBytes = storedWAL(st, out.RemovedUpTo)
 	for _, e := range st.History {
 		out.TermHistory = append(out.TermHistory, termSwitchJSON{Term: e.Term, StartLSN: e.StartLSN})
 	}
@@ -377,6 +373,21 @@ func (a *httpAPI) describe(tl *timeline) timelineJSON {
 	sort.Slice(out.Readers, func(i, j int) bool { return out.Readers[i].Since.Before(out.Readers[j].Since) })
 	sort.Slice(out.Slots, func(i, j int) bool { return out.Slots[i].Name < out.Slots[j].Name })
 	return out
+}
+
+// storedWAL is the WAL a timeline holds on disk: from its first stored
+// byte (removed_up_to, or the timeline's start when nothing was removed)
+// to flush_lsn. The timeline detail's wal_start_lsn and wal_bytes and the
+// gauge safekeeper_retained_wal_bytes are this.
+func storedWAL(st acceptor.State, removedUpTo proto.LSN) (start proto.LSN, bytes uint64) {
+	if st.TimelineStartLSN == 0 {
+		return 0, 0 // no WAL yet
+	}
+	start = max(removedUpTo, st.TimelineStartLSN)
+	if st.FlushLSN > start {
+		bytes = uint64(st.FlushLSN - start)
+	}
+	return start, bytes
 }
 
 // serverMetrics are the server-wide instruments (bounded cardinality: no
@@ -440,13 +451,14 @@ var (
 	descDisk       = prometheus.NewDesc("safekeeper_disk_usage_bytes", "Size of the data directory's database file.", nil, nil)
 	descDiskFree   = prometheus.NewDesc("safekeeper_disk_free_bytes", "Free space for unprivileged users on the data directory's file system.", nil, nil)
 	descRemovedTo  = prometheus.NewDesc("safekeeper_removed_up_to_lsn", "removed_up_to of the timeline: WAL below it was removed by retention.", labels, nil)
+	descRetained   = prometheus.NewDesc("safekeeper_retained_wal_bytes", "WAL the timeline holds on disk: flush_lsn minus removed_up_to (or the timeline's start), the timeline detail's wal_bytes.", labels, nil)
 	descBreaker    = prometheus.NewDesc("safekeeper_disk_breaker_tripped", "1 while the disk circuit breaker refuses new WAL (53100).", nil, nil)
 	descConns      = prometheus.NewDesc("safekeeper_connections", "Open client connections (limit: --max-connections).", nil, nil)
 	descRemovedSeg = prometheus.NewDesc("safekeeper_removed_wal_segments_total", "WAL segments removed by retention since the server started.", nil, nil)
 )
 
 func (c *timelineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descFlush, descCommit, descRemote, descTerm, descReaderLag, descActive, descProposers, descReaders, descDisk, descDiskFree, descRemovedTo, descRemovedSeg, descBreaker, descConns} {
+	for _, d := range []*prometheus.Desc{descFlush, descCommit, descRemote, descTerm, descReaderLag, descActive, descProposers, descReaders, descDisk, descDiskFree, descRemovedTo, descRetained, descRemovedSeg, descBreaker, descConns} {
 		ch <- d
 	}
 }
@@ -465,7 +477,10 @@ func (c *timelineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descFlush, prometheus.GaugeValue, float64(st.FlushLSN), l...)
 		ch <- prometheus.MustNewConstMetric(descCommit, prometheus.GaugeValue, float64(st.CommitLSN), l...)
 		ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(st.VotedFor.Term), l...)
-		ch <- prometheus.MustNewConstMetric(descRemovedTo, prometheus.GaugeValue, float64(max(st.RemovedUpTo, tl.store.RemovedUpTo())), l...)
+		removed := max(st.RemovedUpTo, tl.store.RemovedUpTo())
+		ch <- prometheus.MustNewConstMetric(descRemovedTo, prometheus.GaugeValue, float64(removed), l...)
+		_, retained := storedWAL(st, removed)
+		ch <- prometheus.MustNewConstMetric(descRetained, prometheus.GaugeValue, float64(retained), l...)
 		tl.repl.mu.Lock()
 		remote := tl.repl.remoteConsistent
 		readers += len(tl.repl.readers)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -222,4 +224,83 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// scrapeMetrics reads s's /metrics.
+func scrapeMetrics(t *testing.T, s *Server) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + s.HTTPAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
+}
+
+// timelineGauge is the value of the per-timeline gauge name for tTenant,
+// tTimeline.
+func timelineGauge(t *testing.T, fams map[string]*dto.MetricFamily, name string) float64 {
+	t.Helper()
+	f := fams[name]
+	if f == nil {
+		t.Fatalf("no metric %s", name)
+	}
+	for _, m := range f.Metric {
+		l := map[string]string{}
+		for _, p := range m.Label {
+			l[p.GetName()] = p.GetValue()
+		}
+		if l["tenant_id"] == tTenant.String() && l["timeline_id"] == tTimeline.String() {
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("%s has no series for %s/%s: %v", name, tTenant, tTimeline, f)
+	return 0
+}
+
+// TestRetainedWALGaugeMatchesTimelineDetail: WAL held by a slot whose
+// client is gone shows in safekeeper_retained_wal_bytes, equal to the
+// timeline detail's wal_bytes: flush_lsn minus removed_up_to once
+// retention removed WAL below the slot (not the timeline's start), and the
+// detail names the slot as the retention reason (what the
+// SafekeeperWALRetained alert tells the operator to look at).
+func TestRetainedWALGaugeMatchesTimelineDetail(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), func(c *Config) { c.ListenHTTP = "127.0.0.1:0" })
+	addr := s.Addr().String()
+	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+	p.push(150, 9000, 0) // ~1.3 segments; truncate_lsn 0: nothing removed yet
+	c := replConnect(t, addr, false, "")
+	if _, err := exec(t, c, `CREATE_REPLICATION_SLOT "gone" PHYSICAL (RESERVE_WAL)`); err != nil {
+		t.Fatal(err)
+	}
+	c.Close(context.Background()) // its client is gone: the slot holds WAL from tStart+tSeg on
+	p.truncate = true             // every peer has it all: only the slot holds WAL
+	p.push(300, 9000, 0)
+	waitFor(t, "removal up to the slot's segment", func() bool {
+		p.heartbeat()
+		return statusOf(t, s).RemovedUpTo == tStart+tSeg
+	})
+
+	var tl timelineJSON
+	url := fmt.Sprintf("http://%s/v1/tenant/%s/timeline/%s", s.HTTPAddr(), tTenant, tTimeline)
+	if code := getJSON(t, url, &tl); code != 200 {
+		t.Fatalf("%s: %d", url, code)
+	}
+	if tl.RemovedUpTo != tStart+tSeg || tl.WALStartLSN != tl.RemovedUpTo || tl.WALBytes != uint64(tl.FlushLSN-tl.RemovedUpTo) ||
+		tl.RetentionReason != `replication slot "gone"` {
+		t.Fatalf("timeline detail: removed_up_to %s wal_start_lsn %s wal_bytes %d flush_lsn %s retention_reason %q; want the slot to hold WAL from %s",
+			tl.RemovedUpTo, tl.WALStartLSN, tl.WALBytes, tl.FlushLSN, tl.RetentionReason, tStart+tSeg)
+	}
+	fams := scrapeMetrics(t, s)
+	if got := timelineGauge(t, fams, "safekeeper_retained_wal_bytes"); uint64(got) != tl.WALBytes || got == 0 {
+		t.Fatalf("safekeeper_retained_wal_bytes %v, the timeline detail's wal_bytes %d", got, tl.WALBytes)
+	}
+	if got := lsn(timelineGauge(t, fams, "safekeeper_flush_lsn")); got != tl.FlushLSN {
+		t.Fatalf("flush_lsn moved between the detail (%s) and the scrape (%s): the comparison is void", tl.FlushLSN, got)
+	}
 }
