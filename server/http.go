@@ -355,15 +355,13 @@ func (a *httpAPI) describe(tl *timeline) timelineJSON {
 		rd.mu.Lock()
 		j := readerJSON{Kind: rd.kind(), Address: rd.addr, ApplicationName: rd.appName, Slot: rd.slot, Since: rd.since,
 			SentLSN: rd.position(), WriteLSN: rd.status.Write, FlushLSN: rd.status.Flush, ApplyLSN: rd.status.Apply,
-			WriteLag: rd.lags.seconds(0), FlushLag: rd.lags.seconds(1), ReplayLag: rd.lags.seconds(2)}
+			WriteLag: rd.lags.seconds(0), FlushLag: rd.lags.seconds(1), ReplayLag: rd.lags.seconds(2),
+			LagBytes: rd.lagBytes(st.CommitLSN)}
 		if !rd.lastReply.IsZero() {
 			at := rd.lastReply
 			j.LastReply = &at
 		}
 		rd.mu.Unlock()
-		if st.CommitLSN > j.FlushLSN {
-			j.LagBytes = uint64(st.CommitLSN - max(j.FlushLSN, j.WriteLSN))
-		}
 		out.Readers = append(out.Readers, j)
 	}
 	for _, s := range r.slots {
@@ -444,7 +442,7 @@ var (
 	descCommit     = prometheus.NewDesc("safekeeper_commit_lsn", "commit_lsn of the timeline.", labels, nil)
 	descRemote     = prometheus.NewDesc("safekeeper_remote_consistent_lsn", "Highest remote_consistent_lsn a pageserver-style consumer reported.", labels, nil)
 	descTerm       = prometheus.NewDesc("safekeeper_term", "The term this safekeeper voted for on the timeline.", labels, nil)
-	descReaderLag  = prometheus.NewDesc("safekeeper_reader_lag_bytes", "commit_lsn minus the lowest flushed position a reader reported.", labels, nil)
+	descReaderLag  = prometheus.NewDesc("safekeeper_reader_lag_bytes", "commit_lsn minus the lowest position (the higher of write and flush) a reader reported; one that reported none yet counts from where its stream started. 0 without readers.", labels, nil)
 	descActive     = prometheus.NewDesc("safekeeper_active_timelines", "Timelines open on this safekeeper.", nil, nil)
 	descProposers  = prometheus.NewDesc("safekeeper_connected_proposers", "Timelines with a proposer connected and streaming.", nil, nil)
 	descReaders    = prometheus.NewDesc("safekeeper_connected_readers", "Replication streams being served.", nil, nil)
@@ -484,22 +482,15 @@ func (c *timelineCollector) Collect(ch chan<- prometheus.Metric) {
 		tl.repl.mu.Lock()
 		remote := tl.repl.remoteConsistent
 		readers += len(tl.repl.readers)
-		lowest, any := proto.LSN(0), false
+		var lag uint64 // of the reader furthest behind
 		for rd := range tl.repl.readers {
 			rd.mu.Lock()
-			f := max(rd.status.Flush, rd.status.Write)
+			lag = max(lag, rd.lagBytes(st.CommitLSN))
 			rd.mu.Unlock()
-			if !any || f < lowest {
-				lowest, any = f, true
-			}
 		}
 		tl.repl.mu.Unlock()
 		ch <- prometheus.MustNewConstMetric(descRemote, prometheus.GaugeValue, float64(remote), l...)
-		lag := 0.0
-		if any && st.CommitLSN > lowest {
-			lag = float64(st.CommitLSN - lowest)
-		}
-		ch <- prometheus.MustNewConstMetric(descReaderLag, prometheus.GaugeValue, lag, l...)
+		ch <- prometheus.MustNewConstMetric(descReaderLag, prometheus.GaugeValue, float64(lag), l...)
 		if tl.pushStatus().connected {
 			proposers++
 		}

@@ -23,6 +23,8 @@ type walReader struct {
 	addr, appName string
 	since         time.Time
 	termReader    bool
+	// start is the LSN the stream started at (START_REPLICATION's).
+	start proto.LSN
 	// pos is the next LSN the stream sends: WAL from its segment on is kept.
 	pos atomic.Uint64
 
@@ -52,6 +54,24 @@ func (r *walReader) kind() string {
 }
 
 func (r *walReader) position() proto.LSN { return proto.LSN(r.pos.Load()) }
+
+// lagBytes is how far the client is behind commit: commit minus the
+// highest of the write and flush positions it reported (pg_receivewal
+// reports flush 0 without --synchronous). A client that has reported
+// nothing yet — no standby status update, or one with both at 0 — is
+// counted from the position its stream started at: it asked for WAL from
+// there, so it has what lies below, and counting from 0 would report its
+// whole LSN as lag. rd.mu held.
+func (r *walReader) lagBytes(commit proto.LSN) uint64 {
+	at := max(r.status.Write, r.status.Flush)
+	if at == 0 {
+		at = r.start
+	}
+	if commit <= at {
+		return 0
+	}
+	return uint64(commit - at)
+}
 
 // replState is the replication side of one timeline: its readers, its
 // slots and the consumer feedback received since the server started. The

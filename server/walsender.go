@@ -164,7 +164,7 @@ func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 		c: c, tl: tl, cmd: cmd, pos: cmd.Start, segSize: uint64(st.WalSegSize), tli: tli, hist: hist,
 		tlStart: st.TimelineStartLSN, firstTLI: firstTLI, sysID: st.SystemID,
 		rd: &walReader{connID: c.id, slot: cmd.Slot, addr: c.pc.RemoteAddr().String(), appName: c.pc.Params()["application_name"],
-			since: time.Now(), termReader: cmd.HasTerm, lags: newLagTrackerPtr()},
+			since: time.Now(), termReader: cmd.HasTerm, start: cmd.Start, lags: newLagTrackerPtr()},
 		replyNow: make(chan struct{}, 1), gotStatus: make(chan struct{}, 1), readerDone: make(chan error, 1),
 	}
 	w.rd.pos.Store(uint64(cmd.Start))
