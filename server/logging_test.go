@@ -3,6 +3,8 @@ package server
 import (
 	"encoding/json"
 	"log/slog"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -80,5 +82,41 @@ func TestStateChangesLoggedOnce(t *testing.T) {
 	p2.push(200, 500, 0)
 	if m := len(parse()); m != n {
 		t.Errorf("200 appends logged %d lines at info", m-n)
+	}
+}
+
+// TestDatabaseOpenLogged: the start logs "opening the database" with its
+// path before bbolt opens it and "database opened" with the path and the
+// time it took after, at info: a slow start on a busy disk says where it
+// is.
+func TestDatabaseOpenLogged(t *testing.T) {
+	var logs syncBuffer
+	dir := t.TempDir()
+	startTestServer(t, dir, func(c *Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	path := filepath.Join(dir, "safekeeper.db")
+	var msgs []string
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", l)
+		}
+		switch m["msg"] {
+		case "opening the database":
+			if m["path"] != path || m["level"] != "INFO" {
+				t.Errorf("opening logged as %v, want path %s at INFO", m, path)
+			}
+		case "database opened":
+			if d, ok := m["duration"].(float64); m["path"] != path || m["level"] != "INFO" || !ok || d <= 0 {
+				t.Errorf("opened logged as %v, want path %s and a duration at INFO", m, path)
+			}
+		default:
+			continue
+		}
+		msgs = append(msgs, m["msg"].(string))
+	}
+	if want := []string{"opening the database", "database opened"}; !slices.Equal(msgs, want) {
+		t.Fatalf("logged %q, want %q:\n%s", msgs, want, logs.String())
 	}
 }

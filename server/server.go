@@ -313,7 +313,13 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 		}
 	}
 	metrics := newMetrics(cfg.SlowFsyncThreshold)
-	db, err := storage.Open(filepath.Join(cfg.DataDir, "safekeeper.db"), storage.Options{
+	// Opening a large database on a busy disk can take long (bbolt waits
+	// for the file's lock, then rebuilds the freelist by reading every
+	// page: NoFreelistSync): say so, and how long it took.
+	dbPath := filepath.Join(cfg.DataDir, "safekeeper.db")
+	cfg.Logger.Info("opening the database", "path", dbPath)
+	opened := time.Now()
+	db, err := storage.Open(dbPath, storage.Options{
 		Logger: cfg.Logger, UnsafeNoFsync: cfg.UnsafeNoFsync, SlowCommit: cfg.SlowFsyncThreshold,
 		OnCommit: metrics.observeCommit,
 	})
@@ -321,6 +327,7 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 		closeListeners()
 		return nil, err
 	}
+	cfg.Logger.Info("database opened", "path", dbPath, "duration", time.Since(opened), "size_bytes", db.FileSize())
 	recorded, err := db.ClaimNodeID(cfg.NodeID)
 	if err == nil && recorded != cfg.NodeID {
 		err = &NodeIDMismatchError{DataDir: cfg.DataDir, Recorded: recorded, Configured: cfg.NodeID}
