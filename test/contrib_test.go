@@ -196,6 +196,102 @@ func TestContribFilesAgainstRealProcesses(t *testing.T) {
 	}
 }
 
+// TestAlertRulesWithPromtool checks contrib/prometheus/*-alerts.yml with
+// Prometheus' own tool: promtool check rules (syntax, templates) and
+// promtool test rules on *-alerts.test.yml, the unit tests of the rules.
+// Every alert must have a case in the test file where it fires and one
+// where it does not (checked without promtool). Where promtool is not on
+// PATH those two subtests skip, saying why (.ci/run installs it and puts
+// the reason it could not in SAFEKEEPER_PROMTOOL_MISSING).
+func TestAlertRulesWithPromtool(t *testing.T) {
+	root, err := harness.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(root, "contrib", "prometheus", "*-alerts.yml"))
+	if len(files) == 0 {
+		t.Fatal("no contrib/prometheus/*-alerts.yml")
+	}
+	for _, f := range files {
+		testFile := strings.TrimSuffix(f, ".yml") + ".test.yml"
+		t.Run(filepath.Base(f)+"/every alert tested", func(t *testing.T) { checkAlertTestsCover(t, f, testFile) })
+		t.Run(filepath.Base(f)+"/promtool", func(t *testing.T) {
+			tool, err := exec.LookPath("promtool")
+			if err != nil {
+				why := "promtool is not on PATH (Debian: apt-get install prometheus, or unpack its promtool as .ci/run does)"
+				if m := os.Getenv("SAFEKEEPER_PROMTOOL_MISSING"); m != "" {
+					why += ": " + m
+				}
+				t.Skip(why)
+			}
+			if out, err := exec.Command(tool, "check", "rules", f).CombinedOutput(); err != nil {
+				t.Errorf("promtool check rules %s: %v\n%s", f, err, out)
+			}
+			cmd := exec.Command(tool, "test", "rules", filepath.Base(testFile))
+			cmd.Dir = filepath.Dir(testFile) // rule_files are relative to it
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("promtool test rules %s: %v\n%s", testFile, err, out)
+			}
+		})
+	}
+}
+
+// checkAlertTestsCover fails t unless testFile (promtool's unit-test
+// format) loads rules and has, for every alert of rules, an
+// alert_rule_test expecting it to fire and one expecting it not to.
+func checkAlertTestsCover(t *testing.T, rules, testFile string) {
+	b, err := os.ReadFile(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf ruleFile
+	if err := yaml.UnmarshalStrict(b, &rf); err != nil {
+		t.Fatalf("%s: %v", rules, err)
+	}
+	b, err = os.ReadFile(testFile)
+	if err != nil {
+		t.Fatalf("the rules have no unit tests: %v", err)
+	}
+	var tf struct {
+		RuleFiles []string `yaml:"rule_files"`
+		Tests     []struct {
+			AlertRuleTests []struct {
+				Alertname string `yaml:"alertname"`
+				ExpAlerts []any  `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	if err := yaml.Unmarshal(b, &tf); err != nil {
+		t.Fatalf("%s: %v", testFile, err)
+	}
+	if !slices.Contains(tf.RuleFiles, filepath.Base(rules)) {
+		t.Errorf("%s: rule_files %q does not load %s", testFile, tf.RuleFiles, filepath.Base(rules))
+	}
+	fires, quiet := map[string]bool{}, map[string]bool{}
+	for _, tc := range tf.Tests {
+		for _, a := range tc.AlertRuleTests {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname] = true
+			} else {
+				quiet[a.Alertname] = true
+			}
+		}
+	}
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			if !fires[r.Alert] {
+				t.Errorf("%s: no case where %s fires", testFile, r.Alert)
+			}
+			if !quiet[r.Alert] {
+				t.Errorf("%s: no case where %s does not fire", testFile, r.Alert)
+			}
+		}
+	}
+}
+
 // verifyUnits runs systemd-analyze verify, where it is installed, on every
 // unit (a template as instance 1): unknown keys, bad values and sections
 // are reported there. That the binary is not installed at
