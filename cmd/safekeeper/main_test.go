@@ -138,6 +138,15 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 		{append(sync, "--system-id", "5", "--pg-version", "140000"), "--pg-version"},
 		{append(sync, "--system-id", "5", "--pg-version", "160000"), "--pg-version"},
 		{append(sync, "--create"), "--create needs --system-id"},
+		// A port no safekeeper can listen on: refused before the primary
+		// (its slot) or any safekeeper is contacted.
+		{append([]string{"propose", "--upstream", "host=127.0.0.1", "--safekeepers", "127.0.0.1:1,127.0.0.1:70000,127.0.0.1:3"}, ids...), `--safekeepers: "127.0.0.1:70000": port "70000": want a number from 1 to 65535`},
+		{append([]string{"propose", "--upstream", "host=127.0.0.1", "--safekeepers", "127.0.0.1:0,127.0.0.1:2,127.0.0.1:3"}, ids...), `port "0"`},
+		{append([]string{"sync", "--safekeepers", "127.0.0.1:1,127.0.0.1:2,localhost:65536"}, ids...), `port "65536"`},
+		{append([]string{"sync", "--safekeepers", "127.0.0.1:0"}, ids...), `port "0"`},
+		{append([]string{"timeline", "pull", "--from", "127.0.0.1:0", "--data-dir", dir}, ids...), `--from "127.0.0.1:0"`},
+		{[]string{"status", "--http", "127.0.0.1:0"}, `--http "127.0.0.1:0"`},
+		{[]string{"status", "--http", "https://127.0.0.1:99999"}, `--http "https://127.0.0.1:99999"`},
 	}
 	for _, tc := range cases {
 		var out, errb bytes.Buffer
@@ -375,6 +384,21 @@ func TestHelpFlagsExitZero(t *testing.T) {
 		code := run(append([]string{"safekeeper"}, args...), &out, &errb)
 		if code != 0 || !strings.Contains(out.String(), "NAME:") || strings.Contains(errb.String(), "help requested") {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out.String(), errb.String())
+		}
+	}
+}
+
+// TestFetchBadPortFailsAtOnce: wal fetch refuses a --safekeepers port
+// outside 1-65535 before it connects anywhere, naming it, with its
+// failure status 126 (PostgreSQL would read 2, the usage status, as "no
+// such file" and could end recovery early).
+func TestFetchBadPortFailsAtOnce(t *testing.T) {
+	for _, sks := range []string{"127.0.0.1:70000", "127.0.0.1:1,127.0.0.1:0"} {
+		var out, errb bytes.Buffer
+		code := run([]string{"safekeeper", "wal", "fetch", "--safekeepers", sks, "--tenant-id", strings.Repeat("a", 32),
+			"--timeline-id", strings.Repeat("b", 32), "--timeout", "1s", "000000010000000000000001", filepath.Join(t.TempDir(), "seg")}, &out, &errb)
+		if code != exitFetchFailed || !strings.Contains(errb.String(), "--safekeepers") || !strings.Contains(errb.String(), "want a number from 1 to 65535") {
+			t.Errorf("wal fetch --safekeepers %s: exit %d, stderr %q; want %d naming --safekeepers and the port", sks, code, errb.String(), exitFetchFailed)
 		}
 	}
 }

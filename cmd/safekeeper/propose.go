@@ -187,10 +187,10 @@ func parseSafekeepers(s string) ([]string, error) {
 	seen := map[string]bool{}
 	for _, a := range strings.Split(s, ",") {
 		a = strings.TrimSpace(a)
-		host, port, err := net.SplitHostPort(a)
-		if err != nil || host == "" || port == "" {
-			return nil, usagef("--safekeepers: %q is not host:port", a)
+		if err := checkDialAddr(a); err != nil {
+			return nil, usagef("--safekeepers: %q: %w", a, err)
 		}
+		host, port, _ := net.SplitHostPort(a)
 		key := strings.ToLower(net.JoinHostPort(host, port))
 		if seen[key] {
 			return nil, usagef("--safekeepers: %s is listed twice; one safekeeper must not count twice toward the quorum", a)
@@ -199,6 +199,19 @@ func parseSafekeepers(s string) ([]string, error) {
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// checkDialAddr checks a host:port to connect to: a host, and a port from
+// 1 to 65535 (0 is only for listening: it picks a free port).
+func checkDialAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return errors.New("want host:port")
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("port %q: want a number from 1 to 65535", port)
+	}
+	return nil
 }
 
 func parseIDs(c *cli.Context) (tenant, timeline proto.ID, err error) {

@@ -83,7 +83,7 @@ func newAPIClient(c *cli.Context) (*apiClient, error) {
 	} else {
 		hostPort = strings.TrimPrefix(hostPort, "http://")
 	}
-	if err := checkListenAddr(hostPort); err != nil {
+	if err := checkDialAddr(hostPort); err != nil {
 		return nil, usagef("--http %q: %w", c.String("http"), err)
 	}
 	a := &apiClient{client: http.DefaultClient, base: scheme + "://" + hostPort, addr: c.String("http")}

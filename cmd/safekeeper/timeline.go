@@ -65,7 +65,7 @@ func timelinePullCommand() *cli.Command {
 			if c.NArg() > 0 {
 				return usagef("timeline pull takes no arguments, got %q", c.Args().Slice())
 			}
-			if err := checkListenAddr(c.String("from")); err != nil {
+			if err := checkDialAddr(c.String("from")); err != nil {
 				return usagef("--from %q: %w", c.String("from"), err)
 			}
 			tenant, timeline, err := parseIDs(c)

@@ -90,6 +90,9 @@ func walFetchCommand() *cli.Command {
 				var addrs []string
 				for _, a := range strings.Split(c.String("safekeepers"), ",") {
 					if a = strings.TrimSpace(a); a != "" {
+						if err := checkDialAddr(a); err != nil {
+							return fmt.Errorf("--safekeepers: %q: %w", a, err)
+						}
 						addrs = append(addrs, a)
 					}
 				}
