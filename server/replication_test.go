@@ -511,12 +511,17 @@ func TestStartAheadOfCommitThenUsable(t *testing.T) {
 		t.Fatalf("error %s %q, want %q", e.Code, e.Message, want)
 	}
 	c.expect("ReadyForQuery")
-	// Wrong timeline: the stock "not in this server's history".
-	c.start("START_REPLICATION " + tStart.String() + " TIMELINE 2")
-	if e := c.expect("ErrorResponse").(*pgproto3.ErrorResponse); !strings.HasSuffix(e.Message, "is not in this server's history") {
-		t.Fatalf("error %q", e.Message)
+	// A PostgreSQL timeline the safekeeper does not hold: refused before
+	// COPY, with tliSwitchPoint's XX000 text, as PostgreSQL 15's walsender
+	// refuses it.
+	for _, tli := range []string{"2", "7"} {
+		c.query("START_REPLICATION " + tStart.String() + " TIMELINE " + tli)
+		if e := c.expect("ErrorResponse").(*pgproto3.ErrorResponse); e.Code != pgwire.InternalError ||
+			e.Message != "requested timeline "+tli+" is not in this server's history" {
+			t.Fatalf("TIMELINE %s: error %s %q", tli, e.Code, e.Message)
+		}
+		c.expect("ReadyForQuery")
 	}
-	c.expect("ReadyForQuery")
 	// Before the timeline's first byte: 58P01 naming the segment.
 	c.start("START_REPLICATION 0/F00000")
 	if e := c.expect("ErrorResponse").(*pgproto3.ErrorResponse); e.Code != pgwire.UndefinedFile ||
@@ -525,6 +530,21 @@ func TestStartAheadOfCommitThenUsable(t *testing.T) {
 	}
 	c.expect("ReadyForQuery")
 	oneRow(t, must(exec(t, c.c, "IDENTIFY_SYSTEM")), nil, "systemid", "timeline", "xlogpos", "dbname")
+}
+
+// TestStartReplicationOfUnknownTimelineBeforeCopy: START_REPLICATION for a
+// tenant/timeline the safekeeper does not hold fails before COPY (no
+// CopyBothResponse) with 42704, and the connection goes on.
+func TestStartReplicationOfUnknownTimelineBeforeCopy(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	addr := s.Addr().String()
+	newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart).push(1, 10, 0)
+	c := &stream{t: t, c: replConnect(t, addr, false, fmt.Sprintf("-c tenant_id=%s -c timeline_id=%s", tTenant, proto.ID{0xbb, 9})), ctx: testCtx(t)}
+	c.query("START_REPLICATION " + tStart.String() + " TIMELINE 1")
+	if e := c.expect("ErrorResponse").(*pgproto3.ErrorResponse); e.Code != pgwire.UndefinedObject || !strings.Contains(e.Message, "does not exist on this safekeeper") {
+		t.Fatalf("error %s %q", e.Code, e.Message)
+	}
+	c.expect("ReadyForQuery")
 }
 
 // TestTermReaderReadsToFlushUntilTermChanges: an ordinary reader stops at

@@ -124,20 +124,29 @@ func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 	if err != nil {
 		return c.fail(err)
 	}
-	// An ancestor PostgreSQL timeline: checked before COPY, as the
-	// walsender does; a start at its end gets the next timeline at once.
+	// Another PostgreSQL timeline than the current one: checked before
+	// COPY, as the walsender does (an ancestor is served up to its end; a
+	// start at its end gets the next timeline at once).
 	hist := histView{end: ^proto.LSN(0)}
 	if st, _ := tl.Status(); cmd.TLI != 0 && cmd.TLI != st.PgTimeline {
 		end, next, ok := historicEnd(st, cmd.TLI)
 		switch {
-		case ok && cmd.Start > end:
+		case !ok:
+			// Neither the current timeline nor an ancestor: tliSwitchPoint's
+			// error, which PostgreSQL 15's walsender gives before COPY (only
+			// the start point checks come after CopyBothResponse).
+			e := pgwire.Errorf(pgwire.InternalError, "requested timeline %d is not in this server's history", cmd.TLI)
+			e.Detail = fmt.Sprintf("This safekeeper serves timeline %d and its ancestors.", st.PgTimeline)
+			c.log.Info("refused START_REPLICATION: timeline not in the history", "pg_timeline", cmd.TLI, "current", st.PgTimeline)
+			return c.fail(e)
+		case cmd.Start > end:
 			e := pgwire.Errorf(pgwire.InternalError, "requested starting point %s on timeline %d is not in this server's history", cmd.Start, cmd.TLI)
 			e.Detail = fmt.Sprintf("This server's history forked from timeline %d at %s.", cmd.TLI, end)
 			return c.fail(e)
-		case ok && cmd.Start == end:
+		case cmd.Start == end:
 			c.log.Info("START_REPLICATION at the end of a historic timeline", "pg_timeline", cmd.TLI, "next", next, "at", end)
 			return c.sendNextTimeline(next, end)
-		case ok:
+		default:
 			hist = histView{on: true, end: end, next: next}
 		}
 	}
