@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -132,7 +135,7 @@ func apiDo(c *cli.Context, method, path string, v any) ([]byte, error) {
 	url := req.URL.String()
 	resp, err := a.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the safekeeper's HTTP API at %s: %w", c.String("http"), err)
+		return nil, a.unreachable(err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -140,11 +143,7 @@ func apiDo(c *cli.Context, method, path string, v any) ([]byte, error) {
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error, Code string }
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("%s (HTTP %d %s)", e.Error, resp.StatusCode, e.Code)
-		}
-		return nil, fmt.Errorf("%s %s: HTTP %d", method, url, resp.StatusCode)
+		return nil, a.errorAnswer(method, url, resp, body)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber() // ids and sizes print as written, not as floats
@@ -152,6 +151,61 @@ func apiDo(c *cli.Context, method, path string, v any) ([]byte, error) {
 		return nil, fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	return body, nil
+}
+
+// unreachable is the error for a request that got no answer. A plain
+// request that the server closed without one may have gone to an HTTPS
+// port (Go's server answers only requests that start with GET, HEAD, POST,
+// PUT or OPTIONS with a 400 that says so): the error says what to try.
+func (a *apiClient) unreachable(err error) error {
+	err = fmt.Errorf("cannot reach the safekeeper's HTTP API at %s: %w", a.addr, err)
+	if strings.HasPrefix(a.base, "http://") && errors.Is(err, io.EOF) {
+		err = fmt.Errorf("%w; if it serves HTTPS, use --http https://%s (with --http-cacert CA.pem unless the system trusts its certificate)", err, strings.TrimPrefix(a.base, "http://"))
+	}
+	return err
+}
+
+// maxErrorBody is how much of an error answer's body that is not the API's
+// JSON a command shows.
+const maxErrorBody = 200
+
+// errorAnswer is the one-line error for an HTTP answer other than 200: the
+// API's own {"error","code"}, else the status and the start of the body
+// (a proxy's page, another server); a plain HTTP request to the API's
+// HTTPS port says to use https://.
+func (a *apiClient) errorAnswer(method, url string, resp *http.Response, body []byte) error {
+	var e struct{ Error, Code string }
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		return fmt.Errorf("%s (HTTP %d %s)", e.Error, resp.StatusCode, e.Code)
+	}
+	// Go's HTTPS server answers a plain request so (net/http.Server.serve).
+	if resp.StatusCode == http.StatusBadRequest && strings.HasPrefix(a.base, "http://") &&
+		bytes.Contains(body, []byte("Client sent an HTTP request to an HTTPS server")) {
+		host := strings.TrimPrefix(a.base, "http://")
+		return usagef("--http %s: the safekeeper's HTTP API serves HTTPS there: use --http https://%s, with --http-cacert CA.pem unless the system trusts its certificate", a.addr, host)
+	}
+	msg := fmt.Sprintf("%s %s: HTTP %s", method, url, resp.Status)
+	if b := oneLine(body, maxErrorBody); b != "" {
+		msg += ": " + b
+	}
+	return errors.New(msg)
+}
+
+// oneLine is b as one line of at most max bytes (then "..."): spaces
+// trimmed, every run of control characters and blanks made one space,
+// invalid UTF-8 replaced.
+func oneLine(b []byte, max int) string {
+	s := strings.Join(strings.FieldsFunc(strings.ToValidUTF8(string(b), "\ufffd"), func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.IsControl(r)
+	}), " ")
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
 
 func statusCommand() *cli.Command {

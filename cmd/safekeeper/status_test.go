@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +107,50 @@ func TestStatusAndTimelineCommands(t *testing.T) {
 	code, _, stderr = cli(append([]string{"timeline", "delete"}, ids...)...)
 	if code != 1 || !strings.Contains(stderr, "HTTP 404 not_found") {
 		t.Fatalf("second timeline delete: exit %d %q", code, stderr)
+	}
+}
+
+// TestAPIErrorAnswerNotJSON: an error answer whose body is not the API's
+// {"error","code"} (a proxy's page) is one line with the status and the
+// start of the body, for every command over the HTTP API; a plain http://
+// request to the API's HTTPS port says to use https:// and --http-cacert.
+func TestAPIErrorAnswerNotJSON(t *testing.T) {
+	page := "<html>\n<body>\n\tbad gateway: upstream safekeeper down\n" + strings.Repeat("x", 500) + "\n</body></html>\n"
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+		io.WriteString(w, page)
+	}))
+	defer proxy.Close()
+	tlsSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("a plain request reached the handler: %s %s", r.Method, r.URL)
+	}))
+	tlsSrv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	tlsSrv.StartTLS()
+	defer tlsSrv.Close()
+	ids := []string{"--tenant-id", strings.Repeat("a", 32), "--timeline-id", strings.Repeat("b", 32)}
+	commands := [][]string{{"status"}, {"timeline", "list"}, append([]string{"timeline", "show"}, ids...),
+		append([]string{"timeline", "delete"}, ids...), append([]string{"wal", "dump"}, ids...)}
+	for _, cmd := range commands {
+		var out, errb bytes.Buffer
+		code := run(append(append([]string{"safekeeper"}, cmd...), "--http", proxy.Listener.Addr().String()), &out, &errb)
+		msg := errb.String()
+		if code != 1 || !strings.Contains(msg, "HTTP 502 Bad Gateway: <html> <body> bad gateway: upstream safekeeper down xxx") ||
+			strings.Count(msg, "\n") != 1 || len(msg) > 400 || !strings.Contains(msg, "...") {
+			t.Errorf("%q against a proxy's 502 page: exit %d, stderr %q; want exit 1 and one bounded line with the status and the body", cmd, code, msg)
+		}
+		out.Reset()
+		errb.Reset()
+		addr := tlsSrv.Listener.Addr().String()
+		code = run(append(append([]string{"safekeeper"}, cmd...), "--http", addr), &out, &errb)
+		msg = errb.String()
+		// Go's server answers a plain GET with its 400 (a usage error);
+		// it closes a plain DELETE without an answer (then a hint).
+		want := exitUsage
+		if len(cmd) > 1 && cmd[1] == "delete" {
+			want = 1
+		}
+		if code != want || !strings.Contains(msg, "use --http https://"+addr) || !strings.Contains(msg, "--http-cacert") || strings.Count(msg, "\n") != 1 {
+			t.Errorf("%q with http:// against an HTTPS port: exit %d, stderr %q; want exit %d saying to use https:// and --http-cacert", cmd, code, msg, want)
+		}
 	}
 }

@@ -458,16 +458,12 @@ func (s *httpSource) read(ctx context.Context, from, to proto.LSN, fn func([]byt
 	u := req.URL.String()
 	resp, err := s.api.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("cannot reach the safekeeper's HTTP API at %s: %w", s.addr, err)
+		return s.api.unreachable(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		var e struct{ Error, Code string }
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s (HTTP %d %s)", e.Error, resp.StatusCode, e.Code)
-		}
-		return fmt.Errorf("GET %s: HTTP %d", u, resp.StatusCode)
+		return s.api.errorAnswer(http.MethodGet, u, resp, body)
 	}
 	if got := resp.Header.Get(walStartHeader); got != from.String() {
 		return fmt.Errorf("GET %s: the server sent WAL from %q, not %s", u, got, from)
