@@ -241,9 +241,40 @@ func setEnv(f cli.Flag) {
 		if len(f.EnvVars) == 0 {
 			f.EnvVars = []string{envName(name)}
 		}
+	case *cmdLineStringFlag:
+		if len(f.EnvVars) == 0 {
+			f.EnvVars = []string{envName(name)}
+		}
 	default:
 		panic(fmt.Sprintf("flag --%s: %T has no environment variable set (add it to setEnv)", name, f))
 	}
+}
+
+// cmdLineStringFlag is a StringFlag that can tell whether the command line
+// gave it: cli.Context.IsSet says yes to its environment variable too.
+type cmdLineStringFlag struct {
+	cli.StringFlag
+	set *flag.FlagSet // the command's, once parsed
+}
+
+func (f *cmdLineStringFlag) Apply(set *flag.FlagSet) error {
+	f.set = set
+	return f.StringFlag.Apply(set)
+}
+
+// onCommandLine reports whether the command line of c's command gave the
+// cmdLineStringFlag name (false for any other flag).
+func onCommandLine(c *cli.Context, name string) bool {
+	for _, fl := range c.Command.Flags {
+		f, ok := fl.(*cmdLineStringFlag)
+		if !ok || f.Name != name || f.set == nil {
+			continue
+		}
+		given := false
+		f.set.Visit(func(x *flag.Flag) { given = given || x.Name == name })
+		return given
+	}
+	return false
 }
 
 // copyFlag is a fresh copy of a global (string) flag for a command.

@@ -45,8 +45,8 @@ func walDumpCommand() *cli.Command {
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "tenant-id", "timeline-id") },
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "data-dir", Usage: "a stopped safekeeper's data directory (holding safekeeper.db)"},
-			&cli.StringFlag{Name: "http", Usage: "host:port of a running safekeeper's HTTP API (run --listen-http); https://host:port when it has a certificate"},
+			&cmdLineStringFlag{StringFlag: cli.StringFlag{Name: "data-dir", Usage: "a stopped safekeeper's data directory (holding safekeeper.db); given on the command line, it wins over SAFEKEEPER_HTTP"}},
+			&cmdLineStringFlag{StringFlag: cli.StringFlag{Name: "http", Usage: "host:port of a running safekeeper's HTTP API (run --listen-http); https://host:port when it has a certificate; given on the command line, it wins over SAFEKEEPER_DATA_DIR"}},
 			&cli.StringFlag{Name: "http-cacert", Usage: "CA certificate file to verify an https:// --http against (default: the system's)"},
 			tokenFileFlag(),
 			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
@@ -81,7 +81,15 @@ func walDump(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return usagef("wal dump takes no arguments, got %q", c.Args().Slice())
 	}
-	if c.IsSet("data-dir") == c.IsSet("http") {
+	// A source the command line names wins over the other's environment
+	// variable (SAFEKEEPER_HTTP exported for status and timeline).
+	useDir, useHTTP := c.IsSet("data-dir"), c.IsSet("http")
+	if useDir && useHTTP {
+		if dirCL, httpCL := onCommandLine(c, "data-dir"), onCommandLine(c, "http"); dirCL != httpCL {
+			useDir, useHTTP = dirCL, httpCL
+		}
+	}
+	if useDir == useHTTP {
 		return usagef("wal dump reads from exactly one of --data-dir DIR (a stopped safekeeper) or --http HOST:PORT (a running one)")
 	}
 	tenant, timeline, err := parseIDs(c)
@@ -103,7 +111,7 @@ func walDump(c *cli.Context) error {
 	}
 	key := proto.TimelineKey{TenantID: tenant, TimelineID: timeline}
 	var src walSource
-	if c.IsSet("data-dir") {
+	if useDir {
 		src, err = openDataDirSource(c.String("data-dir"), key)
 	} else {
 		src, err = openHTTPSource(c, key)

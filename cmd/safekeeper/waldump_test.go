@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -246,6 +247,39 @@ func TestWALDumpUsage(t *testing.T) {
 	code, _, stderr := runDump(t, "--data-dir", dir)
 	if code != 1 || !strings.Contains(stderr, "--http") || time.Since(t0) > 5*time.Second {
 		t.Fatalf("locked data dir: exit %d after %v: %q", code, time.Since(t0), stderr)
+	}
+}
+
+// TestWALDumpCommandLineBeatsEnvironment: --data-dir on the command line
+// wins over SAFEKEEPER_HTTP in the environment, --http over
+// SAFEKEEPER_DATA_DIR; both from the environment (or both on the command
+// line) is still the usage error.
+func TestWALDumpCommandLineBeatsEnvironment(t *testing.T) {
+	w := makeDumpWAL(t, 0x1000000)
+	dir := storeTimeline(t, w.start, w.data)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String()
+	ln.Close()
+
+	t.Setenv("SAFEKEEPER_HTTP", gone)
+	code, stdout, stderr := runDump(t, "--data-dir", dir)
+	if code != 0 || !strings.Contains(stdout, "desc: SWITCH") {
+		t.Errorf("--data-dir with SAFEKEEPER_HTTP set: exit %d: %q", code, stderr)
+	}
+	t.Setenv("SAFEKEEPER_DATA_DIR", dir)
+	if code, _, stderr := runDump(t); code != exitUsage || !strings.Contains(stderr, "exactly one of --data-dir") {
+		t.Errorf("SAFEKEEPER_DATA_DIR and SAFEKEEPER_HTTP: exit %d: %q", code, stderr)
+	}
+	os.Unsetenv("SAFEKEEPER_HTTP")
+	code, _, stderr = runDump(t, "--http", gone)
+	if code != 1 || !strings.Contains(stderr, "cannot reach the safekeeper's HTTP API at "+gone) {
+		t.Errorf("--http with SAFEKEEPER_DATA_DIR set: exit %d: %q; want it to read --http", code, stderr)
+	}
+	if code, _, stderr := runDump(t, "--http", gone, "--data-dir", dir); code != exitUsage || !strings.Contains(stderr, "exactly one of --data-dir") {
+		t.Errorf("--http and --data-dir: exit %d: %q", code, stderr)
 	}
 }
 
