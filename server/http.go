@@ -65,7 +65,7 @@ func writeError(w http.ResponseWriter, err error) {
 	default:
 		ae = &apiError{status: http.StatusInternalServerError, code: "internal", msg: err.Error()}
 	}
-	writeJSON(w, ae.status, map[string]string{"error": ae.msg, "code": ae.code})
+	writeJSON(w, ae.status, map[string]string{"error": pgwire.ClientText(ae.msg), "code": ae.code})
 }
 
 func newHTTPAPI(s *Server, ln net.Listener) *httpAPI {

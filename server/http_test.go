@@ -171,6 +171,36 @@ func TestHTTPAPI(t *testing.T) {
 	}
 }
 
+// TestHTTPErrorsWithoutPackageNames: the API's JSON errors carry no Go
+// package names (storage's "no such timeline", proto's id errors), while
+// the log keeps them.
+func TestHTTPErrorsWithoutPackageNames(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), func(c *Config) { c.ListenHTTP = "127.0.0.1:0" })
+	base := "http://" + s.HTTPAddr().String()
+	for _, c := range []struct{ method, path string }{
+		{http.MethodDelete, fmt.Sprintf("/v1/tenant/%s/timeline/%s", tTenant, proto.ID{9})},
+		{http.MethodDelete, fmt.Sprintf("/v1/tenant/%s", proto.ID{9})},
+		{http.MethodGet, fmt.Sprintf("/v1/tenant/xyz/timeline/%s", tTimeline)},
+	} {
+		req, _ := http.NewRequest(c.method, base+c.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e map[string]string
+		err = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if err != nil || e["error"] == "" {
+			t.Fatalf("%s %s: %v %v", c.method, c.path, e, err)
+		}
+		for _, p := range []string{"storage: ", "proto: ", "server: ", "acceptor: "} {
+			if strings.Contains(e["error"], p) {
+				t.Errorf("%s %s: error %q names a Go package", c.method, c.path, e["error"])
+			}
+		}
+	}
+}
+
 // TestSlowFsyncLogged: with --slow-fsync-threshold below every commit's
 // time, each WAL commit is logged as a slow fsync with its durations and
 // counted in safekeeper_slow_fsyncs_total.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/server"
 )
 
@@ -94,7 +95,7 @@ func report(err error, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "safekeeper: %v\n", err)
+	fmt.Fprintf(stderr, "safekeeper: %s\n", pgwire.ClientText(err.Error()))
 	var ue usageError
 	var ec cli.ExitCoder
 	switch {

@@ -258,8 +258,21 @@ func TestSyncNamesSafekeepersItCannotReach(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run([]string{"safekeeper", "sync", "--safekeepers", addr, "--tenant-id", strings.Repeat("a", 32),
 		"--timeline-id", strings.Repeat("b", 32), "--timeout", "200ms"}, &out, &errb)
-	if code != 1 || !strings.Contains(errb.String(), "connect to safekeeper "+addr) || strings.Contains(errb.String(), "primary") {
-		t.Fatalf("exit %d, stderr %q; want exit 1 naming safekeeper %s (and no primary)", code, errb.String(), addr)
+	if code != 1 || !strings.Contains(errb.String(), "connect to safekeeper "+addr) || strings.Contains(errb.String(), "primary") ||
+		strings.Contains(errb.String(), "proposer: ") {
+		t.Fatalf("exit %d, stderr %q; want exit 1 naming safekeeper %s (and no primary, no Go package name)", code, errb.String(), addr)
+	}
+}
+
+// TestReportWithoutPackageNames: the CLI's error line carries no Go package
+// names, wherever they are in the chain.
+func TestReportWithoutPackageNames(t *testing.T) {
+	var errb bytes.Buffer
+	err := fmt.Errorf("proposer: no quorum: %w", errors.Join(errors.New("proposer: connect to safekeeper a:1: refused"),
+		fmt.Errorf("server: %w", errors.New("storage: no such timeline"))))
+	report(err, &errb)
+	if want := "safekeeper: no quorum: connect to safekeeper a:1: refused\nno such timeline\n"; errb.String() != want {
+		t.Fatalf("stderr %q, want %q", errb.String(), want)
 	}
 }
 

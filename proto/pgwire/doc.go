@@ -74,6 +74,10 @@
 //
 // # Debugging
 //
+// Every ErrorResponse and NoticeResponse sent goes through ClientText: the
+// client sees no Go package names ("acceptor: ", "storage: "); the server's
+// log, which has the error value, keeps them.
+//
 // Errors read from the client carry a SQLSTATE (*Error, errors.As). To see the
 // bytes on the wire, capture with tcpdump/Wireshark on the safekeeper port
 // (the "pgsql" dissector decodes every message, including CopyData) or

@@ -116,3 +116,57 @@ func cstring(s string) string {
 	}
 	return strings.ReplaceAll(s, "\x00", "\\0")
 }
+
+// ourPackages are the Go packages of this module whose names start their
+// errors' texts ("storage: timeline not found").
+var ourPackages = []string{"acceptor", "auth", "pgwire", "proposer", "proto", "replcmd", "server", "storage", "xlog"}
+
+// ClientText is msg as a client is shown it: without the Go package names
+// that start it or one of its parts (after ": ", "; " or a new line):
+// "acceptor: storage failure: storage: write: no space left" becomes
+// "storage failure: write: no space left". They tell a developer where an
+// error came from and mean nothing to a user; the log keeps the full text.
+// It is applied where a message leaves the process: every ErrorResponse
+// and NoticeResponse this package sends, the HTTP API's JSON errors and
+// the CLI's error line.
+func ClientText(msg string) string {
+	var b strings.Builder
+	for rest := msg; ; {
+		rest = trimPackages(rest)
+		i, n := nextPart(rest)
+		if i < 0 {
+			b.WriteString(rest)
+			return b.String()
+		}
+		b.WriteString(rest[:i+n])
+		rest = rest[i+n:]
+	}
+}
+
+// trimPackages removes the package names (with their ": ") that start s,
+// as long as something follows.
+func trimPackages(s string) string {
+	for {
+		trimmed := false
+		for _, p := range ourPackages {
+			if len(s) > len(p)+2 && strings.HasPrefix(s, p) && strings.HasPrefix(s[len(p):], ": ") {
+				s, trimmed = s[len(p)+2:], true
+			}
+		}
+		if !trimmed {
+			return s
+		}
+	}
+}
+
+// nextPart is where the first separator of parts in s is, and its length
+// (-1 for none).
+func nextPart(s string) (int, int) {
+	at, n := -1, 0
+	for _, sep := range []string{": ", "; ", "\n"} {
+		if i := strings.Index(s, sep); i >= 0 && (at < 0 || i < at) {
+			at, n = i, len(sep)
+		}
+	}
+	return at, n
+}

@@ -34,3 +34,23 @@ func TestError(t *testing.T) {
 		t.Errorf("Error() = %q", got)
 	}
 }
+
+// TestClientText: the package names of ours that start a message or one
+// of its parts are dropped; everything else stays.
+func TestClientText(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"acceptor: storage failure: storage: write: no space left on device", "storage failure: write: no space left on device"},
+		{"proposer: storage: no such timeline", "no such timeline"},
+		{"no quorum: proposer: a\nproposer: b; server: c", "no quorum: a\nb; c"},
+		{"tenant_id: proto: bad id \"x\"", "tenant_id: bad id \"x\""},
+		{"timeline pull: storage: locked", "timeline pull: locked"},
+		{"the server: storage lost", "the server: storage lost"}, // not a prefix
+		{"tls: bad certificate", "tls: bad certificate"},         // not ours
+		{"storage: ", "storage: "}, // nothing would be left
+		{"", ""},
+	} {
+		if got := ClientText(c.in); got != c.want {
+			t.Errorf("ClientText(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

@@ -230,8 +230,8 @@ func errorResponse(e *Error, def string) *pgproto3.ErrorResponse {
 		Severity:            cstring(sev),
 		SeverityUnlocalized: cstring(sev),
 		Code:                cstring(code),
-		Message:             cstring(e.Message),
-		Detail:              cstring(e.Detail),
-		Hint:                cstring(e.Hint),
+		Message:             cstring(ClientText(e.Message)),
+		Detail:              cstring(ClientText(e.Detail)),
+		Hint:                cstring(ClientText(e.Hint)),
 	}
 }

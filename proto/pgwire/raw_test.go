@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -775,6 +776,23 @@ func TestWriteErrorIsSticky(t *testing.T) {
 }
 
 // NUL bytes in error texts cannot break the framing.
+// TestSendErrorWithoutPackageNames: an ErrorResponse carries no Go package
+// names, in its message, detail or hint, nor a FATAL one.
+func TestSendErrorWithoutPackageNames(t *testing.T) {
+	_, fe, c := ready(t, AcceptOptions{})
+	c.SendError(fmt.Errorf("acceptor: storage failure: %w", errors.New("storage: write: no space left on device")))
+	c.SendError(&Error{Severity: SeverityFatal, Code: IoError, Message: "server: x", Detail: "storage: y", Hint: "proposer: z"})
+	c.SendReadyForQuery()
+	er, ok := receive(t, fe).(*pgproto3.ErrorResponse)
+	if !ok || er.Message != "storage failure: write: no space left on device" {
+		t.Fatalf("got %+v", er)
+	}
+	er, ok = receive(t, fe).(*pgproto3.ErrorResponse)
+	if !ok || er.Severity != SeverityFatal || er.Message != "x" || er.Detail != "y" || er.Hint != "z" {
+		t.Fatalf("got %+v", er)
+	}
+}
+
 func TestSendErrorWithNUL(t *testing.T) {
 	_, fe, c := ready(t, AcceptOptions{})
 	c.SendError(errors.New("bad\x00name"))
