@@ -8,6 +8,7 @@ import (
 	"net/http/pprof"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,11 +91,35 @@ func newHTTPAPI(s *Server, ln net.Listener) *httpAPI {
 		mux.HandleFunc("/debug/pprof/profile", a.guard(accessAdmin, pprof.Profile))
 		mux.HandleFunc("/debug/pprof/trace", a.guard(accessAdmin, pprof.Trace))
 	}
+	// Everything no route above takes. A path a route takes with another
+	// method is 405 with Allow, as RFC 9110 wants (this catch-all matches
+	// every method, so the mux itself never answers 405).
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowedMethods(mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, &apiError{http.StatusMethodNotAllowed, "method_not_allowed",
+				r.Method + " " + r.URL.Path + ": method not allowed; allowed: " + strings.Join(allow, ", ")})
+			return
+		}
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
 	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return a
+}
+
+// allowedMethods are the methods with which a route of mux other than the
+// catch-all "/" takes r's path, in a fixed order (the routes themselves are
+// the one list: a new route is allowed here without more code).
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	return allow
 }
 
 func (a *httpAPI) readyz(w http.ResponseWriter, r *http.Request) {

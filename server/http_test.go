@@ -171,6 +171,44 @@ func TestHTTPAPI(t *testing.T) {
 	}
 }
 
+// TestHTTPMethodNotAllowed: a path a route takes with another method is
+// 405 with an Allow header listing the route's methods (and the JSON error);
+// an unknown path stays 404, without Allow.
+func TestHTTPMethodNotAllowed(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), func(c *Config) { c.ListenHTTP = "127.0.0.1:0" })
+	base := "http://" + s.HTTPAddr().String()
+	tl := fmt.Sprintf("/v1/tenant/%s/timeline/%s", tTenant, tTimeline)
+	for _, c := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{http.MethodPost, "/v1/status", 405, "GET, HEAD"},
+		{http.MethodDelete, "/healthz", 405, "GET, HEAD"},
+		{http.MethodPut, tl, 405, "GET, HEAD, DELETE"},
+		{http.MethodPost, "/v1/tenant/" + tTenant.String(), 405, "DELETE"},
+		{http.MethodPost, tl + "/wal", 405, "GET, HEAD"},
+		{http.MethodPost, "/v2/nothing", 404, ""},
+	} {
+		req, err := http.NewRequest(c.method, base+c.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e map[string]string
+		err = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		want := map[int]string{405: "method_not_allowed", 404: "not_found"}[c.status]
+		if resp.StatusCode != c.status || resp.Header.Get("Allow") != c.allow || err != nil || e["code"] != want {
+			t.Errorf("%s %s: %d, Allow %q, body %v (%v); want %d, Allow %q, code %s", c.method, c.path, resp.StatusCode,
+				resp.Header.Get("Allow"), e, err, c.status, c.allow, want)
+		}
+	}
+}
+
 // TestHTTPErrorsWithoutPackageNames: the API's JSON errors carry no Go
 // package names (storage's "no such timeline", proto's id errors), while
 // the log keeps them.
