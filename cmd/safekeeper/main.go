@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/server"
+	"github.com/safekeeper/safekeeper/server/auth"
 )
 
 // exitUsage is the exit code for bad flags or arguments.
@@ -547,6 +549,9 @@ func runCommand() *cli.Command {
 			if c.Duration("authentication-timeout") <= 0 {
 				return usagef("--authentication-timeout %v: want a positive duration", c.Duration("authentication-timeout"))
 			}
+			if err := checkKeyFiles(c); err != nil {
+				return err
+			}
 			log, err := logger(c)
 			if err != nil {
 				return err
@@ -662,6 +667,29 @@ func checkListenAddr(addr string) error {
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return fmt.Errorf("port %q: want a number from 0 to 65535", port)
+	}
+	return nil
+}
+
+// checkKeyFiles loads --tls-cert with --tls-key, and every
+// --auth-public-key, as the server will: a file that is missing, unreadable
+// or holds no usable key is a usage error naming the flag and the file,
+// found before the data directory is created or a port listened on.
+func checkKeyFiles(c *cli.Context) error {
+	if cert, key := c.String("tls-cert"), c.String("tls-key"); cert != "" && key != "" {
+		for _, f := range []struct{ flag, path string }{{"tls-cert", cert}, {"tls-key", key}} {
+			if _, err := os.ReadFile(f.path); err != nil {
+				return usagef("--%s: %w", f.flag, err)
+			}
+		}
+		if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
+			return usagef("--tls-cert %s, --tls-key %s: %w", cert, key, err)
+		}
+	}
+	if keys := c.StringSlice("auth-public-key"); len(keys) > 0 {
+		if _, err := auth.LoadVerifier(keys...); err != nil {
+			return usagef("--auth-public-key: %w", err)
+		}
 	}
 	return nil
 }

@@ -142,3 +142,44 @@ func TestSecurityFromTokenFile(t *testing.T) {
 		t.Fatalf("an empty --token-file: %v, want a usage error", err)
 	}
 }
+
+// TestRunKeyFilesAreUsageErrors: a --tls-cert, --tls-key or
+// --auth-public-key file that is missing or holds no usable key is a usage
+// error (exit 2) naming the flag and the file, before the data directory is
+// created or a port listened on.
+func TestRunKeyFilesAreUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	cert, key := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	ca.Issue(t, "sk", cert, key)
+	pub := filepath.Join(dir, "auth.pub")
+	if err := auth.GenerateKeys(filepath.Join(dir, "auth.key"), pub); err != nil {
+		t.Fatal(err)
+	}
+	missing := func(name string) string { return filepath.Join(dir, name) }
+	data := filepath.Join(t.TempDir(), "data")
+	runArgs := []string{"run", "--id", "1", "--data-dir", data, "--listen-pg", "127.0.0.1:0", "--listen-http", ""}
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--tls-cert", missing("missing.crt"), "--tls-key", missing("missing.key")}, []string{"--tls-cert", missing("missing.crt")}},
+		{[]string{"--tls-cert", cert, "--tls-key", missing("missing.key")}, []string{"--tls-key", missing("missing.key")}},
+		{[]string{"--tls-cert", key, "--tls-key", cert}, []string{"--tls-cert", key, cert}}, // swapped: no certificate in it
+		{[]string{"--tls-cert", cert, "--tls-key", key, "--auth-public-key", pub, "--auth-public-key", missing("missing.pub")}, []string{"--auth-public-key", missing("missing.pub")}},
+		{[]string{"--auth-public-key", cert, "--allow-auth-without-tls"}, []string{"--auth-public-key", cert}}, // no public key in it
+	} {
+		var out, errb bytes.Buffer
+		code := run(append(append([]string{"safekeeper"}, runArgs...), c.args...), &out, &errb)
+		ok := code == exitUsage && strings.Count(errb.String(), "\n") == 1
+		for _, w := range c.want {
+			ok = ok && strings.Contains(errb.String(), w)
+		}
+		if !ok {
+			t.Errorf("run %q: exit %d, stderr %q; want exit %d, one line naming %q", c.args, code, errb.String(), exitUsage, c.want)
+		}
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Errorf("a refused run created its data directory: %v", err)
+	}
+}
