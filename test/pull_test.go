@@ -114,6 +114,23 @@ func TestTimelinePullCopiesAWholeTimeline(t *testing.T) {
 	if code, _, stderr := pull(src, dst); code != 1 || !strings.Contains(stderr, "already holds") {
 		t.Fatalf("a second pull: exit %d: %s", code, stderr)
 	}
+	// Into a data directory that does not exist yet (a replaced disk):
+	// nothing is created while the peer cannot be reached; then it is made
+	// and filled.
+	fresh := filepath.Join(t.TempDir(), "replaced", "data")
+	pullFresh := func(from string) (int, string, string) {
+		return runCLI(t, "timeline", "pull", "--from", from, "--data-dir", fresh,
+			"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String(), "--timeout", "10s")
+	}
+	if code, _, stderr := pullFresh("127.0.0.1:1"); code != 1 {
+		t.Fatalf("pull from an unreachable peer: exit %d: %s", code, stderr)
+	}
+	if _, err := os.Stat(fresh); !os.IsNotExist(err) {
+		t.Fatalf("a pull that could not reach its peer left %s behind (%v)", fresh, err)
+	}
+	if code, stdout, stderr := pullFresh(src.Addr); code != 0 || !strings.Contains(stdout, "pulled timeline") {
+		t.Fatalf("pull into a data directory that did not exist: exit %d\n%s%s", code, stdout, stderr)
+	}
 	dst.Start()
 	a, b := statusOf(t, src), statusOf(t, dst)
 	for _, col := range []string{"term", "voted_for", "last_log_term", "flush_lsn", "commit_lsn", "timeline_start_lsn", "system_id", "pg_timeline", "removed_up_to"} {

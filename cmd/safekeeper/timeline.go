@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -80,6 +82,24 @@ func timelinePullCommand() *cli.Command {
 }
 
 func pullTimeline(ctx context.Context, c *cli.Context, from, path string, tenant, timeline proto.ID) error {
+	sec, err := securityFrom(c)
+	if err != nil {
+		return err
+	}
+	// A data directory that does not exist yet (a replaced disk) is
+	// created, but only once the peer has answered: a pull that cannot
+	// start leaves nothing behind.
+	var peer proposer.PeerTimeline
+	fresh := false
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		fresh = true
+		if peer, err = proposer.PeerState(ctx, from, tenant, timeline, 0, sec); err != nil {
+			return fmt.Errorf("timeline pull: %w", err)
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return fmt.Errorf("timeline pull: %w", err)
+		}
+	}
 	db, err := storage.Open(path, storage.Options{Timeout: 200 * time.Millisecond})
 	if errors.Is(err, storage.ErrLocked) {
 		return fmt.Errorf("timeline pull: %s is in use (a safekeeper is running on it?); stop it first: %w", filepath.Dir(path), err)
@@ -97,13 +117,10 @@ func pullTimeline(ctx context.Context, c *cli.Context, from, path string, tenant
 	case local.TimelineStartLSN != 0 && local.FlushLSN > local.TimelineStartLSN:
 		return fmt.Errorf("timeline pull: %s already holds timeline %s/%s (WAL up to %s); nothing copied", filepath.Dir(path), tenant, timeline, local.FlushLSN)
 	}
-	sec, err := securityFrom(c)
-	if err != nil {
-		return err
-	}
-	peer, err := proposer.PeerState(ctx, from, tenant, timeline, 0, sec)
-	if err != nil {
-		return fmt.Errorf("timeline pull: %w", err)
+	if !fresh {
+		if peer, err = proposer.PeerState(ctx, from, tenant, timeline, 0, sec); err != nil {
+			return fmt.Errorf("timeline pull: %w", err)
+		}
 	}
 	first, end := peer.FirstHeld(), peer.Info.FlushLSN
 	if peer.Info.TimelineStartLSN == 0 || first >= end {
