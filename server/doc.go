@@ -12,7 +12,8 @@
 //     write-deadline cap of a shutdown.
 //   - registry.go: the running timelines; opening one from disk or creating
 //     it, single-flight per timeline and outside the server-wide lock (an
-//     open may fsync); choosing the timeline a reader means.
+//     open may fsync); opening every stored timeline at start, in the
+//     background with a few workers; choosing the timeline a reader means.
 //   - timeline.go: a timeline's owner goroutine. It alone drives the
 //     timeline's acceptor.Session, feeding it what the push connections'
 //     readers queue (a bounded channel: backpressure reaches TCP), and acts

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
@@ -79,6 +82,74 @@ func (s *Server) openTimeline(key proto.TimelineKey, create *proto.ServerInfo) (
 		s.openWG.Done()
 		return op.t, op.err
 	}
+}
+
+// openAtStartWorkers bounds the opens openStored runs at once. An open is
+// a read transaction (the control record, the WAL bucket's ends, the
+// slots) and two goroutines started; it writes only to cut WAL above
+// flush_lsn. Four keep a cold disk's reads overlapping without taking
+// the cores a server that already serves needs.
+const openAtStartWorkers = 4
+
+// openStored opens every stored timeline, as Neon's safekeeper loads its
+// timelines at start, so that their metrics and the timeline list are there
+// before any client asks for them. Serve runs it in the background (it
+// counts in openWG): the server serves meanwhile, and a client that asks
+// for a timeline not yet open opens it itself (single-flight with this).
+// At most openAtStartWorkers opens run at once. A timeline that fails to
+// open is logged and left for a client's open to retry; one deleted since
+// the list was read is skipped; shutdown stops it after the opens under
+// way. It logs one line at the end: the count and the time taken.
+func (s *Server) openStored() {
+	defer s.openWG.Done()
+	start := time.Now()
+	keys, err := s.db.Timelines()
+	if err != nil {
+		if !s.isStopping() {
+			s.log.Error("could not list the stored timelines to open them at start; each opens when a client asks for it", "err", err)
+		}
+		return
+	}
+	var (
+		next                 atomic.Int64
+		opened, gone, failed atomic.Int64
+		wg                   sync.WaitGroup
+	)
+	for range min(openAtStartWorkers, len(keys)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(keys)) || s.isStopping() {
+					return
+				}
+				key := keys[i]
+				_, err := s.timelineByKey(key)
+				var pe *pgwire.Error
+				switch {
+				case err == nil:
+					opened.Add(1)
+				case s.isStopping():
+					return
+				case errors.As(err, &pe) && pe.Code == pgwire.UndefinedObject:
+					gone.Add(1) // deleted since the list was read, or being deleted
+				default:
+					failed.Add(1)
+					s.log.Error("could not open timeline at start; a client's open retries it", "tenant_id", key.TenantID.String(),
+						"timeline_id", key.TimelineID.String(), "err", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if s.isStopping() {
+		s.log.Info("stopped opening the stored timelines: shutting down", "opened", opened.Load(), "stored", len(keys),
+			"duration", time.Since(start).Round(time.Millisecond))
+		return
+	}
+	s.log.Info("opened the stored timelines", "timelines", opened.Load(), "failed", failed.Load(), "deleted", gone.Load(),
+		"duration", time.Since(start).Round(time.Millisecond))
 }
 
 // opening is an open of a timeline in progress; done is closed when t or

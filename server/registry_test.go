@@ -38,7 +38,8 @@ func TestSlowTimelineOpenDoesNotStopOthers(t *testing.T) {
 	defer release() // a failing test must not leave the open hanging
 	var opens atomic.Int32
 	entered := make(chan struct{}, 4)
-	s = startHookedServer(t, dir, nil, hooks{beforeOpen: func(k proto.TimelineKey) {
+	// lazyOpen: the opens here are the clients', not the opens at start.
+	s = startHookedServer(t, dir, nil, hooks{lazyOpen: true, beforeOpen: func(k proto.TimelineKey) {
 		if k == slow {
 			opens.Add(1)
 			entered <- struct{}{}
@@ -131,7 +132,9 @@ func TestShutdownWaitsForTimelineOpens(t *testing.T) {
 	release := sync.OnceFunc(func() { close(gate) })
 	defer release()
 	entered := make(chan struct{}, 1)
-	s = startHookedServer(t, dir, func(c *Config) { c.ListenHTTP = "127.0.0.1:0" }, hooks{beforeOpen: func(k proto.TimelineKey) {
+	// lazyOpen: the open is the HTTP API's (openstored_test.go has the
+	// opens at start).
+	s = startHookedServer(t, dir, func(c *Config) { c.ListenHTTP = "127.0.0.1:0" }, hooks{lazyOpen: true, beforeOpen: func(k proto.TimelineKey) {
 		if k == key {
 			entered <- struct{}{}
 			<-gate

@@ -241,10 +241,10 @@ type Server struct {
 	conns     map[net.Conn]struct{}
 	connWG    sync.WaitGroup
 	ownerWG   sync.WaitGroup
-	// openWG counts the timeline opens under way (registry.go). Added to
-	// under mu and only while not stopping, so Shutdown, which marks
-	// stopping under mu, can wait for it before it stops the owners and
-	// closes the database.
+	// openWG counts the timeline opens under way and the opens at start
+	// (openStored) (registry.go). Added to under mu and only while not
+	// stopping, so Shutdown, which marks stopping under mu, can wait for it
+	// before it stops the owners and closes the database.
 	openWG sync.WaitGroup
 
 	hooks hooks // tests only
@@ -273,6 +273,9 @@ type hooks struct {
 	persistInterval time.Duration
 	// httpWAL runs in a GET .../wal handler once it holds its slot.
 	httpWAL func()
+	// lazyOpen skips opening the stored timelines at start (openStored):
+	// they open when a client asks for them, as before it.
+	lazyOpen bool
 }
 
 func newServer(cfg Config, h hooks) (*Server, error) {
@@ -378,10 +381,18 @@ func (s *Server) isStopping() bool {
 }
 
 // Serve accepts connections until Shutdown. It returns nil after Shutdown.
+// Meanwhile it opens every stored timeline in the background (openStored),
+// so their metrics are there before any client connects.
 func (s *Server) Serve() error {
 	s.log.Info("safekeeper listening", "addr", s.ln.Addr().String(), "node_id", s.cfg.NodeID, "data_dir", s.cfg.DataDir,
 		"tls", s.certs != nil, "tls_required", s.cfg.TLSRequired)
 	go s.mem.run(s.ctx, s)
+	s.mu.Lock()
+	if !s.isStopping() && !s.hooks.lazyOpen { // openWG only while not stopping: Shutdown waits for it
+		s.openWG.Add(1)
+		go s.openStored()
+	}
+	s.mu.Unlock()
 	go s.watchDisk()
 	if s.certs != nil {
 		go s.certs.watch(s.ctx)
