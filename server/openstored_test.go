@@ -276,3 +276,46 @@ func TestShutdownDuringOpenAtStart(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAtStartSkipsADeletedTimeline: a timeline deleted after the opens
+// at start listed the stored ones (here: removed from storage just before
+// its open reads it) is skipped quietly, counted as deleted in the closing
+// line, not logged as a failure; the others open.
+func TestOpenAtStartSkipsADeletedTimeline(t *testing.T) {
+	dir := t.TempDir()
+	want := storeTimelines(t, dir, 3)
+	gone := proto.TimelineKey{TenantID: tTenant, TimelineID: proto.ID{0xbb, 0x11}}
+	delete(want, gone)
+	var logs syncBuffer
+	var s *Server
+	ready := make(chan struct{})
+	s = startHookedServer(t, dir, func(c *Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}, hooks{beforeOpen: func(k proto.TimelineKey) {
+		<-ready // s is set
+		if k == gone {
+			if err := s.db.DeleteTimeline(k.TenantID, k.TimelineID); err != nil {
+				t.Errorf("deleting %s: %v", k, err)
+			}
+		}
+	}})
+	close(ready)
+	waitFor(t, "the line that ends the opens at start", func() bool { return strings.Contains(logs.String(), `"opened the stored timelines"`) })
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", l)
+		}
+		if m["level"] == "ERROR" || m["level"] == "WARN" {
+			t.Errorf("a deleted timeline logged as a failure: %v", m)
+		}
+		if m["msg"] == "opened the stored timelines" && (m["timelines"] != float64(len(want)) || m["deleted"] != float64(1) || m["failed"] != float64(0)) {
+			t.Errorf("the closing line: %v, want %d opened, 1 deleted, 0 failed", m, len(want))
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.timelines) != len(want) || s.timelines[gone] != nil {
+		t.Errorf("%d timelines open (the deleted one: %v), want the %d still stored", len(s.timelines), s.timelines[gone] != nil, len(want))
+	}
+}
