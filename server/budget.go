@@ -21,36 +21,59 @@ type budget struct {
 	share  int64 // per tenant
 
 	mu      sync.Mutex
-	tenants map[proto.ID]*semaphore.Weighted // created on first use, never removed (one per tenant)
+	tenants map[proto.ID]*tenantBudget // the tenants holding or waiting for budget
+}
+
+// tenantBudget is one tenant's share; refs counts its acquires under way
+// and held, and it is dropped when none is left (its share is then whole),
+// so the map does not grow with tenant churn.
+type tenantBudget struct {
+	sem  *semaphore.Weighted
+	refs int
 }
 
 func newBudget(total int64) *budget {
 	share := min(max(total/2, proto.MaxWALPerRequest+1024), total)
-	return &budget{global: semaphore.NewWeighted(total), share: share, tenants: map[proto.ID]*semaphore.Weighted{}}
+	return &budget{global: semaphore.NewWeighted(total), share: share, tenants: map[proto.ID]*tenantBudget{}}
 }
 
-func (b *budget) tenant(id proto.ID) *semaphore.Weighted {
+// ref returns tenant id's share, counting one more user of it.
+func (b *budget) ref(id proto.ID) *semaphore.Weighted {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s, ok := b.tenants[id]
+	t, ok := b.tenants[id]
 	if !ok {
-		s = semaphore.NewWeighted(b.share)
-		b.tenants[id] = s
+		t = &tenantBudget{sem: semaphore.NewWeighted(b.share)}
+		b.tenants[id] = t
 	}
-	return s
+	t.refs++
+	return t.sem
+}
+
+// unref undoes one ref of tenant id, after its bytes went back.
+func (b *budget) unref(id proto.ID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.tenants[id]
+	if t.refs--; t.refs == 0 {
+		delete(b.tenants, id)
+	}
 }
 
 // cost is what a message of n bytes takes.
 func (b *budget) cost(n int) int64 { return min(int64(n), b.share) }
 
 // acquire takes cost bytes for tenant: its share first, then the server's.
+// Each acquire that succeeds is undone by one release.
 func (b *budget) acquire(ctx context.Context, tenant proto.ID, cost int64) error {
-	t := b.tenant(tenant)
+	t := b.ref(tenant)
 	if err := t.Acquire(ctx, cost); err != nil {
+		b.unref(tenant)
 		return err
 	}
 	if err := b.global.Acquire(ctx, cost); err != nil {
 		t.Release(cost)
+		b.unref(tenant)
 		return err
 	}
 	return nil
@@ -58,5 +81,9 @@ func (b *budget) acquire(ctx context.Context, tenant proto.ID, cost int64) error
 
 func (b *budget) release(tenant proto.ID, cost int64) {
 	b.global.Release(cost)
-	b.tenant(tenant).Release(cost)
+	b.mu.Lock()
+	t := b.tenants[tenant].sem
+	b.mu.Unlock()
+	t.Release(cost)
+	b.unref(tenant)
 }

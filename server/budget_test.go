@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/binary"
 	"testing"
 
@@ -40,4 +41,40 @@ func TestStalledPushersOfOneTenantDoNotStopOthers(t *testing.T) {
 	if resp.FlushLSN != p.pos {
 		t.Fatalf("the other tenant's push: flush_lsn %s, want %s", resp.FlushLSN, p.pos)
 	}
+}
+
+// TestBudgetForgetsIdleTenants: a tenant's share is kept only while it
+// holds or waits for budget, so tenant churn does not grow the map; a
+// share dropped and made again is whole.
+func TestBudgetForgetsIdleTenants(t *testing.T) {
+	b := newBudget(4 << 20)
+	ctx := context.Background()
+	for i := range 100 {
+		id := proto.ID{0xee, byte(i)}
+		if err := b.acquire(ctx, id, b.share); err != nil {
+			t.Fatal(err)
+		}
+		b.release(id, b.share)
+	}
+	// One that waits and gives up, one that holds.
+	held := proto.ID{0xee, 0xff}
+	if err := b.acquire(ctx, held, b.share); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := b.acquire(cctx, held, 1); err == nil {
+		t.Fatal("an acquire over the tenant's share succeeded")
+	}
+	if n := len(b.tenants); n != 1 {
+		t.Fatalf("%d tenants remembered, want 1 (the one holding budget)", n)
+	}
+	b.release(held, b.share)
+	if n := len(b.tenants); n != 0 {
+		t.Fatalf("%d tenants remembered after every release, want 0", n)
+	}
+	if err := b.acquire(ctx, held, b.share); err != nil {
+		t.Fatalf("the whole share again: %v", err)
+	}
+	b.release(held, b.share)
 }
