@@ -128,6 +128,8 @@ func (a *httpAPI) readyz(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{http.StatusServiceUnavailable, "shutting_down", "the safekeeper is shutting down"})
 	case a.s.db.CheckWritable() != nil:
 		writeError(w, &apiError{http.StatusServiceUnavailable, "storage", "storage is not writable: " + a.s.db.CheckWritable().Error()})
+	case a.s.disk.tripped.Load():
+		writeError(w, &apiError{http.StatusServiceUnavailable, "disk_full", "the disk circuit breaker refuses new WAL: " + *a.s.disk.why.Load()})
 	default:
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	}

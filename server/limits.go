@@ -33,10 +33,14 @@ import (
 //     replication slots are in use".
 //   - The disk circuit breaker: new WAL is refused with FATAL 53100 when the
 //     data directory's file system has less free space than the reserve
-//     (autoDiskReserve, or MinFreeDisk), when the database file reaches
-//     MaxDiskUsage, or when a timeline's WAL reaches MaxTimelineDiskUsage.
-//     Reads go on. The disk is checked every diskCheckInterval, so WAL is
-//     taken again by itself once space returns (the proposer reconnects).
+//     (autoDiskReserve, or MinFreeDisk), when the database file's pages in
+//     use reach MaxDiskUsage, or when a timeline's WAL reaches
+//     MaxTimelineDiskUsage. The room inside the database file
+//     (storage.DB.ReusableBytes: bbolt's free pages, which a DELETE or
+//     retention leaves since the file never shrinks) counts as free for
+//     both. Reads go on, and /readyz answers 503. The disk is checked every
+//     diskCheckInterval, so WAL is taken again by itself once space returns
+//     (the proposer reconnects).
 
 const (
 	maxRefusing       = 512
@@ -101,11 +105,20 @@ func autoDiskReserve(total uint64, bufferedWAL int64) uint64 {
 // checkDisk reads the file system and the database size and sets the
 // breaker.
 func (s *Server) checkDisk() {
+	statfs := unix.Statfs
+	if s.hooks.statfs != nil {
+		statfs = s.hooks.statfs
+	}
 	var fs unix.Statfs_t
-	if err := unix.Statfs(s.cfg.DataDir, &fs); err != nil {
+	if err := statfs(s.cfg.DataDir, &fs); err != nil {
 		return
 	}
-	free := fs.Bavail * uint64(fs.Bsize)
+	// Room inside the database file counts as free: bbolt's file never
+	// shrinks, so after retention or a DELETE the space is in its free
+	// pages, which new WAL takes before the file grows.
+	reusable := s.db.ReusableBytes()
+	used := max(s.db.FileSize()-reusable, 0)
+	free := fs.Bavail*uint64(fs.Bsize) + uint64(reusable)
 	total := fs.Blocks * uint64(fs.Bsize)
 	reserve, rule := autoDiskReserve(total, s.cfg.MaxBufferedWAL), "auto"
 	switch m := s.cfg.MinFreeDisk; {
@@ -117,9 +130,10 @@ func (s *Server) checkDisk() {
 	why := ""
 	switch {
 	case free < reserve:
-		why = fmt.Sprintf("the file system of %s has %d bytes free, below the reserve of %d (%s)", s.cfg.DataDir, free, reserve, rule)
-	case s.cfg.MaxDiskUsage > 0 && s.db.FileSize() >= s.cfg.MaxDiskUsage:
-		why = fmt.Sprintf("the database file holds %d bytes, at --max-disk-usage %d", s.db.FileSize(), s.cfg.MaxDiskUsage)
+		why = fmt.Sprintf("the file system of %s has %d bytes free (with %d free inside the database file), below the reserve of %d (%s)",
+			s.cfg.DataDir, free, reusable, reserve, rule)
+	case s.cfg.MaxDiskUsage > 0 && used >= s.cfg.MaxDiskUsage:
+		why = fmt.Sprintf("the database file holds %d bytes in use (%d free inside it), at --max-disk-usage %d", used, reusable, s.cfg.MaxDiskUsage)
 	}
 	s.disk.free.Store(free)
 	s.disk.checked.Store(time.Now().UnixNano())

@@ -2,10 +2,15 @@ package server
 
 import (
 	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 
 	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
@@ -92,5 +97,101 @@ func TestAutoDiskReserve(t *testing.T) {
 		if got := autoDiskReserve(c.total, c.buffer); got != c.want {
 			t.Errorf("%s: autoDiskReserve(%d, %d) = %d, want %d", c.name, c.total, c.buffer, got, c.want)
 		}
+	}
+}
+
+// tryPush sends n records of size bytes as WAL and reads the answers; it
+// returns the first error (a refusal ends the connection).
+func tryPush(p *testPush, n, size int) error {
+	for i := 0; i < n; i++ {
+		p.gen.Record(size)
+	}
+	wal := p.gen.Take()
+	reqs := 0
+	for off := 0; off < len(wal); off += proto.MaxWALPerRequest {
+		chunk := wal[off:min(off+proto.MaxWALPerRequest, len(wal))]
+		err := p.c.Send(&proto.SafeKeeperRequest{Sender: p.ballot, BeginLSN: p.pos, EndLSN: p.pos + lsn(len(chunk)), CommitLSN: p.pos + lsn(len(chunk)), WAL: chunk})
+		if err != nil {
+			break // the refusal is read below
+		}
+		p.pos += lsn(len(chunk))
+		reqs++
+	}
+	for i := 0; i < max(reqs, 1); i++ {
+		if _, err := p.c.Recv(p.ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestDiskBreakerCountsFreePagesInsideTheFile: bbolt's file never
+// shrinks. With --max-disk-usage reached, or the file system's free space
+// below the reserve, the breaker refuses WAL (53100) and /readyz answers
+// 503; after the timeline is deleted its pages are free inside the file
+// (which is as large as before), and they count as free: the breaker
+// resets, /readyz is 200 again and another timeline takes WAL.
+func TestDiskBreakerCountsFreePagesInsideTheFile(t *testing.T) {
+	const limit = 4 << 20
+	// diskOf2Limits is a file system of 2×limit holding the database file
+	// alone.
+	diskOf2Limits := func(dir string, fs *unix.Statfs_t) error {
+		fs.Bsize, fs.Blocks, fs.Bavail = 1, 2*limit, 2*limit
+		if fi, err := os.Stat(filepath.Join(dir, "safekeeper.db")); err == nil {
+			fs.Bavail -= uint64(min(fi.Size(), 2*limit))
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		name  string
+		tweak func(*Config)
+		h     hooks
+	}{
+		{"max-disk-usage", func(c *Config) { c.MaxDiskUsage, c.MinFreeDisk = limit, -1 }, hooks{}},
+		{"min-free-disk", func(c *Config) { c.MinFreeDisk = limit }, hooks{statfs: diskOf2Limits}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := startHookedServer(t, t.TempDir(), func(cfg *Config) {
+				cfg.ListenHTTP = "127.0.0.1:0"
+				c.tweak(cfg)
+			}, c.h)
+			base := "http://" + s.HTTPAddr().String()
+			addr := s.Addr().String()
+			var e map[string]string
+			if code := getJSON(t, base+"/readyz", &e); code != http.StatusOK {
+				t.Fatalf("/readyz before any WAL: %d %v", code, e)
+			}
+			p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
+			var err error
+			for i := 0; err == nil; i++ {
+				if i == 64 {
+					t.Fatalf("no refusal after %d MiB of WAL; file %d bytes", i/4, s.db.FileSize())
+				}
+				err = tryPush(p, 32, 8000)
+			}
+			wantCode(t, err, pgwire.DiskFull)
+			size := s.db.FileSize()
+			if code := getJSON(t, base+"/readyz", &e); code != http.StatusServiceUnavailable || e["code"] != "disk_full" {
+				t.Fatalf("/readyz with the breaker tripped: %d %v, want 503 disk_full", code, e)
+			}
+			url := fmt.Sprintf("%s/v1/tenant/%s/timeline/%s?force=true", base, tTenant, tTimeline)
+			if code := httpDo(t, "DELETE", url, nil); code != http.StatusOK {
+				t.Fatalf("DELETE: %d", code)
+			}
+			s.checkDisk() // as watchDisk does every diskCheckInterval
+			if s.disk.tripped.Load() {
+				t.Fatalf("the breaker is still tripped after the delete: %s (file %d bytes, %d reusable)", *s.disk.why.Load(), s.db.FileSize(), s.db.ReusableBytes())
+			}
+			if s.db.FileSize() < size {
+				t.Fatalf("the file shrank from %d to %d bytes: the test no longer checks free pages", size, s.db.FileSize())
+			}
+			if code := getJSON(t, base+"/readyz", &e); code != http.StatusOK {
+				t.Fatalf("/readyz after the delete: %d %v", code, e)
+			}
+			p2 := newTestPush(t, addr, proto.ID{0xbb, 2}, 1, hist1(tStart), tStart)
+			if err := tryPush(p2, 32, 8000); err != nil {
+				t.Fatalf("WAL after the delete: %v", err)
+			}
+		})
 	}
 }

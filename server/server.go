@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
@@ -103,13 +105,16 @@ type Config struct {
 	// MaxSlots bounds the replication slots (temporary and persistent) of
 	// a timeline; 53400 beyond. Default 10.
 	MaxSlots int
-	// MaxDiskUsage: at this database file size new WAL is refused (53100).
-	// 0: no such limit (the file system's reserve applies always).
+	// MaxDiskUsage: when the database file's pages in use (its size less
+	// the free pages inside it, which new WAL reuses) reach this, new WAL
+	// is refused (53100). 0: no such limit (the file system's reserve
+	// applies always).
 	MaxDiskUsage int64
 	// MaxTimelineDiskUsage: a timeline holding this much WAL refuses more
 	// (53100). 0: no limit.
 	MaxTimelineDiskUsage int64
-	// MinFreeDisk is the file system's reserve: with less free, new WAL is
+	// MinFreeDisk is the file system's reserve: with less free (counting
+	// the free pages inside the database file as free), new WAL is
 	// refused (53100). 0 (auto): 2% of the file system, at most 1 GiB, but
 	// at least twice MaxBufferedWAL (the WAL read before the breaker trips
 	// is still written) unless that is more than a quarter of the file
@@ -276,6 +281,8 @@ type hooks struct {
 	// lazyOpen skips opening the stored timelines at start (openStored):
 	// they open when a client asks for them, as before it.
 	lazyOpen bool
+	// statfs replaces unix.Statfs in the disk circuit breaker.
+	statfs func(path string, fs *unix.Statfs_t) error
 }
 
 func newServer(cfg Config, h hooks) (*Server, error) {

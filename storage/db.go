@@ -303,6 +303,34 @@ func (db *DB) FileSize() int64 {
 	return fi.Size()
 }
 
+// ReusableBytes returns the bytes inside the database file that new writes
+// take before the file grows: bbolt's free pages, the pending ones (freed
+// by a commit, reused once no older read transaction runs) and the part
+// of the file past the last page in use (bbolt grows the file ahead, in
+// steps of up to 16 MiB). The file never shrinks, so after retention or a
+// timeline's deletion this, not the file's size, says how much room the
+// file has. It is a snapshot: pages in use may be taken or freed meanwhile.
+// 0 if the DB is closed.
+func (db *DB) ReusableBytes() int64 {
+	if db.checkOpen() != nil {
+		return 0
+	}
+	var free int64
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		// Inside a transaction the file stays mapped (Info needs it).
+		st := db.bolt.Stats()
+		free = int64(st.FreePageN+st.PendingPageN) * int64(db.bolt.Info().PageSize)
+		if tail := db.FileSize() - tx.Size(); tail > 0 {
+			free += tail
+		}
+		return nil
+	})
+	if err != nil {
+		return 0
+	}
+	return free
+}
+
 // CheckWritable reports whether the DB takes writes: open, not read-only,
 // and its directory's file system not read-only or out of space.
 func (db *DB) CheckWritable() error {

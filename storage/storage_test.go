@@ -1176,3 +1176,71 @@ func TestDeleteTimeline(t *testing.T) {
 		t.Fatalf("recreated timeline's slots: %v, %v", slots, err)
 	}
 }
+
+// TestReusableBytesAfterDelete: bbolt's file never shrinks, so the room a
+// deleted timeline leaves is inside it. ReusableBytes counts it (free and
+// pending pages), also after a reopen (the freelist is rebuilt), and new
+// WAL fills that room before the file grows.
+func TestReusableBytesAfterDelete(t *testing.T) {
+	const walBytes = 8 << 20
+	path := testPath(t)
+	db := openTest(t, path, Options{UnsafeNoFsync: true})
+	st := testState(1)
+	tl, err := db.CreateTimeline(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for lsn := proto.LSN(0x1000000); lsn < 0x1000000+walBytes; lsn += testSegSize {
+		if err := tl.WriteWAL(lsn, walData(lsn, testSegSize, 1)); err != nil {
+			t.Fatal(err)
+		}
+		st.TimelineStartLSN, st.FlushLSN = 0x1000000, lsn+testSegSize
+		if err := tl.Commit(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	size, before := db.FileSize(), db.ReusableBytes()
+	if size < walBytes {
+		t.Fatalf("file of %d bytes after %d bytes of WAL", size, walBytes)
+	}
+	if err := db.DeleteTimeline(st.TenantID, st.TimelineID); err != nil {
+		t.Fatal(err)
+	}
+	if db.FileSize() != size {
+		t.Fatalf("file size %d after the delete, was %d: the test assumes bbolt never shrinks it", db.FileSize(), size)
+	}
+	after := db.ReusableBytes()
+	if after-before < walBytes {
+		t.Fatalf("ReusableBytes %d before the delete, %d after: want at least %d more", before, after, walBytes)
+	}
+	if after > size {
+		t.Fatalf("ReusableBytes %d is more than the file's %d bytes", after, size)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, path, Options{UnsafeNoFsync: true})
+	if got := db.ReusableBytes(); got < walBytes {
+		t.Fatalf("ReusableBytes after reopen = %d, want at least %d", got, walBytes)
+	}
+	st2 := testState(2)
+	tl, err = db.CreateTimeline(st2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for lsn := proto.LSN(0x1000000); lsn < 0x1000000+walBytes/2; lsn += testSegSize {
+		if err := tl.WriteWAL(lsn, walData(lsn, testSegSize, 2)); err != nil {
+			t.Fatal(err)
+		}
+		st2.TimelineStartLSN, st2.FlushLSN = 0x1000000, lsn+testSegSize
+		if err := tl.Commit(st2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if db.FileSize() != size {
+		t.Fatalf("file grew from %d to %d bytes though %d were free inside", size, db.FileSize(), after)
+	}
+	if got := db.ReusableBytes(); got > after-walBytes/2+walBytes/8 {
+		t.Fatalf("ReusableBytes %d after writing %d bytes into %d free", got, walBytes/2, after)
+	}
+}
