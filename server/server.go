@@ -414,6 +414,8 @@ func (s *Server) Serve() error {
 			go s.http.srv.Serve(s.http.ln)
 		}
 	}
+	var backoff time.Duration // while accept fails for lack of descriptors
+	failures := 0
 	for {
 		nc, err := s.ln.Accept()
 		if err != nil {
@@ -424,7 +426,28 @@ func (s *Server) Serve() error {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
-			return err
+			if !acceptRetryable(err) {
+				return err
+			}
+			// Out of file descriptors (or kernel memory): the connections
+			// already open go on, and accept is retried after a pause, as
+			// net/http's Server does, rather than the port being closed.
+			if failures == 0 {
+				s.log.Warn("accept failed; retrying with backoff (raise the open files limit, ulimit -n, or lower --max-connections)", "err", err)
+			}
+			failures++
+			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-s.ctx.Done():
+				t.Stop()
+			}
+			continue
+		}
+		if failures > 0 {
+			s.log.Info("accept works again", "failed_accepts", failures)
+			failures, backoff = 0, 0
 		}
 		nc = &limitedConn{Conn: nc, limit: &s.writeLimit}
 		s.mu.Lock()
@@ -463,6 +486,24 @@ func (s *Server) Serve() error {
 			s.serveConn(nc)
 		}()
 	}
+}
+
+// The pause between accepts that failed for want of a descriptor: 5 ms,
+// doubling to 1 s (net/http's Server.Serve).
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
+// acceptRetryable reports whether an accept error is a shortage that
+// passes (EMFILE, ENFILE, ENOBUFS, ENOMEM) rather than a closed listener.
+func acceptRetryable(err error) bool {
+	for _, e := range []error{unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // Shutdown stops accepting, ends every stream after making what it sent

@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -489,4 +491,76 @@ func TestFailedListenDoesNotClaimTheDataDir(t *testing.T) {
 	defer cancel()
 	s.Shutdown(ctx)
 	<-served
+}
+
+// shortListener fails its first accepts as a process out of file
+// descriptors does, then accepts from the real listener.
+type shortListener struct {
+	net.Listener
+	errs  []error
+	calls []time.Time // when each failing Accept was called
+}
+
+func (l *shortListener) Accept() (net.Conn, error) {
+	if len(l.errs) > 0 {
+		err := l.errs[0]
+		l.errs = l.errs[1:]
+		l.calls = append(l.calls, time.Now())
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: os.NewSyscallError("accept4", err)}
+	}
+	return l.Listener.Accept()
+}
+
+// TestAcceptSurvivesTooManyOpenFiles: accept failing with EMFILE or
+// ENFILE does not end Serve: it is retried after a pause of 5 ms doubling
+// each time (net/http's), logged once, and the next client is served.
+func TestAcceptSurvivesTooManyOpenFiles(t *testing.T) {
+	var logs syncBuffer
+	cfg := Config{NodeID: 1, ListenPG: "127.0.0.1:0", DataDir: t.TempDir(), UnsafeNoFsync: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	s, err := newServer(cfg, hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &shortListener{Listener: s.ln, errs: []error{syscall.EMFILE, syscall.EMFILE, syscall.EMFILE, syscall.ENFILE, syscall.ENFILE}}
+	s.ln = ln
+	var serveErr error
+	served := make(chan struct{})
+	go func() { serveErr = s.Serve(); close(served) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+		<-served
+	})
+	// Connect returns once the server answered the startup (ReadyForQuery).
+	connected := make(chan error, 1)
+	go func() {
+		c, err := pgconn.Connect(testCtx(t), "host=127.0.0.1 port="+strconv.Itoa(s.Addr().(*net.TCPAddr).Port)+" user=tester sslmode=disable")
+		if err == nil {
+			c.Close(context.Background())
+		}
+		connected <- err
+	}()
+	select {
+	case <-served:
+		t.Fatalf("Serve returned %v", serveErr)
+	case err := <-connected:
+		if err != nil {
+			t.Fatalf("a client after the failed accepts: %v", err)
+		}
+	}
+	// The failed accepts were all made before the client's (Accept runs in
+	// Serve's goroutine alone), so ln.calls is complete.
+	for i := 1; i < len(ln.calls); i++ {
+		if gap, want := ln.calls[i].Sub(ln.calls[i-1]), acceptBackoffMin<<(i-1); gap < want {
+			t.Errorf("accept %d came %v after the one before, want at least %v", i+1, gap, want)
+		}
+	}
+	if n := strings.Count(logs.String(), "accept failed"); n != 1 {
+		t.Errorf("accept failures logged %d times, want once:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "failed_accepts=5") {
+		t.Errorf("the recovery not logged with its count:\n%s", logs.String())
+	}
 }
