@@ -154,6 +154,7 @@ type Stats struct {
 // state and WAL of every timeline. It is safe for concurrent use.
 type DB struct {
 	bolt *bolt.DB
+	path string // bolt.Path() reads a field Close writes
 	opts Options
 	log  *slog.Logger
 
@@ -222,6 +223,7 @@ func open(path string, opts Options, hooks testHooks) (*DB, error) {
 	}
 	db := &DB{
 		bolt:      bdb,
+		path:      bdb.Path(),
 		opts:      opts,
 		log:       opts.Logger,
 		hooks:     hooks,
@@ -282,7 +284,7 @@ func (db *DB) Close() error {
 }
 
 // Path returns the database file's path.
-func (db *DB) Path() string { return db.bolt.Path() }
+func (db *DB) Path() string { return db.path }
 
 // Stats returns the DB's counters.
 func (db *DB) Stats() Stats {
@@ -296,7 +298,7 @@ func (db *DB) Stats() Stats {
 // FileSize returns the size of the database file in bytes (0 if it cannot
 // be read).
 func (db *DB) FileSize() int64 {
-	fi, err := os.Stat(db.bolt.Path())
+	fi, err := os.Stat(db.path)
 	if err != nil {
 		return 0
 	}
@@ -338,7 +340,7 @@ func (db *DB) CheckWritable() error {
 		return err
 	}
 	var fs unix.Statfs_t
-	if err := unix.Statfs(filepath.Dir(db.bolt.Path()), &fs); err != nil {
+	if err := unix.Statfs(filepath.Dir(db.path), &fs); err != nil {
 		return err
 	}
 	if fs.Flags&unix.ST_RDONLY != 0 {
