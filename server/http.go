@@ -103,7 +103,8 @@ func newHTTPAPI(s *Server, ln net.Listener) *httpAPI {
 		}
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
-	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: min(10*time.Second, s.cfg.HTTPReadTimeout),
+		ReadTimeout: s.cfg.HTTPReadTimeout, IdleTimeout: s.cfg.HTTPIdleTimeout}
 	return a
 }
 

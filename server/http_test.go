@@ -1,12 +1,14 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -370,5 +372,38 @@ func TestRetainedWALGaugeMatchesTimelineDetail(t *testing.T) {
 	}
 	if got := lsn(timelineGauge(t, fams, "safekeeper_flush_lsn")); got != tl.FlushLSN {
 		t.Fatalf("flush_lsn moved between the detail (%s) and the scrape (%s): the comparison is void", tl.FlushLSN, got)
+	}
+}
+
+// TestHTTPIdleConnectionClosed: a keep-alive connection left idle after
+// an answer is closed by the server after Config.HTTPIdleTimeout.
+func TestHTTPIdleConnectionClosed(t *testing.T) {
+	const idle = 200 * time.Millisecond
+	s := startTestServer(t, t.TempDir(), func(c *Config) { c.ListenHTTP, c.HTTPIdleTimeout = "127.0.0.1:0", idle })
+	nc, err := net.Dial("tcp", s.HTTPAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := io.WriteString(nc, "GET /healthz HTTP/1.1\r\nHost: sk\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(nc)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("answer %d, close %v: want 200 on a kept-alive connection", resp.StatusCode, resp.Close)
+	}
+	answered := time.Now()
+	nc.SetReadDeadline(time.Now().Add(tTimeout))
+	if n, err := br.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("idle connection: read %d bytes, %v; want EOF", n, err)
+	}
+	if waited := time.Since(answered); waited < idle*3/4 || waited > tTimeout/2 {
+		t.Fatalf("idle connection closed after %v, want about %v", waited, idle)
 	}
 }

@@ -32,6 +32,16 @@ type Config struct {
 	ListenHTTP string
 	// EnablePprof serves /debug/pprof/ on the HTTP API.
 	EnablePprof bool
+	// HTTPReadTimeout bounds reading one HTTP request, headers and body
+	// (net/http's ReadTimeout; the headers alone get at most 10 s). It
+	// does not bound the answer: net/http lifts the read deadline once the
+	// request is read, so GET .../wal and pprof's profile stream on.
+	// Default 30 s.
+	HTTPReadTimeout time.Duration
+	// HTTPIdleTimeout closes a keep-alive HTTP connection idle this long
+	// between requests. Default 2 min. There is no write timeout: WAL
+	// answers stream for as long as the client reads.
+	HTTPIdleTimeout time.Duration
 	// DataDir holds the bbolt file; created if missing.
 	DataDir string
 	// Logger receives the server's logs; nil discards them.
@@ -153,6 +163,12 @@ func (c *Config) withDefaults() error {
 	}
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = 1000
+	}
+	if c.HTTPReadTimeout <= 0 {
+		c.HTTPReadTimeout = 30 * time.Second
+	}
+	if c.HTTPIdleTimeout <= 0 {
+		c.HTTPIdleTimeout = 2 * time.Minute
 	}
 	if c.AuthenticationTimeout <= 0 {
 		c.AuthenticationTimeout = time.Minute
