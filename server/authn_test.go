@@ -112,6 +112,19 @@ func TestTokenAuth(t *testing.T) {
 		_, err := cA.Exec(ctx, q).ReadAll()
 		wantPg(q+" on tenant B with A's token", err, pgwire.InvalidAuthorizationSpecification)
 	}
+	// Setting names are case-insensitive (as PostgreSQL's): another case
+	// of tenant_id names tenant B all the same, and A's token is refused
+	// there rather than served its own tenant's timeline.
+	for _, opts := range []string{"-c TENANT_ID=%s -c timeline_id=%s", "-c Tenant_Id=%s -c TIMELINE_ID=%s", "--TENANT-ID=%s --timeline-id=%s"} {
+		c, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=reader password=%s sslmode=disable replication=true options='%s'",
+			host, port, tokA, fmt.Sprintf(opts, tenantB, tTimeline)))
+		if err != nil {
+			t.Fatalf("connect with A's token and options %q: %v", opts, err)
+		}
+		_, err = c.Exec(ctx, "IDENTIFY_SYSTEM").ReadAll()
+		c.Close(ctx)
+		wantPg("IDENTIFY_SYSTEM with A's token and options "+opts, err, pgwire.InvalidAuthorizationSpecification)
+	}
 	cB, err := conn(tenantB, tokB)
 	if err != nil {
 		t.Fatalf("connect with B's token: %v", err)

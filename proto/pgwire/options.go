@@ -16,8 +16,10 @@ import (
 // Words are separated by ASCII white space; a backslash makes the next
 // character literal (so "\ " is a space inside a value and "\\" a
 // backslash), as libpq users write it. Dashes in names become underscores,
-// like PostgreSQL's ParseLongOption; names keep their case. A later setting of
-// a name replaces an earlier one. Any other switch or a word without "=" is an
+// like PostgreSQL's ParseLongOption, and names are folded to lower case
+// (ASCII only), as PostgreSQL compares setting names: "-c TENANT_ID=x" sets
+// tenant_id, and cannot slip past a check of it. A later setting of a name
+// replaces an earlier one, whatever the case of either. Any other switch or a word without "=" is an
 // error (an *Error with InvalidParameterValue). The empty string gives an
 // empty map.
 func ParseOptions(s string) (map[string]string, error) {
@@ -51,9 +53,24 @@ func ParseOptions(s string) (map[string]string, error) {
 		if !ok || name == "" {
 			return nil, Errorf(InvalidParameterValue, "invalid options %q: %q is not name=value", s, setting)
 		}
-		out[strings.ReplaceAll(name, "-", "_")] = value
+		out[foldName(name)] = value
 	}
 	return out, nil
+}
+
+// foldName is a setting's name as PostgreSQL compares it
+// (guc_name_compare): dashes as underscores, ASCII letters lower case.
+func foldName(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		switch {
+		case c == '-':
+			b[i] = '_'
+		case 'A' <= c && c <= 'Z':
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // splitOptions is PostgreSQL's pg_split_opts: words separated by white space,

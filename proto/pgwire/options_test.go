@@ -23,6 +23,10 @@ func TestParseOptions(t *testing.T) {
 		{`-c empty=`, map[string]string{"empty": ""}},
 		{`-c a=x\`, map[string]string{"a": "x"}}, // a trailing backslash is dropped
 		{"\n-c\va=1\r\f", map[string]string{"a": "1"}},
+		// Names are case-insensitive, as PostgreSQL's; values keep their case.
+		{"-c TENANT_ID=AB --Timeline-Id=Cd", map[string]string{"tenant_id": "AB", "timeline_id": "Cd"}},
+		{"-c tenant_id=ab -c Tenant_Id=cd", map[string]string{"tenant_id": "cd"}},
+		{"-c Sk.\u212Aey=1", map[string]string{"sk.\u212aey": "1"}}, // ASCII letters only (not the Kelvin sign)
 	} {
 		got, err := ParseOptions(tc.in)
 		if err != nil || !maps.Equal(got, tc.want) {
