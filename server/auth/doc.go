@@ -49,6 +49,11 @@
 //     (Neon's pageserverapi, admin, generations_api, ...), a tenant scope
 //     without tenant_id, or a tenant_id that is not 32 hex digits is
 //     refused. Other claims (iss, sub, aud, jti, ...) are ignored.
+//   - One meaning per token: a key twice in the header or the claims (at
+//     any depth; decoders differ on which one wins), a claim named in
+//     another case ("Tenant_Id", "EXP", even "ſcope": encoding/json would
+//     match it case-insensitively) and a "crit" header (no extension is
+//     understood here, RFC 7515 §4.1.11) are refused.
 //
 // Every refusal of Verify wraps ErrUnauthorized, with the reason after it
 // for the server's log; a client is told only that it is unauthorized. A

@@ -1,9 +1,13 @@
 package auth
 
 import (
+	"bytes"
 	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -145,6 +149,9 @@ func (v *Verifier) verifyAt(token string, now time.Time) (*Claims, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
+	if err := checkStrict(token); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnauthorized, err)
+	}
 	c := &Claims{Scope: Scope(tc.Scope)}
 	if tc.ExpiresAt != nil {
 		c.ExpiresAt = tc.ExpiresAt.Time
@@ -169,6 +176,125 @@ func (v *Verifier) verifyAt(token string, now time.Time) (*Claims, error) {
 		return nil, fmt.Errorf("%w: scope %q is not one a safekeeper accepts (%q, %q)", ErrUnauthorized, c.Scope, ScopeTenant, ScopeSafekeeperData)
 	}
 	return c, nil
+}
+
+// claimNames are the payload keys json.Unmarshal fills tokenClaims from.
+// It matches keys to them case-insensitively (with Unicode folding:
+// "ſcope" is "scope" to it), so any other spelling is refused rather than
+// read as one of them.
+var claimNames = []string{"scope", "tenant_id", "exp", "nbf", "iat", "iss", "sub", "aud", "jti"}
+
+// maxJSONDepth bounds the nesting checkJSON walks; our claims are flat.
+const maxJSONDepth = 16
+
+// checkStrict refuses what jwt's parser lets through but a token must not
+// hold, so that one token means one thing to every reader: a key twice in
+// the header or the payload (which one wins differs between decoders), a
+// payload key that is one of claimNames in another case, and a "crit"
+// header (RFC 7515 §4.1.11: a recipient must refuse extensions it does not
+// understand, and this one understands none). token has been verified, so
+// its segments decode.
+func checkStrict(token string) error {
+	parts := strings.Split(token, ".")
+	header, err := base64.RawURLEncoding.Strict().DecodeString(parts[0])
+	if err != nil {
+		return fmt.Errorf("header: %w", err)
+	}
+	payload, err := base64.RawURLEncoding.Strict().DecodeString(parts[1])
+	if err != nil {
+		return fmt.Errorf("payload: %w", err)
+	}
+	err = checkJSON(header, func(key string) error {
+		if strings.EqualFold(key, "crit") {
+			return fmt.Errorf("header %q: no critical extension is understood here", key)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("header: %w", err)
+	}
+	err = checkJSON(payload, func(key string) error {
+		for _, n := range claimNames {
+			if key != n && strings.EqualFold(key, n) {
+				return fmt.Errorf("claim %q: the claim is %q", key, n)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("claims: %w", err)
+	}
+	return nil
+}
+
+// checkJSON checks that b is one JSON object with no key twice in any
+// object within, calling top for each of its own keys.
+func checkJSON(b []byte, top func(key string) error) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return errors.New("not a JSON object")
+	}
+	if err := checkObject(dec, top, 1); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the JSON object")
+	}
+	return nil
+}
+
+// checkObject reads the rest of an object whose '{' dec has read.
+func checkObject(dec *json.Decoder, check func(key string) error, depth int) error {
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return fmt.Errorf("key %v is not a string", tok)
+		}
+		if seen[key] {
+			return fmt.Errorf("key %q twice", key)
+		}
+		seen[key] = true
+		if check != nil {
+			if err := check(key); err != nil {
+				return err
+			}
+		}
+		if err := checkValue(dec, depth); err != nil {
+			return err
+		}
+	}
+	_, err := dec.Token() // '}'
+	return err
+}
+
+// checkValue reads one value, checking the objects within.
+func checkValue(dec *json.Decoder, depth int) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return nil
+	}
+	if depth >= maxJSONDepth {
+		return fmt.Errorf("nested more than %d deep", maxJSONDepth)
+	}
+	if d == '{' {
+		return checkObject(dec, nil, depth+1)
+	}
+	for dec.More() { // '['
+		if err := checkValue(dec, depth+1); err != nil {
+			return err
+		}
+	}
+	_, err = dec.Token() // ']'
+	return err
 }
 
 // isTokenChar reports whether r may appear in a compact JWT: base64url

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,16 @@ func signed(t testing.TB, m jwt.SigningMethod, claims jwt.MapClaims, key any) st
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// edHeader is the header Issue writes.
+const edHeader = `{"alg":"EdDSA","typ":"JWT"}`
+
+// rawSigned signs header and payload as written, byte for byte, with k.
+func rawSigned(t testing.TB, k ed25519.PrivateKey, header, payload string) string {
+	t.Helper()
+	s := base64.RawURLEncoding.EncodeToString([]byte(header)) + "." + base64.RawURLEncoding.EncodeToString([]byte(payload))
+	return s + "." + base64.RawURLEncoding.EncodeToString(ed25519.Sign(k, []byte(s)))
 }
 
 func tenantClaims() jwt.MapClaims {
@@ -208,6 +219,20 @@ func TestVerifyRefuses(t *testing.T) {
 		{"tenant_id a number", signed(t, jwt.SigningMethodEdDSA, jwt.MapClaims{"scope": "tenant", "tenant_id": 12}, k)},
 		{"safekeeperdata with a bad tenant_id", signed(t, jwt.SigningMethodEdDSA, jwt.MapClaims{"scope": "safekeeperdata", "tenant_id": "x"}, k)},
 		{"claims not an object", parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(`[1]`)) + "." + parts[2]},
+		// Signed, but meaning different things to different decoders.
+		{"tenant_id twice", rawSigned(t, k, edHeader, `{"scope":"tenant","tenant_id":"`+tenantB.String()+`","tenant_id":"`+tenantA.String()+`"}`)},
+		{"scope twice", rawSigned(t, k, edHeader, `{"scope":"safekeeperdata","tenant_id":"`+tenantA.String()+`","scope":"tenant"}`)},
+		{"exp twice", rawSigned(t, k, edHeader, fmt.Sprintf(`{"scope":"safekeeperdata","exp":%d,"exp":%d}`, testNow.Add(-time.Hour).Unix(), testNow.Add(time.Hour).Unix()))},
+		{"a key twice in a nested object", rawSigned(t, k, edHeader, `{"scope":"safekeeperdata","x":{"a":1,"a":2}}`)},
+		{"Tenant_Id", rawSigned(t, k, edHeader, `{"scope":"tenant","Tenant_Id":"`+tenantA.String()+`"}`)},
+		{"tenant_id and TENANT_ID", rawSigned(t, k, edHeader, `{"scope":"tenant","tenant_id":"`+tenantA.String()+`","TENANT_ID":"`+tenantB.String()+`"}`)},
+		{"Scope", rawSigned(t, k, edHeader, `{"Scope":"safekeeperdata"}`)},
+		{"scope with a long s (U+017F), which encoding/json folds to s", rawSigned(t, k, edHeader, `{"\u017fcope":"safekeeperdata"}`)},
+		{"EXP", rawSigned(t, k, edHeader, fmt.Sprintf(`{"scope":"safekeeperdata","EXP":%d}`, testNow.Add(time.Hour).Unix()))},
+		{"tenant_id spelt with an escape, twice", rawSigned(t, k, edHeader, `{"scope":"tenant","tenant_id":"`+tenantA.String()+`","tenant\u005fid":"`+tenantB.String()+`"}`)},
+		{"crit header", rawSigned(t, k, `{"alg":"EdDSA","typ":"JWT","crit":["exp"]}`, `{"scope":"safekeeperdata"}`)},
+		{"empty crit header", rawSigned(t, k, `{"alg":"EdDSA","crit":[]}`, `{"scope":"safekeeperdata"}`)},
+		{"alg twice in the header", rawSigned(t, k, `{"alg":"HS256","alg":"EdDSA"}`, `{"scope":"safekeeperdata"}`)},
 	}
 	for _, tc := range cases {
 		c, err := v.verifyAt(tc.token, testNow)
@@ -221,6 +246,16 @@ func TestVerifyRefuses(t *testing.T) {
 	}
 	if _, err := v.verifyAt(good, testNow); err != nil {
 		t.Fatalf("the good token itself: %v", err)
+	}
+	// The refusals above are for what they show, not for rawSigned: the
+	// same shapes spelt once verify, other claims and nesting included.
+	for _, payload := range []string{
+		`{"scope":"tenant","tenant_id":"` + tenantA.String() + `"}`,
+		`{"scope":"safekeeperdata","tenant\u005fid":"` + tenantA.String() + `","aud":["a","a"],"x":{"a":{"b":[1,{"c":2}]}},"Extra":1}`,
+	} {
+		if _, err := v.verifyAt(rawSigned(t, k, edHeader, payload), testNow); err != nil {
+			t.Errorf("payload %s: %v", payload, err)
+		}
 	}
 }
 
