@@ -22,11 +22,14 @@ import (
 //   - A tenant token works on its own tenant's timelines only: the push
 //     greeting, every reader command and slot command check the timeline's
 //     tenant (FATAL or ERROR 28000 otherwise).
-//   - HTTP: Authorization: Bearer. /metrics, /healthz, /readyz and
-//     /v1/status stay open (as Neon's); a timeline's GET takes its
-//     tenant's token or a safekeeperdata one; listing every timeline,
-//     DELETE and pprof take safekeeperdata. 401 without a valid token, 403
-//     when it does not cover the request.
+//   - HTTP: Authorization: Bearer (the scheme in any case). /metrics,
+//     /healthz, /readyz and /v1/status stay open (as Neon's); a
+//     timeline's GET and GET .../wal take its tenant's token or a
+//     safekeeperdata one; listing every timeline, every DELETE (a
+//     timeline's or a tenant's) and pprof take safekeeperdata: stricter
+//     than Neon, so that a compute's tenant token cannot destroy WAL the
+//     safekeepers acknowledged. 401 without a valid token, 403 when it
+//     does not cover the request.
 //
 // The public keys are re-read with the TLS certificate (ReloadTLS, on
 // SIGHUP); a file that does not load keeps the previous keys.
@@ -110,12 +113,11 @@ func (a *httpAPI) checkHTTP(r *http.Request, access httpAccess) error {
 	if a.s.auth == nil || access == accessOpen {
 		return nil
 	}
-	h := r.Header.Get("Authorization")
-	token, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || token == "" {
+	token, ok := bearerToken(r.Header.Get("Authorization"))
+	if !ok {
 		return &apiError{http.StatusUnauthorized, "unauthorized", "missing Authorization: Bearer token"}
 	}
-	claims, err := a.s.auth.v.Load().Verify(strings.TrimSpace(token))
+	claims, err := a.s.auth.v.Load().Verify(token)
 	if err != nil {
 		a.s.log.Info("HTTP request refused: bad token", "peer", r.RemoteAddr, "path", r.URL.Path, "err", err)
 		return &apiError{http.StatusUnauthorized, "unauthorized", "invalid token"}
@@ -135,6 +137,18 @@ func (a *httpAPI) checkHTTP(r *http.Request, access httpAccess) error {
 		return &apiError{http.StatusForbidden, "forbidden", "the token does not allow this request"}
 	}
 	return err
+}
+
+// bearerToken is the token of an Authorization header value "Bearer
+// TOKEN". The scheme's name is case-insensitive (RFC 7235 §2.1: "bearer",
+// "BEARER"), and spaces or tabs may separate it from the token.
+func bearerToken(h string) (string, bool) {
+	i := strings.IndexAny(h, " \t")
+	if i < 0 || !strings.EqualFold(h[:i], "Bearer") {
+		return "", false
+	}
+	token := strings.Trim(h[i:], " \t")
+	return token, token != ""
 }
 
 // guard wraps h with the access check.

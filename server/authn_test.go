@@ -32,7 +32,8 @@ import (
 // then creates nothing), read, slots and HTTP; a safekeeperdata token may
 // do everything; expired, wrong-key, alg "none" and HMAC-with-the-public-key
 // tokens, and no token at all, get FATAL 28P01 in PostgreSQL's words;
-// /metrics, /healthz and /v1/status stay open.
+// /metrics, /healthz and /v1/status stay open; the Bearer scheme is taken
+// in any case; every DELETE needs a safekeeperdata token.
 func TestTokenAuth(t *testing.T) {
 	dir := t.TempDir()
 	priv, pub := filepath.Join(dir, "auth.key"), filepath.Join(dir, "auth.pub")
@@ -160,7 +161,10 @@ func TestTokenAuth(t *testing.T) {
 	base := "http://" + s.HTTPAddr().String()
 	get := func(method, path, tok string) int {
 		req, _ := http.NewRequest(method, base+path, nil)
-		if tok != "" {
+		switch {
+		case strings.Contains(tok, " ") || strings.Contains(tok, "\t"):
+			req.Header.Set("Authorization", tok) // a whole header value
+		case tok != "":
 			req.Header.Set("Authorization", "Bearer "+tok)
 		}
 		resp, err := http.DefaultClient.Do(req)
@@ -179,7 +183,14 @@ func TestTokenAuth(t *testing.T) {
 		{"GET", "/v1/tenant/timeline", "", 401}, {"GET", "/v1/tenant/timeline", "garbage", 401}, {"GET", "/v1/tenant/timeline", hmac, 401},
 		{"GET", "/v1/tenant/timeline", tokA, 403}, {"GET", "/v1/tenant/timeline", admin, 200},
 		{"GET", tlB, tokA, 403}, {"GET", tlB, tokB, 200}, {"GET", tlB, admin, 200},
-		{"DELETE", tlB, tokA, 403}, {"DELETE", tlB + "?force=true", tokB, 200},
+		// The scheme's name in any case (RFC 7235); another scheme is none.
+		{"GET", tlB, "bearer " + tokB, 200}, {"GET", tlB, "BEARER " + tokB, 200}, {"GET", tlB, "Bearer\t " + tokB, 200},
+		{"GET", tlB, "Basic " + tokB, 401}, {"GET", tlB, "Bearer" + tokB, 401}, {"GET", tlB, "Bearers " + tokB, 401},
+		// Every DELETE needs safekeeperdata: a tenant token, even its own
+		// tenant's, cannot destroy acknowledged WAL.
+		{"DELETE", tlB, tokA, 403}, {"DELETE", tlB + "?force=true", tokB, 403}, {"DELETE", "/v1/tenant/" + tenantB.String() + "?force=true", tokB, 403},
+		{"DELETE", "/v1/tenant/" + tenantA.String() + "?force=true", tokA, 403}, {"GET", tlB, tokB, 200},
+		{"DELETE", tlB + "?force=true", admin, 200}, {"GET", tlB, admin, 404}, {"DELETE", "/v1/tenant/" + tenantA.String() + "?force=true", admin, 200},
 		{"GET", "/debug/pprof/", tokA, 403}, {"GET", "/debug/pprof/", "", 401}, {"GET", "/debug/pprof/", admin, 200},
 	} {
 		if got := get(c.method, c.path, c.tok); got != c.want {

@@ -79,11 +79,13 @@ func newHTTPAPI(s *Server, ln net.Listener) *httpAPI {
 	})
 	mux.HandleFunc("GET /readyz", a.readyz)
 	mux.HandleFunc("GET /v1/status", a.status)
-	// Access (authn.go): open, the path's tenant, or safekeeperdata.
+	// Access (authn.go): open, the path's tenant, or safekeeperdata. A
+	// DELETE destroys acknowledged WAL: safekeeperdata only, not a
+	// compute's tenant token.
 	mux.HandleFunc("GET /v1/tenant/timeline", a.guard(accessAdmin, a.timelines))
 	mux.HandleFunc("GET /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.guard(accessTenant, a.timeline))
-	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.guard(accessTenant, a.deleteTimeline))
-	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}", a.guard(accessTenant, a.deleteTenant))
+	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.guard(accessAdmin, a.deleteTimeline))
+	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}", a.guard(accessAdmin, a.deleteTenant))
 	mux.HandleFunc("GET /v1/tenant/{tenant_id}/timeline/{timeline_id}/wal", a.guard(accessTenant, a.wal)) // httpwal.go
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	if s.cfg.EnablePprof {
