@@ -576,13 +576,17 @@ func runCommand() *cli.Command {
 				}
 				reload()
 			})()
-			if c.IsSet("tls-required") && c.Bool("tls-required") && !c.IsSet("tls-cert") {
+			// An empty value is no file: SAFEKEEPER_TLS_CERT= in a unit
+			// file's environment must not pass for a certificate (and so
+			// let --auth-public-key or --tls-required by without one).
+			tlsCert, tlsKey := c.String("tls-cert"), c.String("tls-key")
+			if c.Bool("tls-required") && tlsCert == "" {
 				return usagef("--tls-required needs --tls-cert and --tls-key")
 			}
-			if c.IsSet("tls-cert") != c.IsSet("tls-key") {
+			if (tlsCert == "") != (tlsKey == "") {
 				return usagef("--tls-cert and --tls-key go together")
 			}
-			if len(c.StringSlice("auth-public-key")) > 0 && !c.IsSet("tls-cert") && !c.Bool("allow-auth-without-tls") {
+			if len(c.StringSlice("auth-public-key")) > 0 && tlsCert == "" && !c.Bool("allow-auth-without-tls") {
 				return usagef("--auth-public-key without --tls-cert would have clients send their tokens in plaintext: give --tls-cert and --tls-key, or --allow-auth-without-tls on a trusted network")
 			}
 			dir := c.String("data-dir")
@@ -599,7 +603,7 @@ func runCommand() *cli.Command {
 				WalKeepSize: walKeep, MaxSlotWALKeepSize: slotKeep, MaxPeerWALKeepSize: peerKeep,
 				ListenHTTP: c.String("listen-http"), EnablePprof: c.Bool("enable-pprof"),
 				SlowFsyncThreshold: c.Duration("slow-fsync-threshold"),
-				TLSCertFile:        c.String("tls-cert"), TLSKeyFile: c.String("tls-key"), TLSRequired: c.Bool("tls-required"),
+				TLSCertFile:        tlsCert, TLSKeyFile: tlsKey, TLSRequired: c.Bool("tls-required"),
 				AuthPublicKeys: c.StringSlice("auth-public-key"), AllowAuthWithoutTLS: c.Bool("allow-auth-without-tls"),
 				MaxConnections: c.Int("max-connections"), AuthenticationTimeout: c.Duration("authentication-timeout"),
 				MaxTimelines: c.Int("max-timelines"), MaxSlots: c.Int("max-slots"), MaxDiskUsage: maxDisk, MaxTimelineDiskUsage: maxTLDisk,

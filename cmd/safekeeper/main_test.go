@@ -14,6 +14,7 @@ import (
 
 	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/server/auth"
 	"github.com/safekeeper/safekeeper/storage"
 	"github.com/safekeeper/safekeeper/test/harness"
 	"github.com/urfave/cli/v2"
@@ -413,5 +414,48 @@ func TestFetchBadPortFailsAtOnce(t *testing.T) {
 		if code != exitFetchFailed || !strings.Contains(errb.String(), "--safekeepers") || !strings.Contains(errb.String(), "want a number from 1 to 65535") {
 			t.Errorf("wal fetch --safekeepers %s: exit %d, stderr %q; want %d naming --safekeepers and the port", sks, code, errb.String(), exitFetchFailed)
 		}
+	}
+}
+
+// TestEmptyTLSCertIsUnset: SAFEKEEPER_TLS_CERT= and SAFEKEEPER_TLS_KEY=
+// (empty, as a unit file's environment may leave them) are no
+// certificate: --auth-public-key without --allow-auth-without-tls and
+// --tls-required are refused as without the flags (exit 2), and an empty
+// --tls-cert beside a key is "go together". (The data dir is a file, so a
+// run that got past the checks would fail with exit 1, not serve.)
+func TestEmptyTLSCertIsUnset(t *testing.T) {
+	dir := t.TempDir()
+	pub := filepath.Join(dir, "auth.pub")
+	if err := auth.GenerateKeys(filepath.Join(dir, "auth.key"), pub); err != nil {
+		t.Fatal(err)
+	}
+	notADir := filepath.Join(dir, "file")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runArgs := []string{"run", "--id", "1", "--data-dir", notADir, "--listen-pg", "127.0.0.1:0"}
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"auth with both empty", map[string]string{"SAFEKEEPER_TLS_CERT": "", "SAFEKEEPER_TLS_KEY": ""},
+			[]string{"--auth-public-key", pub}, "--auth-public-key without --tls-cert"},
+		{"tls-required with both empty", map[string]string{"SAFEKEEPER_TLS_CERT": "", "SAFEKEEPER_TLS_KEY": ""},
+			[]string{"--tls-required"}, "--tls-required needs --tls-cert"},
+		{"tls-required with empty flags", nil, []string{"--tls-cert", "", "--tls-key", "", "--tls-required"}, "--tls-required needs --tls-cert"},
+		{"an empty cert beside a key", map[string]string{"SAFEKEEPER_TLS_CERT": ""}, []string{"--tls-key", pub}, "--tls-cert and --tls-key go together"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			var out, errb bytes.Buffer
+			code := run(append(append([]string{"safekeeper"}, runArgs...), c.args...), &out, &errb)
+			if code != exitUsage || !strings.Contains(errb.String(), c.want) {
+				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, errb.String(), exitUsage, c.want)
+			}
+		})
 	}
 }
