@@ -460,7 +460,7 @@ func runCommand() *cli.Command {
 			&cli.DurationFlag{Name: "authentication-timeout", Value: time.Minute, Usage: "close a connection that has not finished its startup in this time, as PostgreSQL's authentication_timeout"},
 			&cli.IntFlag{Name: "max-timelines", Value: 10000, Usage: "most timelines on this safekeeper; a greeting that would create one more gets 53400"},
 			&cli.IntFlag{Name: "max-slots", Value: 10, Usage: "most replication slots (temporary and persistent) per timeline; more get 53400"},
-			&cli.StringFlag{Name: "max-disk-usage", Value: "0", Usage: "refuse new WAL (53100) once the database file is this big (e.g. 100GB; 0: no limit); new WAL is also refused while the file system has less free than --min-free-disk"},
+			&cli.StringFlag{Name: "max-disk-usage", Value: "0", Usage: "refuse new WAL (53100) once the database file holds this much in use (e.g. 100GB; its free pages, left by retention or a delete, do not count; 0: no limit); new WAL is also refused while the file system, with those free pages, has less free than --min-free-disk"},
 			&cli.StringFlag{Name: "min-free-disk", Value: "auto", Usage: "refuse new WAL (53100) while the data directory's file system has less free space than this (auto: 2% of it, at most 1GB, but at least 64MB, twice the WAL buffered in memory, or a quarter of a smaller file system; 0: never, WAL is written until the disk is full)"},
 			&cli.StringFlag{Name: "max-timeline-disk-usage", Value: "0", Usage: "refuse new WAL (53100) for a timeline holding this much WAL (0: no limit)"},
 			&cli.BoolFlag{Name: "allow-auth-without-tls", Usage: "accept tokens (passwords) over plaintext connections; only on a trusted network"},
