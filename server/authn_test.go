@@ -126,6 +126,18 @@ func TestTokenAuth(t *testing.T) {
 		c.Close(ctx)
 		wantPg("IDENTIFY_SYSTEM with A's token and options "+opts, err, pgwire.InvalidAuthorizationSpecification)
 	}
+	// Another tenant's timeline that does not exist gets the same 28000 as
+	// one that does: a token tells nothing of what other tenants store.
+	{
+		c, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=reader password=%s sslmode=disable replication=true options='-c tenant_id=%s -c timeline_id=%s'",
+			host, port, tokA, tenantB, proto.ID{0x99, 9}))
+		if err != nil {
+			t.Fatalf("connect with A's token: %v", err)
+		}
+		_, err = c.Exec(ctx, "IDENTIFY_SYSTEM").ReadAll()
+		c.Close(ctx)
+		wantPg("IDENTIFY_SYSTEM on a timeline of tenant B that does not exist, with A's token", err, pgwire.InvalidAuthorizationSpecification)
+	}
 	cB, err := conn(tenantB, tokB)
 	if err != nil {
 		t.Fatalf("connect with B's token: %v", err)

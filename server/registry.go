@@ -256,7 +256,13 @@ func (s *Server) startTimeline(key proto.TimelineKey, st acceptor.State, store *
 // (a safekeeperdata token sees all).
 func (s *Server) resolveTimeline(ids startupIDs, claims *auth.Claims) (*timeline, error) {
 	if ids.hasTenant && ids.hasTimeline {
-		return s.timelineByKey(proto.TimelineKey{TenantID: ids.tenant, TimelineID: ids.timeline})
+		key := proto.TimelineKey{TenantID: ids.tenant, TimelineID: ids.timeline}
+		// Refused before the lookup: another tenant's timeline that
+		// exists and one that does not get the same answer.
+		if err := allows(claims, s.auth != nil, key); err != nil {
+			return nil, err
+		}
+		return s.timelineByKey(key)
 	}
 	all, err := s.db.Timelines()
 	if err != nil {
