@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -305,11 +306,25 @@ func (db *DB) FileSize() int64 {
 	return fi.Size()
 }
 
+// allocatedSize is the part of the file's size that is backed by the file
+// system: bbolt grows the file with ftruncate, so the tail it grows ahead is
+// a hole until written, and writing it takes free space like any other.
+func (db *DB) allocatedSize() int64 {
+	fi, err := os.Stat(db.path)
+	if err != nil {
+		return 0
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return min(fi.Size(), st.Blocks*512)
+	}
+	return fi.Size()
+}
+
 // ReusableBytes returns the bytes inside the database file that new writes
 // take before the file grows: bbolt's free pages, the pending ones (freed
 // by a commit, reused once no older read transaction runs) and the part
-// of the file past the last page in use (bbolt grows the file ahead, in
-// steps of up to 16 MiB). The file never shrinks, so after retention or a
+// of the file past the last page in use that the file system backs (bbolt
+// grows the file ahead, in steps of up to 16 MiB, as a hole). The file never shrinks, so after retention or a
 // timeline's deletion this, not the file's size, says how much room the
 // file has. It is a snapshot: pages in use may be taken or freed meanwhile.
 // 0 if the DB is closed.
@@ -322,7 +337,7 @@ func (db *DB) ReusableBytes() int64 {
 		// Inside a transaction the file stays mapped (Info needs it).
 		st := db.bolt.Stats()
 		free = int64(st.FreePageN+st.PendingPageN) * int64(db.bolt.Info().PageSize)
-		if tail := db.FileSize() - tx.Size(); tail > 0 {
+		if tail := db.allocatedSize() - tx.Size(); tail > 0 {
 			free += tail
 		}
 		return nil

@@ -1244,3 +1244,32 @@ func TestReusableBytesAfterDelete(t *testing.T) {
 		t.Fatalf("ReusableBytes %d after writing %d bytes into %d free", got, walBytes/2, after)
 	}
 }
+
+// TestReusableBytesCountsNoHole: bbolt grows the file ahead with ftruncate,
+// a hole the file system does not back; writing into it takes free space,
+// so it is not counted as room inside the file (a pull onto a small disk
+// counted 16 MiB that were not there).
+func TestReusableBytesCountsNoHole(t *testing.T) {
+	db := openTest(t, testPath(t), Options{})
+	st := testState(1)
+	tl, err := db.CreateTimeline(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Past bbolt's first sizes, so that it grows the file by a step.
+	if err := tl.WriteWAL(0x1000000, walData(0x1000000, 2*testSegSize, 1)); err != nil {
+		t.Fatal(err)
+	}
+	st.TimelineStartLSN, st.FlushLSN = 0x1000000, 0x1000000+2*testSegSize
+	if err := tl.Commit(st); err != nil {
+		t.Fatal(err)
+	}
+	size, allocated, reusable := db.FileSize(), db.allocatedSize(), db.ReusableBytes()
+	t.Logf("file %d bytes, %d allocated, %d reusable", size, allocated, reusable)
+	if allocated >= size {
+		t.Skip("this file system backs the whole file: no hole to leave out")
+	}
+	if reusable > allocated {
+		t.Fatalf("ReusableBytes %d counts the hole: only %d of the file's %d bytes are allocated", reusable, allocated, size)
+	}
+}

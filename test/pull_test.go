@@ -131,6 +131,26 @@ func TestTimelinePullCopiesAWholeTimeline(t *testing.T) {
 	if code, stdout, stderr := pullFresh(src.Addr); code != 0 || !strings.Contains(stdout, "pulled timeline") {
 		t.Fatalf("pull into a data directory that did not exist: exit %d\n%s%s", code, stdout, stderr)
 	}
+	// Onto a file system too small for the WAL: refused before a byte is
+	// copied (a pull that met ENOSPC would leave the disk full).
+	if os.Geteuid() == 0 {
+		mnt := filepath.Join(t.TempDir(), "small")
+		if err := os.Mkdir(mnt, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mnt).CombinedOutput(); err != nil {
+			t.Fatalf("mount tmpfs: %v\n%s", err, out)
+		}
+		t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+		code, _, stderr := runCLI(t, "timeline", "pull", "--from", src.Addr, "--data-dir", filepath.Join(mnt, "data"),
+			"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String(), "--timeout", "10s")
+		if code != 1 || !strings.Contains(stderr, "nothing copied") || !strings.Contains(stderr, "MiB free") {
+			t.Fatalf("pull onto an 8 MiB file system: exit %d: %s", code, stderr)
+		}
+		t.Logf("onto an 8 MiB tmpfs: %s", strings.TrimSpace(stderr))
+	} else {
+		t.Log("not root: the pull onto a small tmpfs is not tried")
+	}
 	dst.Start()
 	a, b := statusOf(t, src), statusOf(t, dst)
 	for _, col := range []string{"term", "voted_for", "last_log_term", "flush_lsn", "commit_lsn", "timeline_start_lsn", "system_id", "pg_timeline", "removed_up_to"} {

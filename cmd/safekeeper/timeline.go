@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proposer"
@@ -127,6 +128,9 @@ func pullTimeline(ctx context.Context, c *cli.Context, from, path string, tenant
 		return fmt.Errorf("timeline pull: %s holds no whole segment of WAL of the timeline (start %s, removed up to %s, flush_lsn %s)",
 			from, peer.Info.TimelineStartLSN, peer.RemovedUpTo, end)
 	}
+	if err := checkPullSpace(filepath.Dir(path), db, uint64(end-first)); err != nil {
+		return fmt.Errorf("timeline pull: %w; nothing copied", err)
+	}
 	// The state of every transaction but the last: no WAL yet (a crash
 	// here leaves an empty timeline: acceptor.New discards WAL above
 	// flush_lsn 0), the horizon at the first byte copied.
@@ -184,5 +188,24 @@ func pullTimeline(ctx context.Context, c *cli.Context, from, path string, tenant
 	}
 	fmt.Fprintf(c.App.Writer, "pulled timeline %s/%s from %s: WAL %s..%s (%d bytes), term %d, commit_lsn %s, PostgreSQL timeline %d%s\n",
 		tenant, timeline, from, first, end, uint64(end-first), st.VotedFor.Term, st.CommitLSN, st.PgTimeline, hist)
+	return nil
+}
+
+// checkPullSpace refuses a pull of walBytes whose WAL would not fit: the
+// file system's free space and the pages free inside the database file
+// must hold it with bbolt's overhead (pages, branches: about 6%, so 1/8
+// is allowed) and 16 MiB to spare. A pull that fails on ENOSPC would leave
+// the disk full and the next one failing the same way.
+func checkPullSpace(dir string, db *storage.DB, walBytes uint64) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return err
+	}
+	free := st.Bavail*uint64(st.Bsize) + uint64(max(db.ReusableBytes(), 0))
+	need := walBytes + walBytes/8 + 16<<20
+	if free < need {
+		return fmt.Errorf("%s has %d MiB free (file system and free pages of the database), the %d MiB of WAL to copy need about %d MiB",
+			dir, free>>20, walBytes>>20, need>>20)
+	}
 	return nil
 }
