@@ -117,7 +117,7 @@ func (s *Server) checkDisk() {
 	// shrinks, so after retention or a DELETE the space is in its free
 	// pages, which new WAL takes before the file grows.
 	reusable := s.db.ReusableBytes()
-	used := max(s.db.FileSize()-reusable, 0)
+	used := max(s.db.AllocatedBytes()-reusable, 0)
 	free := fs.Bavail*uint64(fs.Bsize) + uint64(reusable)
 	total := fs.Blocks * uint64(fs.Bsize)
 	reserve, rule := autoDiskReserve(total, s.cfg.MaxBufferedWAL), "auto"

@@ -306,10 +306,11 @@ func (db *DB) FileSize() int64 {
 	return fi.Size()
 }
 
-// allocatedSize is the part of the file's size that is backed by the file
-// system: bbolt grows the file with ftruncate, so the tail it grows ahead is
-// a hole until written, and writing it takes free space like any other.
-func (db *DB) allocatedSize() int64 {
+// AllocatedBytes is the part of the file's size that the file system
+// backs (what du counts): bbolt grows the file with ftruncate, so the tail
+// it grows ahead is a hole until written, and writing it takes free space
+// like any other.
+func (db *DB) AllocatedBytes() int64 {
 	fi, err := os.Stat(db.path)
 	if err != nil {
 		return 0
@@ -337,7 +338,7 @@ func (db *DB) ReusableBytes() int64 {
 		// Inside a transaction the file stays mapped (Info needs it).
 		st := db.bolt.Stats()
 		free = int64(st.FreePageN+st.PendingPageN) * int64(db.bolt.Info().PageSize)
-		if tail := db.allocatedSize() - tx.Size(); tail > 0 {
+		if tail := db.AllocatedBytes() - tx.Size(); tail > 0 {
 			free += tail
 		}
 		return nil

@@ -1264,7 +1264,7 @@ func TestReusableBytesCountsNoHole(t *testing.T) {
 	if err := tl.Commit(st); err != nil {
 		t.Fatal(err)
 	}
-	size, allocated, reusable := db.FileSize(), db.allocatedSize(), db.ReusableBytes()
+	size, allocated, reusable := db.FileSize(), db.AllocatedBytes(), db.ReusableBytes()
 	t.Logf("file %d bytes, %d allocated, %d reusable", size, allocated, reusable)
 	if allocated >= size {
 		t.Skip("this file system backs the whole file: no hole to leave out")
