@@ -432,7 +432,7 @@ func lagText(v any) string {
 // securityFlags are how a client command connects to safekeepers.
 func securityFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "safekeeper-sslmode", Value: "disable", Usage: "TLS to the safekeepers, as libpq's sslmode: disable, prefer, require, verify-ca or verify-full"},
+		&cli.StringFlag{Name: "safekeeper-sslmode", Value: "disable", Usage: "TLS to the safekeepers, as libpq's sslmode: disable, allow, prefer, require, verify-ca or verify-full"},
 		&cli.StringFlag{Name: "safekeeper-sslrootcert", Usage: "CA certificate file that verify-ca and verify-full check the safekeepers' certificates against"},
 		tokenFileFlag(),
 	}
