@@ -359,8 +359,10 @@ func timelineDeleteCommand() *cli.Command {
 		UsageText: "safekeeper timeline delete --tenant-id HEX --timeline-id HEX [--force] [--http HOST:PORT] [--json]",
 		Description: "Removes the timeline's state, WAL and slots in one transaction (a crash leaves it whole or\n" +
 			"gone). Refused while a proposer or reader is connected to it, unless --force, which ends\n" +
-			"those connections first (FATAL 57P01). Deleting a timeline on one safekeeper of a quorum\n" +
-			"loses that copy: do it on all of them, or only for a timeline no primary writes any more.",
+			"those connections first (FATAL 57P01). It is for retired timelines: stop the proposer first.\n" +
+			"Deleted on every safekeeper while its proposer runs, the WAL the proposer and its standbys need\n" +
+			"is gone and the proposer cannot go on (docs/http.md); deleted on one, the proposer fills it\n" +
+			"again from the primary or a peer. With auth on it needs a safekeeperdata token (--token-file).",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "tenant-id", "timeline-id") },
 		Flags: append([]cli.Flag{httpFlag(), jsonFlag(),
@@ -432,7 +434,7 @@ func lagText(v any) string {
 // securityFlags are how a client command connects to safekeepers.
 func securityFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "safekeeper-sslmode", Value: "disable", Usage: "TLS to the safekeepers, as libpq's sslmode: disable, prefer, require, verify-ca or verify-full"},
+		&cli.StringFlag{Name: "safekeeper-sslmode", Value: "disable", Usage: "TLS to the safekeepers, as libpq's sslmode: disable, allow, prefer, require, verify-ca or verify-full"},
 		&cli.StringFlag{Name: "safekeeper-sslrootcert", Usage: "CA certificate file that verify-ca and verify-full check the safekeepers' certificates against"},
 		tokenFileFlag(),
 	}
