@@ -90,7 +90,15 @@ func ExportWithProgress(path string, key proto.TimelineKey, outDir string, uptoA
 	// Segments are named by the PostgreSQL timeline they belong to, as in
 	// PostgreSQL's own pg_wal and archive: an ancestor's up to the segment
 	// holding its end, where the next one's begin.
-	ends, _ := proto.ParsePgHistory(st.PgTimeline, st.PgHistory) // none before a switch
+	var ends []proto.PgTimelineEnd // none before a switch
+	if len(st.PgHistory) > 0 {
+		var err error
+		if ends, err = proto.ParsePgHistory(st.PgTimeline, st.PgHistory); err != nil {
+			// Without it the segments of the ancestors would be named by
+			// the current timeline, which no restore asks for.
+			return fmt.Errorf("wal export: the stored history of PostgreSQL timeline %d does not parse: %w", st.PgTimeline, err)
+		}
+	}
 	if err := exportHistoryFiles(outDir, st.PgTimeline, st.PgHistory, ends, w); err != nil {
 		return fmt.Errorf("wal export: %w", err)
 	}

@@ -195,6 +195,12 @@ func TestWALExportWritesHistoryFiles(t *testing.T) {
 			}
 		}
 	}
+	// A stored history that does not parse fails the export, rather than
+	// naming the ancestors' segments by the current timeline.
+	dataDir := storeSwitchedTimeline(t, start, wal, 2, []byte("not a history file\n"))
+	if code, _, stderr := runExport(t, dataDir, t.TempDir()); code != 1 || !strings.Contains(stderr, "does not parse") {
+		t.Fatalf("export with a damaged history: exit %d: %s", code, stderr)
+	}
 }
 
 // storeSwitchedTimeline is storeTimeline for a timeline a promoted primary
