@@ -102,16 +102,58 @@ func (t *timeline) retire(force bool) (users []*pgwire.Conn, gone <-chan struct{
 	return users, ch, nil
 }
 
+// unretire undoes a retire(false), which found no connections: binds are
+// taken again.
+func (t *timeline) unretire() {
+	t.usersMu.Lock()
+	defer t.usersMu.Unlock()
+	t.deleted = false
+}
+
+// reservedDelete is a timeline of a tenant delete, reserved and (if it
+// runs, t) retired.
+type reservedDelete struct {
+	key  proto.TimelineKey
+	t    *timeline
+	gone <-chan struct{}
+}
+
+// undoRetire unretires the timelines a refused tenant delete retired.
+func undoRetire(rs []reservedDelete) {
+	for _, r := range rs {
+		if r.t != nil {
+			r.t.unretire()
+		}
+	}
+}
+
 // DeleteTimeline deletes timeline key durably (see the steps above). It
 // fails with ErrTimelineBusy if it has connections and force is false, and
 // with storage.ErrNoTimeline if it is not stored.
 func (s *Server) DeleteTimeline(key proto.TimelineKey, force bool) (DeleteResult, error) {
-	var t *timeline
+	t, err := s.reserveDelete(key)
+	if err != nil {
+		return DeleteResult{}, err
+	}
+	defer s.unreserveDelete(key)
+	var users []*pgwire.Conn
+	var gone <-chan struct{}
+	if t != nil {
+		if users, gone, err = t.retire(force); err != nil {
+			return DeleteResult{}, err
+		}
+	}
+	return s.finishDelete(key, t, users, gone, force)
+}
+
+// reserveDelete marks key deleting (step 1), after an open of it under
+// way, and returns it if it runs. unreserveDelete undoes it.
+func (s *Server) reserveDelete(key proto.TimelineKey) (*timeline, error) {
 	for {
 		s.mu.Lock()
 		if s.isStopping() {
 			s.mu.Unlock()
-			return DeleteResult{}, errShutdown
+			return nil, errShutdown
 		}
 		if op, ok := s.opening[key]; ok {
 			s.mu.Unlock()
@@ -120,24 +162,26 @@ func (s *Server) DeleteTimeline(key proto.TimelineKey, force bool) (DeleteResult
 		}
 		if _, ok := s.deleting[key]; ok {
 			s.mu.Unlock()
-			return DeleteResult{}, fmt.Errorf("%w: timeline %s is being deleted already", ErrTimelineBusy, key)
+			return nil, fmt.Errorf("%w: timeline %s is being deleted already", ErrTimelineBusy, key)
 		}
 		s.deleting[key] = struct{}{}
-		t = s.timelines[key]
+		t := s.timelines[key]
 		s.mu.Unlock()
-		break
+		return t, nil
 	}
-	defer func() {
-		s.mu.Lock()
-		delete(s.deleting, key)
-		s.mu.Unlock()
-	}()
+}
+
+func (s *Server) unreserveDelete(key proto.TimelineKey) {
+	s.mu.Lock()
+	delete(s.deleting, key)
+	s.mu.Unlock()
+}
+
+// finishDelete does steps 2 to 4 for a timeline reserved and, if it runs
+// (t), retired with the connections it had (users, gone when they end).
+func (s *Server) finishDelete(key proto.TimelineKey, t *timeline, users []*pgwire.Conn, gone <-chan struct{}, force bool) (DeleteResult, error) {
 	var res DeleteResult
 	if t != nil {
-		users, gone, err := t.retire(force)
-		if err != nil {
-			return res, err
-		}
 		s.mu.Lock()
 		delete(s.timelines, key)
 		s.mu.Unlock()
@@ -170,9 +214,11 @@ func (s *Server) DeleteTimeline(key proto.TimelineKey, force bool) (DeleteResult
 	return res, nil
 }
 
-// DeleteTenant deletes every timeline of tenant. Without force it first
-// checks that none has connections (ErrTimelineBusy, nothing changed). It
-// fails with storage.ErrNoTimeline if the tenant has no timeline here.
+// DeleteTenant deletes every timeline of tenant. Without force it is all
+// or nothing: every timeline is retired (connections refused from then on)
+// before any is deleted, and one with connections undoes that
+// (ErrTimelineBusy, nothing changed). It fails with storage.ErrNoTimeline
+// if the tenant has no timeline here.
 func (s *Server) DeleteTenant(tenant proto.ID, force bool) (map[string]DeleteResult, error) {
 	keys, err := s.db.Timelines()
 	if err != nil {
@@ -188,33 +234,54 @@ func (s *Server) DeleteTenant(tenant proto.ID, force bool) (map[string]DeleteRes
 		return nil, fmt.Errorf("%w: tenant %s has no timeline on this safekeeper", storage.ErrNoTimeline, tenant)
 	}
 	sort.Slice(mine, func(i, j int) bool { return mine[i].String() < mine[j].String() })
-	if !force {
+	out := map[string]DeleteResult{}
+	if force {
 		for _, k := range mine {
-			s.mu.Lock()
-			t := s.timelines[k]
-			s.mu.Unlock()
-			if t == nil {
-				continue
+			r, err := s.DeleteTimeline(k, true)
+			if errors.Is(err, storage.ErrNoTimeline) {
+				continue // deleted meanwhile
 			}
-			t.usersMu.Lock()
-			n := len(t.users)
-			t.usersMu.Unlock()
-			if n > 0 {
-				return nil, fmt.Errorf("%w: timeline %s has %d connections (a proposer or readers); end them or delete with force",
-					ErrTimelineBusy, k, n)
+			if err != nil {
+				return out, err
+			}
+			out[k.TimelineID.String()] = r
+		}
+		return out, nil
+	}
+	// Without force, all or nothing: every timeline is reserved and
+	// retired (no connection may bind from then on) before any is
+	// deleted; one with connections undoes them all.
+	var reserved []reservedDelete
+	defer func() {
+		for _, r := range reserved {
+			s.unreserveDelete(r.key)
+		}
+	}()
+	for _, k := range mine {
+		t, err := s.reserveDelete(k)
+		if err != nil {
+			undoRetire(reserved)
+			return nil, err
+		}
+		r := reservedDelete{key: k, t: t}
+		if t != nil {
+			if _, r.gone, err = t.retire(false); err != nil {
+				s.unreserveDelete(k)
+				undoRetire(reserved)
+				return nil, err
 			}
 		}
+		reserved = append(reserved, r)
 	}
-	out := map[string]DeleteResult{}
-	for _, k := range mine {
-		r, err := s.DeleteTimeline(k, force)
+	for _, r := range reserved {
+		res, err := s.finishDelete(r.key, r.t, nil, r.gone, false)
 		if errors.Is(err, storage.ErrNoTimeline) {
 			continue // deleted meanwhile
 		}
 		if err != nil {
 			return out, err
 		}
-		out[k.TimelineID.String()] = r
+		out[r.key.TimelineID.String()] = res
 	}
 	return out, nil
 }

@@ -225,3 +225,46 @@ func TestForcedDeleteEndsAStreamingProposerAtOnce(t *testing.T) {
 		<-sent
 	}
 }
+
+// TestDeleteTenantWithoutForceIsAllOrNothing: a tenant delete without force
+// retires every timeline before it deletes any, so one with a connection
+// refuses the whole delete (409) and the others, retired for a moment, take
+// connections again; with force, all go.
+func TestDeleteTenantWithoutForceIsAllOrNothing(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), func(c *Config) { c.ListenHTTP = "127.0.0.1:0" })
+	base := "http://" + s.HTTPAddr().String()
+	addr := s.Addr().String()
+	idle, busy := proto.ID{0x01, 1}, proto.ID{0xfe, 1} // idle is retired first
+	for _, tl := range []proto.ID{idle, busy} {
+		p := newTestPush(t, addr, tl, 1, hist1(tStart), tStart)
+		p.push(5, 1000, 0)
+		p.c.Close()
+	}
+	rd := replConnect(t, addr, false, fmt.Sprintf("-c tenant_id=%s -c timeline_id=%s", tTenant, busy))
+	defer rd.Close(testCtx(t))
+	if _, err := exec(t, rd, "IDENTIFY_SYSTEM"); err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("%s/v1/tenant/%s", base, tTenant)
+	var e map[string]string
+	if code := httpDo(t, "DELETE", url, &e); code != http.StatusConflict || e["code"] != "busy" {
+		t.Fatalf("DELETE of the tenant with a reader on %s: %d %v, want 409 busy", busy, code, e)
+	}
+	var list []timelineSummary
+	if getJSON(t, base+"/v1/tenant/timeline", &list); len(list) != 2 {
+		t.Fatalf("timelines after the refused delete: %+v, want both", list)
+	}
+	c := replConnect(t, addr, false, fmt.Sprintf("-c tenant_id=%s -c timeline_id=%s", tTenant, idle))
+	_, err := exec(t, c, "IDENTIFY_SYSTEM")
+	c.Close(testCtx(t))
+	if err != nil {
+		t.Fatalf("a reader of %s after the refused tenant delete: %v (left retired)", idle, err)
+	}
+	var res map[string]DeleteResult
+	if code := httpDo(t, "DELETE", url+"?force=true", &res); code != 200 || len(res) != 2 || !res[busy.String()].WasActive {
+		t.Fatalf("DELETE ?force=true: %d %+v", code, res)
+	}
+	if getJSON(t, base+"/v1/tenant/timeline", &list); len(list) != 0 {
+		t.Fatalf("timelines after the forced delete: %+v", list)
+	}
+}
