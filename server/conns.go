@@ -87,7 +87,11 @@ func (s *Server) evict(v *connEntry) {
 	s.metrics.refused.WithLabelValues("startup_evicted").Inc()
 	age := time.Since(v.arrived)
 	if v.refusing {
-		v.nc.cut(time.Now().Add(min(s.cfg.AuthenticationTimeout, evictGraceMax)))
+		grace := min(s.cfg.AuthenticationTimeout, evictGraceMax)
+		if s.hooks.evictGrace > 0 {
+			grace = s.hooks.evictGrace
+		}
+		v.nc.cut(time.Now().Add(grace))
 	} else {
 		v.nc.Close()
 	}

@@ -303,6 +303,8 @@ type hooks struct {
 	lazyOpen bool
 	// statfs replaces unix.Statfs in the disk circuit breaker.
 	statfs func(path string, fs *unix.Statfs_t) error
+	// evictGrace replaces evictGraceMax (0: the default).
+	evictGrace time.Duration
 }
 
 func newServer(cfg Config, h hooks) (*Server, error) {
