@@ -104,8 +104,10 @@ type Config struct {
 	// AllowAuthWithoutTLS lets a client send its token over a plaintext
 	// connection (for tests and trusted networks).
 	AllowAuthWithoutTLS bool
-	// MaxConnections bounds open client connections; more get FATAL 53300
-	// (limits.go). Default 1000.
+	// MaxConnections bounds open client connections. A connection arriving
+	// when all are open evicts the oldest one still in its startup; only
+	// when every one has finished its startup does it get FATAL 53300
+	// (limits.go, conns.go). Default 1000.
 	MaxConnections int
 	// AuthenticationTimeout bounds a connection's startup (PostgreSQL's
 	// authentication_timeout). Default 60 s.
