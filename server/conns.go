@@ -50,7 +50,7 @@ type connEntry struct {
 	evicted atomic.Bool
 	// Under Server.mu:
 	starting *list.Element // its place in Server.starting while in startup, else nil
-	refusing bool          // evicted and counted in Server.refusing
+	refusing bool          // evicted and counted in Server.refusing (written only by admitLocked)
 }
 
 // admitLocked gives nc a slot: a free one or, when all are held, the slot of
@@ -126,9 +126,8 @@ func (s *Server) trust(e *connEntry) bool {
 func (s *Server) release(e *connEntry) {
 	s.mu.Lock()
 	if e.evicted.Load() {
-		if e.refusing {
+		if e.refusing { // set once, by admitLocked; release runs once
 			s.refusing.Add(-1)
-			e.refusing = false
 		}
 	} else {
 		delete(s.conns, e.nc)
