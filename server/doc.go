@@ -8,8 +8,10 @@
 // # What it owns, file by file
 //
 //   - server.go: Config, New/Serve/Shutdown, one goroutine per accepted
-//     connection (startup through proto/pgwire, then the query loop), the
-//     write-deadline cap of a shutdown.
+//     connection (startup through proto/pgwire, then the query loop).
+//   - conns.go: connection slots (MaxConnections): the connections still in
+//     their startup in arrival order, the oldest evicted when a new one
+//     arrives at the limit; the deadline caps of a shutdown and an eviction.
 //   - registry.go: the running timelines; opening one from disk or creating
 //     it, single-flight per timeline and outside the server-wide lock (an
 //     open may fsync); opening every stored timeline at start, in the
@@ -41,9 +43,12 @@
 //
 // # A connection's life
 //
-//  1. Accept: the socket is registered (Shutdown caps its writes).
+//  1. Accept: the socket takes a slot, evicting the oldest connection still
+//     in its startup if all are held (conns.go; Shutdown caps its writes).
 //  2. Startup: pgwire answers SSLRequest/GSSENCRequest, reads the startup
-//     packet; bad parameters are FATAL before AuthenticationOk.
+//     packet, the password is checked; bad parameters are FATAL before
+//     AuthenticationOk. Just before it the connection is trusted: no longer
+//     evictable.
 //  3. Query mode: commands.go runs each query until the client leaves or a
 //     stream starts.
 //  4. A stream: START_WAL_PUSH (walpush.go, until CopyDone, an error or a

@@ -17,10 +17,17 @@ import (
 // default, a refusal with PostgreSQL's SQLSTATE, and a count in
 // safekeeper_refused_total{reason}.
 //
-//   - Connections over MaxConnections get FATAL 53300 "sorry, too many
-//     clients already" once their startup packet is read; the streams
-//     already running are not touched. At most maxRefusing refusals run at
-//     once; beyond, a connection is closed unanswered.
+//   - A connection arriving when MaxConnections are open takes the slot of
+//     the oldest connection still in its startup, which is evicted
+//     (conns.go; reason startup_evicted). Only when every open connection
+//     has finished its startup is the newcomer refused: FATAL 53300 "sorry,
+//     too many clients already" once its startup packet is read (an evicted
+//     connection gets the same answer if its startup packet comes within a
+//     second); the streams already running are not touched. At most
+//     maxRefusing refusals run at once; beyond, a connection is closed
+//     unanswered. too_many_clients counts the connections refused at
+//     arrival and the evicted ones answered 53300 (those are counted under
+//     startup_evicted too).
 //   - A connection that does not finish its startup (SSL negotiation,
 //     startup packet, password) within AuthenticationTimeout is closed
 //     (slowloris). The startup packet is at most 10,000 bytes, the
@@ -49,7 +56,7 @@ const (
 )
 
 // refused counts refusals by reason.
-var refusedReasons = []string{"too_many_clients", "startup_timeout", "timelines", "slots", "disk", "http_wal_streams"}
+var refusedReasons = []string{"too_many_clients", "startup_evicted", "startup_timeout", "timelines", "slots", "disk", "http_wal_streams"}
 
 func newRefusedCounter() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "safekeeper_refused_total",

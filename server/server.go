@@ -1,6 +1,7 @@
 package server
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -103,8 +104,10 @@ type Config struct {
 	// AllowAuthWithoutTLS lets a client send its token over a plaintext
 	// connection (for tests and trusted networks).
 	AllowAuthWithoutTLS bool
-	// MaxConnections bounds open client connections; more get FATAL 53300
-	// (limits.go). Default 1000.
+	// MaxConnections bounds open client connections. A connection arriving
+	// when all are open evicts the oldest one still in its startup; only
+	// when every one has finished its startup does it get FATAL 53300
+	// (limits.go, conns.go). Default 1000.
 	MaxConnections int
 	// AuthenticationTimeout bounds a connection's startup (PostgreSQL's
 	// authentication_timeout). Default 60 s.
@@ -247,11 +250,13 @@ type Server struct {
 	// nanoseconds), set by Shutdown; 0 before. See limitedConn.
 	writeLimit atomic.Int64
 
-	http            *httpAPI    // nil without Config.ListenHTTP
-	certs           *certSource // nil without Config.TLSCertFile
-	auth            *authState  // nil without Config.AuthPublicKeys
-	disk            diskState   // the disk circuit breaker (limits.go)
-	refusing        atomic.Int32
+	http            *httpAPI     // nil without Config.ListenHTTP
+	certs           *certSource  // nil without Config.TLSCertFile
+	auth            *authState   // nil without Config.AuthPublicKeys
+	disk            diskState    // the disk circuit breaker (limits.go)
+	refusing        atomic.Int32 // refusals under way: refuseTooMany and evicted connections (at most maxRefusing)
+	evictions       atomic.Int64 // evictions since the last warning about them (conns.go)
+	evictWarned     atomic.Int64 // when that warning was last logged (unix nanoseconds)
 	metrics         *serverMetrics
 	removedSegments atomic.Int64 // WAL segments retention removed
 
@@ -259,7 +264,8 @@ type Server struct {
 	timelines map[proto.TimelineKey]*timeline
 	opening   map[proto.TimelineKey]*opening // opens in progress (registry.go)
 	deleting  map[proto.TimelineKey]struct{} // deletes in progress (delete.go)
-	conns     map[net.Conn]struct{}
+	conns     map[net.Conn]*connEntry        // every connection holding a slot (conns.go)
+	starting  list.List                      // of *connEntry: those still in their startup, oldest first
 	connWG    sync.WaitGroup
 	ownerWG   sync.WaitGroup
 	// openWG counts the timeline opens under way and the opens at start
@@ -299,6 +305,8 @@ type hooks struct {
 	lazyOpen bool
 	// statfs replaces unix.Statfs in the disk circuit breaker.
 	statfs func(path string, fs *unix.Statfs_t) error
+	// evictGrace replaces evictGraceMax (0: the default).
+	evictGrace time.Duration
 }
 
 func newServer(cfg Config, h hooks) (*Server, error) {
@@ -369,7 +377,7 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 		stopCtx: stopCtx, stopCancel: stopCancel,
 		cfg: cfg, log: cfg.Logger, db: db, ln: ln,
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}),
-		timelines: map[proto.TimelineKey]*timeline{}, opening: map[proto.TimelineKey]*opening{}, deleting: map[proto.TimelineKey]struct{}{}, conns: map[net.Conn]struct{}{},
+		timelines: map[proto.TimelineKey]*timeline{}, opening: map[proto.TimelineKey]*opening{}, deleting: map[proto.TimelineKey]struct{}{}, conns: map[net.Conn]*connEntry{},
 		walBudget: newBudget(cfg.MaxBufferedWAL),
 		metrics:   metrics,
 		hooks:     h,
@@ -465,41 +473,39 @@ func (s *Server) Serve() error {
 			s.log.Info("accept works again", "failed_accepts", failures)
 			failures, backoff = 0, 0
 		}
-		nc = &limitedConn{Conn: nc, limit: &s.writeLimit}
+		lc := &limitedConn{Conn: nc, limit: &s.writeLimit}
 		s.mu.Lock()
 		if s.isStopping() {
 			s.mu.Unlock()
-			nc.Close()
+			lc.Close()
 			continue
 		}
-		if len(s.conns) >= s.cfg.MaxConnections {
+		e, victim, ok := s.admitLocked(lc)
+		if !ok {
 			s.mu.Unlock()
 			s.metrics.refused.WithLabelValues("too_many_clients").Inc()
 			if s.refusing.Add(1) > maxRefusing {
 				s.refusing.Add(-1)
-				nc.Close()
+				lc.Close()
 				continue
 			}
 			s.connWG.Add(1)
 			go func() {
 				defer s.connWG.Done()
 				defer s.refusing.Add(-1)
-				s.refuseTooMany(nc)
+				s.refuseTooMany(lc)
 			}()
 			continue
 		}
-		s.conns[nc] = struct{}{}
 		s.connWG.Add(1)
 		s.mu.Unlock()
+		if victim != nil {
+			s.evict(victim)
+		}
 		go func() {
 			defer s.connWG.Done()
-			defer func() {
-				s.mu.Lock()
-				delete(s.conns, nc)
-				s.mu.Unlock()
-				nc.Close()
-			}()
-			s.serveConn(nc)
+			defer s.release(e)
+			s.serveConn(e)
 		}()
 	}
 }
@@ -574,47 +580,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // responses and 57P01) before the write deadline closes the connection.
 const shutdownWriteSlack = time.Second
 
-// limitedConn is an accepted socket whose write deadlines never pass the
-// server's writeLimit once Shutdown has set it. pgwire sets a fresh write
-// deadline (Config.WalSenderTimeout) before each write; without the cap a
-// client that stopped reading would hold its stream's write, and Shutdown
-// with it, for that long.
-type limitedConn struct {
-	net.Conn
-	limit *atomic.Int64
-}
-
-func (c *limitedConn) SetDeadline(t time.Time) error {
-	if err := c.Conn.SetReadDeadline(t); err != nil {
-		return err
-	}
-	return c.SetWriteDeadline(t)
-}
-
-// SetWriteDeadline sets t, or the limit if t is later (or zero). If the
-// limit is set meanwhile, it sets again: Shutdown stores the limit before it
-// sets every connection's deadline, so one of the two calls applies it.
-func (c *limitedConn) SetWriteDeadline(t time.Time) error {
-	for {
-		l := c.limit.Load()
-		d := t
-		if l != 0 && (t.IsZero() || t.UnixNano() > l) {
-			d = time.Unix(0, l)
-		}
-		if err := c.Conn.SetWriteDeadline(d); err != nil {
-			return err
-		}
-		if c.limit.Load() == l {
-			return nil
-		}
-	}
-}
-
 // serveConn runs one client connection: startup, then simple queries
 // (replication.go: the command set depends on the "replication" startup
 // parameter; START_WAL_PUSH, IDENTIFY_SYSTEM and TIMELINE_STATUS work on
 // every connection).
-func (s *Server) serveConn(nc net.Conn) {
+func (s *Server) serveConn(e *connEntry) {
+	nc := e.nc
 	log := s.log.With("peer", nc.RemoteAddr().String())
 	opts := pgwire.AcceptOptions{StartupTimeout: s.cfg.AuthenticationTimeout, WriteTimeout: s.cfg.WalSenderTimeout}
 	if s.certs != nil {
@@ -623,12 +594,20 @@ func (s *Server) serveConn(nc net.Conn) {
 	pc, err := pgwire.Accept(nc, opts)
 	if err != nil {
 		var ne net.Error
+		if e.evicted.Load() {
+			log.Debug("evicted connection ended in its startup", "err", err)
+			return
+		}
 		if errors.As(err, &ne) && ne.Timeout() {
 			s.metrics.refused.WithLabelValues("startup_timeout").Inc()
 			log.Info("connection closed: startup not finished within the authentication timeout", "timeout", s.cfg.AuthenticationTimeout)
 			return
 		}
 		log.Debug("connection startup failed", "err", err)
+		return
+	}
+	if e.evicted.Load() {
+		s.refuseEvicted(pc)
 		return
 	}
 	params := pc.Params()
@@ -689,6 +668,10 @@ func (s *Server) serveConn(nc net.Conn) {
 		log.Info("connection refused at startup", "err", err)
 		pc.SendError(fatalError(err))
 		pc.Flush()
+		return
+	}
+	if !s.trust(e) { // evicted during the password exchange
+		s.refuseEvicted(pc)
 		return
 	}
 	if err := pc.Ready(pgwire.WalsenderParams(s.cfg.ServerVersion, params), nil); err != nil {

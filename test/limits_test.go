@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"syscall"
 	"testing"
@@ -228,4 +230,131 @@ func TestSlowlorisCutAtAuthenticationTimeout(t *testing.T) {
 		return scrapeMetric(t, sk, "safekeeper_refused_total", "startup_timeout") >= n
 	})
 	t.Logf("%d half-open connections closed by %v (timeout %v)", n, latest, timeout)
+}
+
+// TestIdleConnectionsDoNotLockOutClients: with --max-connections 50 held
+// by idle TCP sockets (connected, nothing sent), new clients still get in:
+// each takes the slot of the oldest socket still in its startup, which the
+// server closes (well before --authentication-timeout) and counts in
+// safekeeper_refused_total{reason="startup_evicted"}. A push stream and a
+// reader running before go on, and once the sockets are gone the
+// connections gauge is back where it was. When every slot is held by a
+// connection past its startup, a newcomer still gets 53300 and nothing is
+// evicted.
+func TestIdleConnectionsDoNotLockOutClients(t *testing.T) {
+	const maxConns, extra = 50, 10
+	sk := harness.StartSafekeeper(t, 1, "--max-connections", fmt.Sprint(maxConns))
+	p := startTerm(t, sk, 1, 1)
+	gen := xlogtest.NewGenerator(tlStart, segSize, 1, sysID)
+	pushSome := func() proto.LSN {
+		begin := gen.Pos()
+		gen.Record(2000)
+		wal := gen.Take()
+		p.send(p.appendReq(begin, wal, begin+proto.LSN(len(wal))))
+		return begin + proto.LSN(len(wal))
+	}
+	end := pushSome()
+	for p.resp().FlushLSN < end {
+	}
+	rd := replConn(t, sk, 1) // a reader connected before the idle sockets
+	connections := func() int { return int(scrapeMetric(t, sk, "safekeeper_connections", "")) }
+	evicted := func() float64 { return scrapeMetric(t, sk, "safekeeper_refused_total", "startup_evicted") }
+	if got := evicted(); got != 0 {
+		t.Fatalf("startup_evicted %v before any eviction", got)
+	}
+	base := connections()
+	if base <= 0 || base >= maxConns {
+		t.Fatalf("%d connections open before the idle sockets", base)
+	}
+
+	// Idle sockets fill every free slot, then extra more arrive: each takes
+	// the slot of the oldest idle one.
+	dialIdle := func() net.Conn {
+		c, err := net.DialTimeout("tcp", sk.Addr, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	var idle []net.Conn
+	for len(idle) < maxConns-base {
+		idle = append(idle, dialIdle())
+	}
+	harness.WaitFor(t, 10*time.Second, "the idle sockets to hold every slot", func() bool { return connections() == maxConns })
+	for range extra {
+		idle = append(idle, dialIdle())
+	}
+	// A real client arriving after them is served: a raw startup gets
+	// AuthenticationOk, not 53300.
+	c := dialIdle()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(startupPacket("user", "late", "replication", "true")); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := firstAnswer(c); a != "ok" {
+		t.Fatalf("a client arriving with every slot held by idle sockets: answer %q (%v), want AuthenticationOk", a, err)
+	}
+	harness.WaitFor(t, 10*time.Second, "the evictions counted", func() bool { return evicted() >= extra+1 })
+	if n := connections(); n != maxConns {
+		t.Fatalf("%d connections after evictions, want %d", n, maxConns)
+	}
+	// The evicted ones (the oldest) are closed by the server within about a
+	// second, not at --authentication-timeout (1 min).
+	for i, c := range idle[:extra+1] {
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		var b [1]byte
+		if _, err := c.Read(b[:]); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("evicted idle socket %d: read %v, want it closed by the server", i, err)
+		}
+	}
+	// A replication connection runs TIMELINE_STATUS.
+	late := replConn(t, sk, 1)
+	if st := status(t, late); st["flush_lsn"] != end.String() {
+		t.Fatalf("TIMELINE_STATUS of the late client: flush_lsn %s, want %s", st["flush_lsn"], end)
+	}
+	if got := evicted(); got < extra+2 {
+		t.Fatalf("startup_evicted %v after two clients, want at least %d", got, extra+2)
+	}
+
+	// The stream that was running goes on, and so does the reader.
+	end = pushSome()
+	for p.resp().FlushLSN < end {
+	}
+	if st := status(t, rd); st["flush_lsn"] != end.String() {
+		t.Fatalf("the reader after the evictions: flush_lsn %s, want %s", st["flush_lsn"], end)
+	}
+
+	// Every slot is given back once: the gauge returns to where it was.
+	for _, c := range idle {
+		c.Close()
+	}
+	c.Close()
+	late.Close(harness.Context(t, 10*time.Second))
+	harness.WaitFor(t, 10*time.Second, "the connections gauge back to its baseline", func() bool { return connections() == base })
+
+	// Slots held by connections past their startup are not taken: the
+	// newcomer gets 53300 and nothing is evicted.
+	for range maxConns - base {
+		c := dialIdle()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(startupPacket("user", "holder", "replication", "true")); err != nil {
+			t.Fatal(err)
+		}
+		if a, err := firstAnswer(c); a != "ok" {
+			t.Fatalf("filling the slots: answer %q (%v)", a, err)
+		}
+	}
+	before := evicted()
+	c = dialIdle()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(startupPacket("user", "late", "replication", "true")); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := firstAnswer(c); a != "53300" {
+		t.Fatalf("a client arriving with every slot held past its startup: answer %q (%v), want 53300", a, err)
+	}
+	if got := evicted(); got != before {
+		t.Fatalf("startup_evicted went from %v to %v: a connection past its startup was evicted", before, got)
+	}
 }

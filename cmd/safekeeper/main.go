@@ -456,7 +456,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "tls-key", Usage: "PEM private key of --tls-cert"},
 			&cli.BoolFlag{Name: "tls-required", Usage: "refuse connections that do not use TLS (FATAL 28000, as pg_hba.conf hostssl)"},
 			&cli.StringSliceFlag{Name: "auth-public-key", Usage: "Ed25519 public key file (PEM) that signs tokens; turns authentication on; repeat for key rotation; re-read on SIGHUP"},
-			&cli.IntFlag{Name: "max-connections", Value: 1000, Usage: "most client connections at once; more get FATAL 53300 sorry, too many clients already"},
+			&cli.IntFlag{Name: "max-connections", Value: 1000, Usage: "most client connections at once; a new one evicts the oldest connection still in its startup, and only when all have finished theirs gets FATAL 53300 sorry, too many clients already"},
 			&cli.DurationFlag{Name: "authentication-timeout", Value: time.Minute, Usage: "close a connection that has not finished its startup in this time, as PostgreSQL's authentication_timeout"},
 			&cli.IntFlag{Name: "max-timelines", Value: 10000, Usage: "most timelines on this safekeeper; a greeting that would create one more gets 53400"},
 			&cli.IntFlag{Name: "max-slots", Value: 10, Usage: "most replication slots (temporary and persistent) per timeline; more get 53400"},
