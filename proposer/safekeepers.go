@@ -214,8 +214,10 @@ func warnReason(err error) string {
 // ended): what was queued is sent, then the connection is closed, so its
 // reader ends and the link reconnects — or done is (the owner is gone: its
 // last events may never have been read, so nobody would close out). After
-// a write error it closes the connection (the reader then reports the
-// failure) and drains out until it is closed or done is.
+// a write error it leaves the connection open for the reader, which reads
+// what the safekeeper said before it closed (its FATAL, the root cause)
+// and then reports the end (Conn.Recv); it drains out until it is closed
+// or done is, and then closes the connection.
 func writer(c *Conn, out chan []byte, done <-chan struct{}) {
 	for {
 		var p []byte
@@ -245,13 +247,14 @@ func writer(c *Conn, out chan []byte, done <-chan struct{}) {
 			}
 		}
 		if err := c.flush(); err != nil {
-			c.Close()
 			for {
 				select {
 				case <-done:
+					c.Close()
 					return
 				case _, ok := <-out:
 					if !ok {
+						c.Close()
 						return
 					}
 				}
