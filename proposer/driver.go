@@ -373,6 +373,7 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 			s.disconnect(sk)
 		}
 		sk.gen, sk.out = ev.gen, ev.out
+		s.sess.SetQuiet(ev.sk, ev.quiet)
 		r, err := s.sess.Greeted(ev.sk, ev.info)
 		if err != nil {
 			return err
@@ -503,7 +504,7 @@ func (s *driver) WAL(i int, lsn proto.LSN, max int) []byte {
 		if lsn < s.buf.start {
 			return s.catchupWAL(sk, lsn, max)
 		}
-		s.log.Info("safekeeper caught up with the buffer", "safekeeper", s.cfg.Safekeepers[i], "at", lsn)
+		s.log.Log(context.Background(), s.sess.linkLevel(i), "safekeeper caught up with the buffer", "safekeeper", s.cfg.Safekeepers[i], "at", lsn)
 		s.dropCatchup(sk)
 	}
 	if lsn < s.buf.start {

@@ -28,6 +28,14 @@ type skEvent struct {
 	// another cluster, major version or segment size), which no retry can
 	// fix; the link has stopped.
 	refused bool
+	// quiet (with out): the connection before this one ended for the same
+	// reason as the one before it, and its warning was held back (see
+	// warnLimiter). The owner logs this connection's progress (greeted,
+	// vote granted, streaming, catching up) at debug level, so a
+	// safekeeper refusing once a second does not log its reconnects at
+	// info each time; the first connection, and the first reconnect after
+	// each new reason, are logged at info.
+	quiet bool
 }
 
 // skLinks runs one connection goroutine per safekeeper: dial, greet with
@@ -75,8 +83,9 @@ func (l *skLinks) post(ctx context.Context, ev skEvent) bool {
 func (l *skLinks) loop(ctx context.Context, i int) {
 	bo := l.bo
 	var warn warnLimiter
+	quiet := false
 	for gen := 1; ctx.Err() == nil; gen++ {
-		greetedAt, err := l.connection(ctx, i, gen)
+		greetedAt, err := l.connection(ctx, i, gen, quiet)
 		if ctx.Err() != nil {
 			return
 		}
@@ -88,7 +97,9 @@ func (l *skLinks) loop(ctx context.Context, i int) {
 			bo.reset()
 		}
 		d := bo.next()
-		if skipped, ok := warn.allow(warnReason(err), time.Now()); ok {
+		skipped, ok := warn.allow(warnReason(err), time.Now())
+		quiet = !ok
+		if ok {
 			l.log.Warn("safekeeper connection ended; reconnecting", "safekeeper", l.addrs[i], "err", err, "retry_in", d, "same_before", skipped)
 		} else {
 			l.log.Debug("safekeeper connection ended; reconnecting", "safekeeper", l.addrs[i], "err", err, "retry_in", d)
@@ -102,8 +113,9 @@ func (l *skLinks) loop(ctx context.Context, i int) {
 }
 
 // connection runs one connection to safekeeper i until it fails. It
-// returns when the safekeeper greeted (zero if it did not).
-func (l *skLinks) connection(ctx context.Context, i, gen int) (greetedAt time.Time, err error) {
+// returns when the safekeeper greeted (zero if it did not). quiet goes
+// with the greeting to the owner (skEvent.quiet).
+func (l *skLinks) connection(ctx context.Context, i, gen int, quiet bool) (greetedAt time.Time, err error) {
 	dc := l.dial
 	dc.Addr = l.addrs[i]
 	c, err := Dial(ctx, dc)
@@ -137,7 +149,7 @@ func (l *skLinks) connection(ctx context.Context, i, gen int) (greetedAt time.Ti
 		writer(c, out, ctx.Done())
 	}()
 	defer func() { <-writerDone }() // the owner closes out after our final event
-	if !l.post(ctx, skEvent{sk: i, gen: gen, info: info, out: out}) {
+	if !l.post(ctx, skEvent{sk: i, gen: gen, info: info, out: out, quiet: quiet}) {
 		c.Close()
 		close(out) // the owner never got it
 		return greetedAt, ctx.Err()

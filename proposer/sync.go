@@ -188,6 +188,7 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 			case ev.out != nil: // a new, greeted connection
 				y.closeLink(ev.sk)
 				sk.gen, sk.out = ev.gen, ev.out
+				y.sess.SetQuiet(ev.sk, ev.quiet)
 				r, err = y.sess.Greeted(ev.sk, ev.info)
 			case ev.gen != sk.gen:
 				continue // a dropped connection's leftovers
