@@ -282,8 +282,12 @@ func (s *driver) loop(ctx context.Context) error {
 		case now := <-t.C:
 			core := s.sess.Core()
 			if core.Election() == nil && now.After(electionDeadline) {
-				return fmt.Errorf("%w: no quorum of votes within %v (%d greeted, %d granted of %d)",
+				err := fmt.Errorf("%w: no quorum of votes within %v (%d greeted, %d granted of %d)",
 					ErrNoQuorum, s.cfg.ElectionTimeout, core.Greetings(), core.Grants(), core.N())
+				if ends := s.links.lastErrors(func(i int) bool { return s.sks[i].out == nil }); ends != "" {
+					err = fmt.Errorf("%w; not connected: %s", err, ends)
+				}
+				return err
 			}
 			s.act(ctx, s.sess.Tick(now))
 			if now.Sub(s.lastStatus) >= s.cfg.StatusInterval {

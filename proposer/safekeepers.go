@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -59,6 +61,68 @@ type skLinks struct {
 	log      *slog.Logger
 	events   chan skEvent
 	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	lastErr []error // per safekeeper: how its last connection ended (nil: none ended yet)
+}
+
+// noteEnd records how safekeeper i's last connection (or attempt) ended.
+func (l *skLinks) noteEnd(i int, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lastErr == nil {
+		l.lastErr = make([]error, len(l.addrs))
+	}
+	l.lastErr[i] = err
+}
+
+// maxEndText bounds the text of one safekeeper's error in lastErrors.
+const maxEndText = 200
+
+// lastErrors names, for each safekeeper i for which which(i) is true, how
+// its last connection ended — "addr: SQLSTATE message" for a refusal (a
+// --tls-required safekeeper's 28000, --max-timelines' 53400, a revoked
+// token's 28P01), the network error otherwise, "no answer yet" while its
+// first attempt is still under way — joined with "; ", each bounded to
+// maxEndText bytes. Errors that ended Sync or an election at a timeout
+// carry it: the refusals were only in the log before.
+func (l *skLinks) lastErrors(which func(i int) bool) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var parts []string
+	for i, addr := range l.addrs {
+		if !which(i) {
+			continue
+		}
+		text := "no answer yet"
+		if l.lastErr != nil && l.lastErr[i] != nil {
+			text = endText(l.lastErr[i])
+		}
+		parts = append(parts, addr+": "+text)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// endText is err in short: a server's refusal as its SQLSTATE and
+// message, a network error as warnReason has it (operation and cause),
+// cut to maxEndText bytes on a character boundary.
+func endText(err error) string {
+	var s string
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		s = pe.Code + " " + pe.Message
+	} else {
+		s = warnReason(err)
+	}
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > maxEndText {
+		cut := maxEndText
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
 }
 
 func (l *skLinks) start(ctx context.Context) {
@@ -89,6 +153,7 @@ func (l *skLinks) loop(ctx context.Context, i int) {
 		if ctx.Err() != nil {
 			return
 		}
+		l.noteEnd(i, err)
 		if greetedAt.IsZero() && incompatible(err) {
 			l.post(ctx, skEvent{sk: i, gen: gen, err: err, refused: true})
 			return
