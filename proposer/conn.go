@@ -198,10 +198,7 @@ func appendCopyData(b []byte, body func([]byte) []byte) []byte {
 // failed first is not reported as the read it broke ("use of closed network
 // connection", an i/o timeout).
 func (c *Conn) Recv(ctx context.Context) (proto.Message, error) {
-	dl, ok := ctx.Deadline()
-	if !ok {
-		dl = time.Time{}
-	}
+	dl, _ := ctx.Deadline() // zero: none
 	c.nc.SetReadDeadline(dl)
 	if _, at := c.writeFailure(); !at.IsZero() && (dl.IsZero() || at.Add(writeFailGrace).Before(dl)) {
 		c.nc.SetReadDeadline(at.Add(writeFailGrace))
