@@ -31,9 +31,22 @@ type Conn struct {
 	nc net.Conn
 	fe *pgproto3.Frontend // receive side only
 
-	mu   sync.Mutex // guards wbuf and writes to nc
+	mu   sync.Mutex // guards wbuf, writes to nc and the fields below
 	wbuf []byte
+	// failed is the first write error; failedAt when it happened. A failed
+	// write does not close the connection: the safekeeper may have said
+	// why before it closed (a FATAL 53100 from its disk breaker, then a
+	// reset), and that reply is still to be read. Recv reads on for at
+	// most writeFailGrace and then ends with failed.
+	failed   error
+	failedAt time.Time
 }
+
+// writeFailGrace is how long Recv goes on reading after a write failed,
+// for the safekeeper's last words (an ErrorResponse sent before it closed).
+// A write fails because the peer reset or closed the connection, so the
+// read ends at once in practice; the bound is for a half-open connection.
+const writeFailGrace = time.Second
 
 // DialConfig says where and as whom to connect.
 type DialConfig struct {
@@ -149,7 +162,20 @@ func (c *Conn) writeLocked() error {
 	}
 	_, err := c.nc.Write(c.wbuf)
 	c.wbuf = c.wbuf[:0]
+	if err != nil && c.failed == nil {
+		// Mark, then cut: Recv sets its deadline, then looks at the mark,
+		// so either it sees the mark or this cut comes after its set.
+		c.failed, c.failedAt = err, time.Now()
+		c.nc.SetReadDeadline(c.failedAt.Add(writeFailGrace))
+	}
 	return err
+}
+
+// writeFailure returns the first write error and its time (nil if none).
+func (c *Conn) writeFailure() (error, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failed, c.failedAt
 }
 
 // appendCopyData appends a CopyData message ('d', int32 length, payload)
@@ -165,11 +191,17 @@ func appendCopyData(b []byte, body func([]byte) []byte) []byte {
 // Recv returns the next safekeeper message. An ErrorResponse is returned as
 // a *pgconn.PgError (with its SQLSTATE); CopyDone as ErrStreamEnded. ctx's
 // deadline bounds the wait; cancelling ctx interrupts it.
+//
+// The error names the root cause of the connection's end: the safekeeper's
+// ErrorResponse when it sent one — also after a write to it failed (Recv
+// reads on for writeFailGrace) — else the first failure, so a write that
+// failed first is not reported as the read it broke ("use of closed network
+// connection", an i/o timeout).
 func (c *Conn) Recv(ctx context.Context) (proto.Message, error) {
-	if dl, ok := ctx.Deadline(); ok {
-		c.nc.SetReadDeadline(dl)
-	} else {
-		c.nc.SetReadDeadline(time.Time{})
+	dl, _ := ctx.Deadline() // zero: none
+	c.nc.SetReadDeadline(dl)
+	if _, at := c.writeFailure(); !at.IsZero() && (dl.IsZero() || at.Add(writeFailGrace).Before(dl)) {
+		c.nc.SetReadDeadline(at.Add(writeFailGrace))
 	}
 	stop := context.AfterFunc(ctx, func() { c.nc.SetReadDeadline(time.Now()) })
 	defer stop()
@@ -178,6 +210,9 @@ func (c *Conn) Recv(ctx context.Context) (proto.Message, error) {
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
+			}
+			if werr, _ := c.writeFailure(); werr != nil {
+				return nil, fmt.Errorf("proposer: write to safekeeper: %w", werr)
 			}
 			return nil, err
 		}

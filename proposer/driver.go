@@ -282,8 +282,12 @@ func (s *driver) loop(ctx context.Context) error {
 		case now := <-t.C:
 			core := s.sess.Core()
 			if core.Election() == nil && now.After(electionDeadline) {
-				return fmt.Errorf("%w: no quorum of votes within %v (%d greeted, %d granted of %d)",
+				err := fmt.Errorf("%w: no quorum of votes within %v (%d greeted, %d granted of %d)",
 					ErrNoQuorum, s.cfg.ElectionTimeout, core.Greetings(), core.Grants(), core.N())
+				if ends := s.links.lastErrors(func(i int) bool { return s.sks[i].out == nil }); ends != "" {
+					err = fmt.Errorf("%w; not connected: %s", err, ends)
+				}
+				return err
 			}
 			s.act(ctx, s.sess.Tick(now))
 			if now.Sub(s.lastStatus) >= s.cfg.StatusInterval {
@@ -373,6 +377,7 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 			s.disconnect(sk)
 		}
 		sk.gen, sk.out = ev.gen, ev.out
+		s.sess.SetQuiet(ev.sk, ev.quiet)
 		r, err := s.sess.Greeted(ev.sk, ev.info)
 		if err != nil {
 			return err
@@ -503,7 +508,7 @@ func (s *driver) WAL(i int, lsn proto.LSN, max int) []byte {
 		if lsn < s.buf.start {
 			return s.catchupWAL(sk, lsn, max)
 		}
-		s.log.Info("safekeeper caught up with the buffer", "safekeeper", s.cfg.Safekeepers[i], "at", lsn)
+		s.log.Log(context.Background(), s.sess.linkLevel(i), "safekeeper caught up with the buffer", "safekeeper", s.cfg.Safekeepers[i], "at", lsn)
 		s.dropCatchup(sk)
 	}
 	if lsn < s.buf.start {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -36,8 +39,15 @@ func discardUpstream(t *testing.T) *upstream {
 // status updates: what the driver queues to safekeeper i is on outs[i].
 func streamingSession(t *testing.T) (*driver, []chan []byte) {
 	t.Helper()
-	cfg, err := Config{Upstream: "host=127.0.0.1", Safekeepers: []string{"sk1:1", "sk2:1", "sk3:1"},
-		TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ProposerUUID: us}.withDefaults()
+	return streamingSessionLog(t, nil, "sk3:1")
+}
+
+// streamingSessionLog is streamingSession logging to log, with the third
+// safekeeper at sk3.
+func streamingSessionLog(t *testing.T, log *slog.Logger, sk3 string) (*driver, []chan []byte) {
+	t.Helper()
+	cfg, err := Config{Upstream: "host=127.0.0.1", Safekeepers: []string{"sk1:1", "sk2:1", sk3},
+		TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ProposerUUID: us, Logger: log}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,5 +279,144 @@ func TestRegrantedSafekeeperGetsBufferedWAL(t *testing.T) {
 		if wal != 3000 {
 			t.Fatalf("safekeeper %d re-granted: %d bytes of the buffered WAL sent (%v), want all 3000 at once", i, wal, ms)
 		}
+	}
+}
+
+// logRecords keeps every record logged through it.
+type logRecords struct {
+	mu   *sync.Mutex
+	recs *[]slog.Record
+}
+
+func newLogRecords() logRecords { return logRecords{mu: new(sync.Mutex), recs: new([]slog.Record)} }
+
+func (h logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (h logRecords) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	*h.recs = append(*h.recs, r.Clone())
+	return nil
+}
+func (h logRecords) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h logRecords) WithGroup(string) slog.Handler      { return h }
+
+// records returns the records so far whose message is msg (any, if "")
+// and whose "safekeeper" attribute is sk.
+func (h logRecords) records(msg, sk string) []slog.Record {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []slog.Record
+	for _, r := range *h.recs {
+		if msg != "" && r.Message != msg {
+			continue
+		}
+		match := false
+		r.Attrs(func(a slog.Attr) bool {
+			match = match || (a.Key == "safekeeper" && a.Value.String() == sk)
+			return true
+		})
+		if match {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestRefusingSafekeeperLogsOnceNotPerRetry: a safekeeper whose disk
+// breaker refuses WAL greets, grants the vote, takes ProposerElected and
+// answers the first WAL with FATAL 53100, once per reconnect. Over 8
+// refusals the driver logs one warning, naming the 53100 each time (not
+// the reset its unread WAL caused, which made the reason alternate), and
+// the connection's progress lines (greeted, vote granted, streaming) are
+// at info for the first connection and the first reconnect only, not once
+// more per retry.
+func TestRefusingSafekeeperLogsOnceNotPerRetry(t *testing.T) {
+	const refusals = 8
+	addr := fakeSafekeeper(t, func(n int, c net.Conn, be *pgproto3.Backend) {
+		if !greet(be) {
+			return
+		}
+		for {
+			m, err := be.Receive()
+			if err != nil {
+				return
+			}
+			cd, ok := m.(*pgproto3.CopyData)
+			if !ok {
+				return
+			}
+			pm, err := proto.DecodeProposerMessage(cd.Data)
+			if err != nil {
+				return
+			}
+			switch pm := pm.(type) {
+			case *proto.RequestVote:
+				v, f := grant(pm.Candidate, info(0, 0, 0, nil))
+				be.Send(&pgproto3.CopyData{Data: v.Encode(nil)})
+				be.Send(&pgproto3.CopyData{Data: f.Encode(nil)})
+				if be.Flush() != nil {
+					return
+				}
+			case *proto.SafeKeeperRequest:
+				if len(pm.WAL) > 0 {
+					be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", Code: "53100", Message: "could not write WAL: the disk breaker is tripped"})
+					be.Flush()
+					return // closed with the rest of the WAL unread: a reset
+				}
+			}
+		}
+	})
+	log := newLogRecords()
+	s, _ := streamingSessionLog(t, slog.New(log), addr)
+	if err := s.buf.add(tlStart, make([]byte, 4*proto.MaxWALPerRequest)); err != nil {
+		t.Fatal(err)
+	}
+	s.disconnect(s.sks[2]) // from here on a real connection to the fake safekeeper
+	before := len(log.records("", addr))
+	ctx, cancel := context.WithCancel(context.Background())
+	s.links = &skLinks{
+		addrs: s.cfg.Safekeepers, si: &proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, TenantID: proto.ID{1}, TimelineID: proto.ID{2}},
+		queueCap: s.cfg.MaxInFlight + 16, bo: backoff{min: time.Millisecond, max: 5 * time.Millisecond}, log: s.log,
+		events: make(chan skEvent, 16), dial: DialConfig{TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ConnectTimeout: 5 * time.Second},
+	}
+	s.links.wg.Add(1)
+	go func() { defer s.links.wg.Done(); s.links.loop(ctx, 2) }()
+	defer func() { cancel(); s.links.wg.Wait() }()
+	const ended = "safekeeper connection ended; reconnecting"
+	deadline := time.After(30 * time.Second)
+	for len(log.records(ended, addr)) < refusals {
+		select {
+		case ev := <-s.links.events:
+			if err := s.onSafekeeper(ctx, ev); err != nil {
+				t.Fatal(err)
+			}
+		case <-deadline:
+			t.Fatalf("%d refusals within 30 s, want %d", len(log.records(ended, addr)), refusals)
+		}
+	}
+	for i, r := range log.records(ended, addr)[:refusals] {
+		var err error
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "err" {
+				err, _ = a.Value.Any().(error)
+			}
+			return true
+		})
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "53100" {
+			t.Errorf("refusal %d: logged with %v, want the safekeeper's 53100", i+1, err)
+		}
+		if want := map[bool]slog.Level{true: slog.LevelWarn, false: slog.LevelDebug}[i == 0]; r.Level != want {
+			t.Errorf("refusal %d: logged at %v, want %v", i+1, r.Level, want)
+		}
+	}
+	var info []string
+	for _, r := range log.records("", addr)[before:] {
+		if r.Level == slog.LevelInfo {
+			info = append(info, r.Message)
+		}
+	}
+	if len(info) != 6 {
+		t.Errorf("%d info lines over %d refusals: %q; want the 3 of the first connection and the 3 of the first reconnect (greeted, vote granted, streaming)", len(info), refusals, info)
 	}
 }

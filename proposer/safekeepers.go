@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -28,6 +30,14 @@ type skEvent struct {
 	// another cluster, major version or segment size), which no retry can
 	// fix; the link has stopped.
 	refused bool
+	// quiet (with out): the connection before this one ended for the same
+	// reason as the one before it, and its warning was held back (see
+	// warnLimiter). The owner logs this connection's progress (greeted,
+	// vote granted, streaming, catching up) at debug level, so a
+	// safekeeper refusing once a second does not log its reconnects at
+	// info each time; the first connection, and the first reconnect after
+	// each new reason, are logged at info.
+	quiet bool
 }
 
 // skLinks runs one connection goroutine per safekeeper: dial, greet with
@@ -51,6 +61,68 @@ type skLinks struct {
 	log      *slog.Logger
 	events   chan skEvent
 	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	lastErr []error // per safekeeper: how its last connection ended (nil: none ended yet)
+}
+
+// noteEnd records how safekeeper i's last connection (or attempt) ended.
+func (l *skLinks) noteEnd(i int, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lastErr == nil {
+		l.lastErr = make([]error, len(l.addrs))
+	}
+	l.lastErr[i] = err
+}
+
+// maxEndText bounds the text of one safekeeper's error in lastErrors.
+const maxEndText = 200
+
+// lastErrors names, for each safekeeper i for which which(i) is true, how
+// its last connection ended — "addr: SQLSTATE message" for a refusal (a
+// --tls-required safekeeper's 28000, --max-timelines' 53400, a revoked
+// token's 28P01), the network error otherwise, "no answer yet" while its
+// first attempt is still under way — joined with "; ", each bounded to
+// maxEndText bytes. Errors that ended Sync or an election at a timeout
+// carry it: the refusals were only in the log before.
+func (l *skLinks) lastErrors(which func(i int) bool) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var parts []string
+	for i, addr := range l.addrs {
+		if !which(i) {
+			continue
+		}
+		text := "no answer yet"
+		if l.lastErr != nil && l.lastErr[i] != nil {
+			text = endText(l.lastErr[i])
+		}
+		parts = append(parts, addr+": "+text)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// endText is err in short: a server's refusal as its SQLSTATE and
+// message, a network error as warnReason has it (operation and cause),
+// cut to maxEndText bytes on a character boundary.
+func endText(err error) string {
+	var s string
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		s = pe.Code + " " + pe.Message
+	} else {
+		s = warnReason(err)
+	}
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > maxEndText {
+		cut := maxEndText
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
 }
 
 func (l *skLinks) start(ctx context.Context) {
@@ -75,11 +147,13 @@ func (l *skLinks) post(ctx context.Context, ev skEvent) bool {
 func (l *skLinks) loop(ctx context.Context, i int) {
 	bo := l.bo
 	var warn warnLimiter
+	quiet := false
 	for gen := 1; ctx.Err() == nil; gen++ {
-		greetedAt, err := l.connection(ctx, i, gen)
+		greetedAt, err := l.connection(ctx, i, gen, quiet)
 		if ctx.Err() != nil {
 			return
 		}
+		l.noteEnd(i, err)
 		if greetedAt.IsZero() && incompatible(err) {
 			l.post(ctx, skEvent{sk: i, gen: gen, err: err, refused: true})
 			return
@@ -88,7 +162,9 @@ func (l *skLinks) loop(ctx context.Context, i int) {
 			bo.reset()
 		}
 		d := bo.next()
-		if skipped, ok := warn.allow(warnReason(err), time.Now()); ok {
+		skipped, ok := warn.allow(warnReason(err), time.Now())
+		quiet = !ok
+		if ok {
 			l.log.Warn("safekeeper connection ended; reconnecting", "safekeeper", l.addrs[i], "err", err, "retry_in", d, "same_before", skipped)
 		} else {
 			l.log.Debug("safekeeper connection ended; reconnecting", "safekeeper", l.addrs[i], "err", err, "retry_in", d)
@@ -102,8 +178,9 @@ func (l *skLinks) loop(ctx context.Context, i int) {
 }
 
 // connection runs one connection to safekeeper i until it fails. It
-// returns when the safekeeper greeted (zero if it did not).
-func (l *skLinks) connection(ctx context.Context, i, gen int) (greetedAt time.Time, err error) {
+// returns when the safekeeper greeted (zero if it did not). quiet goes
+// with the greeting to the owner (skEvent.quiet).
+func (l *skLinks) connection(ctx context.Context, i, gen int, quiet bool) (greetedAt time.Time, err error) {
 	dc := l.dial
 	dc.Addr = l.addrs[i]
 	c, err := Dial(ctx, dc)
@@ -137,7 +214,7 @@ func (l *skLinks) connection(ctx context.Context, i, gen int) (greetedAt time.Ti
 		writer(c, out, ctx.Done())
 	}()
 	defer func() { <-writerDone }() // the owner closes out after our final event
-	if !l.post(ctx, skEvent{sk: i, gen: gen, info: info, out: out}) {
+	if !l.post(ctx, skEvent{sk: i, gen: gen, info: info, out: out, quiet: quiet}) {
 		c.Close()
 		close(out) // the owner never got it
 		return greetedAt, ctx.Err()
@@ -214,8 +291,10 @@ func warnReason(err error) string {
 // ended): what was queued is sent, then the connection is closed, so its
 // reader ends and the link reconnects — or done is (the owner is gone: its
 // last events may never have been read, so nobody would close out). After
-// a write error it closes the connection (the reader then reports the
-// failure) and drains out until it is closed or done is.
+// a write error it leaves the connection open for the reader, which reads
+// what the safekeeper said before it closed (its FATAL, the root cause)
+// and then reports the end (Conn.Recv); it drains out until it is closed
+// or done is, and then closes the connection.
 func writer(c *Conn, out chan []byte, done <-chan struct{}) {
 	for {
 		var p []byte
@@ -245,13 +324,14 @@ func writer(c *Conn, out chan []byte, done <-chan struct{}) {
 			}
 		}
 		if err := c.flush(); err != nil {
-			c.Close()
 			for {
 				select {
 				case <-done:
+					c.Close()
 					return
 				case _, ok := <-out:
 					if !ok {
+						c.Close()
 						return
 					}
 				}

@@ -3,13 +3,16 @@ package proposer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -260,5 +263,27 @@ func TestWarnLimiterRepeatsOnceAMinute(t *testing.T) {
 		if ok != s.ok || skipped != s.skipped {
 			t.Errorf("step %d (%v at %v): warn %v, skipped %d; want %v, %d", i+1, s.err, s.at, ok, skipped, s.ok, s.skipped)
 		}
+	}
+}
+
+// TestLastErrorsNameEachSafekeeperBounded: the "not connected" part of a
+// timeout's error names each safekeeper's last end as SQLSTATE and message
+// (a network error by operation and cause), one still dialling as "no
+// answer yet", and cuts a long message, so a safekeeper's text cannot
+// flood the one line sync prints.
+func TestLastErrorsNameEachSafekeeperBounded(t *testing.T) {
+	l := &skLinks{addrs: []string{"sk1:5454", "sk2:5454", "sk3:5454", "sk4:5454"}}
+	l.noteEnd(0, fmt.Errorf("proposer: connect: %w", &pgconn.PgError{Severity: "FATAL", Code: "53400", Message: "too many timelines: --max-timelines 2 reached"}))
+	l.noteEnd(1, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+	l.noteEnd(3, &pgconn.PgError{Severity: "FATAL", Code: "28P01", Message: strings.Repeat("é", 1000)})
+	got := l.lastErrors(func(i int) bool { return true })
+	parts := strings.Split(got, "; ")
+	if len(parts) != 4 || parts[0] != "sk1:5454: 53400 too many timelines: --max-timelines 2 reached" ||
+		parts[1] != "sk2:5454: dial: connection refused" || parts[2] != "sk3:5454: no answer yet" ||
+		!strings.HasPrefix(parts[3], "sk4:5454: 28P01 éé") || len(parts[3]) > len("sk4:5454: ")+maxEndText+len("…") || !utf8.ValidString(parts[3]) {
+		t.Fatalf("lastErrors: %q", got)
+	}
+	if got := l.lastErrors(func(i int) bool { return i == 1 }); got != "sk2:5454: dial: connection refused" {
+		t.Fatalf("lastErrors of safekeeper 2 only: %q", got)
 	}
 }

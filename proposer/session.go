@@ -1,6 +1,7 @@
 package proposer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,8 @@ type Session struct {
 	log   *slog.Logger
 	src   WALSource
 	links []link
+	// quiet[i]: log safekeeper i's connection progress at debug (SetQuiet).
+	quiet []bool
 	now   time.Time // as of the last Tick
 
 	// baseCommit is the highest commit_lsn a safekeeper reported: durable
@@ -127,7 +130,8 @@ func NewSession(cfg SessionConfig, src WALSource) *Session {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Session{core: NewCore(len(cfg.Names), cfg.UUID), cfg: cfg, log: log, src: src, links: make([]link, len(cfg.Names))}
+	s := &Session{core: NewCore(len(cfg.Names), cfg.UUID), cfg: cfg, log: log, src: src, links: make([]link, len(cfg.Names)),
+		quiet: make([]bool, len(cfg.Names))}
 	s.core.ObserveTerm(cfg.LastTerm)
 	return s
 }
@@ -153,6 +157,21 @@ func (s *Session) InFlight(i int) int { return s.links[i].inflight }
 // Acked is the commit_lsn of safekeeper i's last SafeKeeperResponse.
 func (s *Session) Acked(i int) proto.LSN { return s.links[i].acked }
 
+// SetQuiet sets the level of the lines that follow safekeeper i's
+// connection (greeted, vote granted, streaming): debug when quiet, info
+// otherwise. The driver sets it for a reconnect after the same failure
+// as the one before (skEvent.quiet): the link's held-back warning says
+// the safekeeper keeps failing, and its reconnects say nothing new.
+func (s *Session) SetQuiet(i int, quiet bool) { s.quiet[i] = quiet }
+
+// linkLevel is the level of safekeeper i's connection lines.
+func (s *Session) linkLevel(i int) slog.Level {
+	if s.quiet[i] {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
+
 // Greeted records a new connection to safekeeper i, which answered the
 // greeting with info; a connection it had is forgotten. Once a quorum
 // greeted, the session campaigns; after that every greeted safekeeper is
@@ -164,7 +183,7 @@ func (s *Session) Greeted(i int, info *proto.SafeKeeperInfo) (Ready, error) {
 	}
 	s.links[i] = link{phase: linkGreeted}
 	s.baseCommit = max(s.baseCommit, info.CommitLSN)
-	s.log.Info("safekeeper greeted", "safekeeper", s.cfg.Names[i], "id", info.SafekeeperID, "voted_for", info.VotedFor.String(),
+	s.log.Log(context.Background(), s.linkLevel(i), "safekeeper greeted", "safekeeper", s.cfg.Names[i], "id", info.SafekeeperID, "voted_for", info.VotedFor.String(),
 		"last_log_term", info.LastLogTerm, "flush_lsn", info.FlushLSN, "commit_lsn", info.CommitLSN)
 	if err := s.core.Greeted(i, info); err != nil {
 		return r, err
@@ -230,7 +249,7 @@ func (s *Session) Receive(i int, m proto.Message) (Ready, error) {
 		if err != nil {
 			return r, err
 		}
-		s.log.Info("vote granted", "safekeeper", name, "term", v.VotedFor.Term, "last_log_term", m.LastLogTerm, "flush_lsn", m.FlushLSN)
+		s.log.Log(context.Background(), s.linkLevel(i), "vote granted", "safekeeper", name, "term", v.VotedFor.Term, "last_log_term", m.LastLogTerm, "flush_lsn", m.FlushLSN)
 		switch {
 		case s.core.Election() != nil:
 			s.startSafekeeper(&r, i)
@@ -343,7 +362,7 @@ func (s *Session) startSafekeeper(r *Ready, i int) {
 	r.Sends = append(r.Sends, Send{To: i, Msg: pe})
 	l.phase, l.sent = linkStreaming, pe.StartStreamingAt
 	l.sentCommit, l.sentTrunc = 0, 0
-	s.log.Info("safekeeper streaming", "safekeeper", s.cfg.Names[i], "start_streaming_at", pe.StartStreamingAt)
+	s.log.Log(context.Background(), s.linkLevel(i), "safekeeper streaming", "safekeeper", s.cfg.Names[i], "start_streaming_at", pe.StartStreamingAt)
 }
 
 // pump queues WAL to a streaming safekeeper while its pipeline has room.

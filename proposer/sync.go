@@ -142,7 +142,7 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 		dial:   DialConfig{TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ApplicationName: "sync", ConnectTimeout: cfg.ConnectTimeout, Security: cfg.Security},
 	}
 	links.start(ctx)
-	y := &syncer{cfg: cfg, copies: make(chan streamChunk), sks: make([]syncSK, len(cfg.Safekeepers))}
+	y := &syncer{cfg: cfg, links: links, copies: make(chan streamChunk), sks: make([]syncSK, len(cfg.Safekeepers))}
 	for i := range y.sks {
 		y.sks[i].retry = backoff{min: 100 * time.Millisecond, max: time.Second}
 	}
@@ -188,6 +188,7 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 			case ev.out != nil: // a new, greeted connection
 				y.closeLink(ev.sk)
 				sk.gen, sk.out = ev.gen, ev.out
+				y.sess.SetQuiet(ev.sk, ev.quiet)
 				r, err = y.sess.Greeted(ev.sk, ev.info)
 			case ev.gen != sk.gen:
 				continue // a dropped connection's leftovers
@@ -229,6 +230,7 @@ const copyWindow = 8
 // WALSource: sync generates no WAL, so all it streams is the donor's.
 type syncer struct {
 	cfg    SyncConfig
+	links  *skLinks
 	sess   *Session
 	sks    []syncSK
 	target proto.LSN // the donor's end of WAL: 0 until the election
@@ -306,7 +308,11 @@ func (y *syncer) done() bool {
 func (y *syncer) timeoutError() error {
 	core := y.sess.Core()
 	if core.Election() == nil {
-		return fmt.Errorf("%w: %d greeted, %d granted of %d before the timeout", ErrNoQuorum, core.Greetings(), core.Grants(), core.N())
+		err := fmt.Errorf("%w: %d greeted, %d granted of %d before the timeout", ErrNoQuorum, core.Greetings(), core.Grants(), core.N())
+		if ends := y.links.lastErrors(func(i int) bool { return y.sks[i].out == nil }); ends != "" {
+			err = fmt.Errorf("%w; not connected: %s", err, ends)
+		}
+		return err
 	}
 	synced, behind := 0, 0
 	for i := range y.sks {

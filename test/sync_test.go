@@ -20,6 +20,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/xlog/xlogtest"
 	"github.com/safekeeper/safekeeper/test/harness"
+	"github.com/safekeeper/safekeeper/test/tlstest"
 )
 
 // TestSyncCopiesDonorWALAndCommitsEverywhere is the disaster-recovery step:
@@ -146,6 +147,29 @@ func TestSyncWithoutQuorumFailsClearly(t *testing.T) {
 	}
 	if stdout.Len() != 0 || !strings.Contains(stderr.String(), "no quorum") {
 		t.Fatalf("stdout %q stderr %q: want nothing on stdout and a message naming the missing quorum", stdout.String(), stderr.String())
+	}
+
+	// A safekeeper that refuses every attempt (--tls-required, and sync
+	// connects in plaintext): the message at the timeout names its last
+	// refusal, SQLSTATE and text, not only the count of greetings.
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	cert, key := filepath.Join(dir, "sk.crt"), filepath.Join(dir, "sk.key")
+	ca.Issue(t, "sk", cert, key)
+	tlsSK := harness.StartSafekeeper(t, 4, "--tls-cert", cert, "--tls-key", key, "--tls-required")
+	cmd = exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), "sync", "--safekeepers", tlsSK.Addr,
+		"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 9}.String(), "--create",
+		"--system-id", strconv.FormatUint(sysID, 10), "--wal-seg-size", strconv.Itoa(segSize), "--timeout", "2s")
+	stdout.Reset()
+	stderr.Reset()
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Run()
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	msg := lines[len(lines)-1] // the error; the lines before are the log
+	if code := cmd.ProcessState.ExitCode(); code != 1 || stdout.Len() != 0 || !strings.Contains(msg, "no quorum") ||
+		!strings.Contains(msg, tlsSK.Addr+": 28000 ") || !strings.Contains(msg, "no encryption") || len(msg) > 500 {
+		t.Fatalf("sync against a safekeeper that requires TLS: exit %d, stdout %q, last line %q; want exit 1 and one short line naming %s, its 28000 and its text\n%s",
+			code, stdout.String(), msg, tlsSK.Addr, stderr.String())
 	}
 }
 

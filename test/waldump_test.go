@@ -31,7 +31,13 @@ var (
 // skTimeline reads a safekeeper's GET /v1/tenant/{t}/timeline/{tl}.
 func skTimeline(t *testing.T, sk *harness.Safekeeper) (start, flush, commit proto.LSN) {
 	t.Helper()
-	resp, err := http.Get("http://" + sk.HTTPAddr + "/v1/tenant/" + dumpTenant.String() + "/timeline/" + dumpTimeline.String())
+	return skTimelineOf(t, sk, dumpTenant, dumpTimeline)
+}
+
+// skTimelineOf is skTimeline for another timeline.
+func skTimelineOf(t *testing.T, sk *harness.Safekeeper, tenant, timeline proto.ID) (start, flush, commit proto.LSN) {
+	t.Helper()
+	resp, err := http.Get("http://" + sk.HTTPAddr + "/v1/tenant/" + tenant.String() + "/timeline/" + timeline.String())
 	if err != nil {
 		t.Fatal(err)
 	}
