@@ -162,6 +162,11 @@ func (a *apiClient) unreachable(err error) error {
 	if strings.HasPrefix(a.base, "http://") && errors.Is(err, io.EOF) {
 		err = fmt.Errorf("%w; if it serves HTTPS, use --http https://%s (with --http-cacert CA.pem unless the system trusts its certificate)", err, strings.TrimPrefix(a.base, "http://"))
 	}
+	// net/http says so only in words (transport.go, a TLS record header
+	// that reads as HTTP).
+	if host, ok := strings.CutPrefix(a.base, "https://"); ok && strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
+		err = fmt.Errorf("%w; it serves plain HTTP there (no --tls-cert): use --http %s", err, host)
+	}
 	return err
 }
 

@@ -152,5 +152,14 @@ func TestAPIErrorAnswerNotJSON(t *testing.T) {
 		if code != want || !strings.Contains(msg, "use --http https://"+addr) || !strings.Contains(msg, "--http-cacert") || strings.Count(msg, "\n") != 1 {
 			t.Errorf("%q with http:// against an HTTPS port: exit %d, stderr %q; want exit %d saying to use https:// and --http-cacert", cmd, code, msg, want)
 		}
+		// And the other way: https:// against a plain HTTP port.
+		out.Reset()
+		errb.Reset()
+		plain := proxy.Listener.Addr().String()
+		code = run(append(append([]string{"safekeeper"}, cmd...), "--http", "https://"+plain), &out, &errb)
+		msg = errb.String()
+		if code != 1 || !strings.Contains(msg, "serves plain HTTP there") || !strings.Contains(msg, "use --http "+plain) || strings.Count(msg, "\n") != 1 {
+			t.Errorf("%q with https:// against a plain HTTP port: exit %d, stderr %q; want exit 1 saying to use --http %s", cmd, code, msg, plain)
+		}
 	}
 }
