@@ -92,11 +92,11 @@ func tokenIssueCommand() *cli.Command {
 			}
 			var tenant *proto.ID
 			switch {
-			case scope == auth.ScopeTenant && !c.IsSet("tenant-id"):
+			case scope == auth.ScopeTenant && c.String("tenant-id") == "":
 				return usagef("--scope tenant needs --tenant-id")
-			case scope == auth.ScopeSafekeeperData && c.IsSet("tenant-id"):
+			case scope == auth.ScopeSafekeeperData && c.String("tenant-id") != "":
 				return usagef("--scope safekeeperdata grants every tenant; it takes no --tenant-id")
-			case c.IsSet("tenant-id"):
+			case c.String("tenant-id") != "": // empty (SAFEKEEPER_TENANT_ID=) is none
 				id, err := proto.ParseID(c.String("tenant-id"))
 				if err != nil {
 					return usagef("--tenant-id %q: want 32 hex digits", c.String("tenant-id"))

@@ -62,6 +62,8 @@ func TestTokenKeygenIssueVerify(t *testing.T) {
 		{[]string{"--scope", "tenant", "--tenant-id", strings.ToUpper(tenant), "--ttl", "1h"}, auth.ScopeTenant, time.Hour, true, false},
 		{[]string{"--scope", "safekeeperdata", "--ttl", "90s"}, auth.ScopeSafekeeperData, 90 * time.Second, true, true},
 		{[]string{"--scope", "safekeeperdata", "--ttl", "0"}, auth.ScopeSafekeeperData, 0, true, true},
+		// An empty --tenant-id (SAFEKEEPER_TENANT_ID= in an environment file) is none.
+		{[]string{"--scope", "safekeeperdata", "--tenant-id", ""}, auth.ScopeSafekeeperData, 24 * time.Hour, true, true},
 	} {
 		before := time.Now().Truncate(time.Second)
 		code, out, errs := runCmd(append([]string{"token", "issue", "--private-key", priv}, tc.args...)...)
@@ -146,6 +148,7 @@ func TestTokenUsageErrors(t *testing.T) {
 		{append(issue, "--scope", ""), "--scope"},
 		{append(issue, "--scope", "Tenant", "--tenant-id", tenant), "--scope"},
 		{append(issue, "--scope", "tenant"), "needs --tenant-id"},
+		{append(issue, "--scope", "tenant", "--tenant-id", ""), "needs --tenant-id"},
 		{append(issue, "--scope", "safekeeperdata", "--tenant-id", tenant), "takes no --tenant-id"},
 		{append(issue, "--scope", "tenant", "--tenant-id", "abc"), "--tenant-id"},
 		{append(issue, "--scope", "tenant", "--tenant-id", strings.Repeat("x", 32)), "--tenant-id"},
