@@ -24,12 +24,14 @@ type budget struct {
 	tenants map[proto.ID]*tenantBudget // the tenants holding or waiting for budget
 }
 
-// tenantBudget is one tenant's share; refs counts its acquires under way
-// and held, and it is dropped when none is left (its share is then whole),
-// so the map does not grow with tenant churn.
+// tenantBudget is one tenant's share. It is dropped once none of it is
+// held and no acquire waits for it (its share is then whole), so the map
+// does not grow with tenant churn. held counts bytes, not calls: the owner
+// gives back a group commit's messages in one release.
 type tenantBudget struct {
-	sem  *semaphore.Weighted
-	refs int
+	sem     *semaphore.Weighted
+	held    int64
+	waiting int
 }
 
 func newBudget(total int64) *budget {
@@ -37,53 +39,53 @@ func newBudget(total int64) *budget {
 	return &budget{global: semaphore.NewWeighted(total), share: share, tenants: map[proto.ID]*tenantBudget{}}
 }
 
-// ref returns tenant id's share, counting one more user of it.
-func (b *budget) ref(id proto.ID) *semaphore.Weighted {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	t, ok := b.tenants[id]
-	if !ok {
-		t = &tenantBudget{sem: semaphore.NewWeighted(b.share)}
-		b.tenants[id] = t
-	}
-	t.refs++
-	return t.sem
-}
-
-// unref undoes one ref of tenant id, after its bytes went back.
-func (b *budget) unref(id proto.ID) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	t := b.tenants[id]
-	if t.refs--; t.refs == 0 {
-		delete(b.tenants, id)
-	}
-}
-
 // cost is what a message of n bytes takes.
 func (b *budget) cost(n int) int64 { return min(int64(n), b.share) }
 
 // acquire takes cost bytes for tenant: its share first, then the server's.
-// Each acquire that succeeds is undone by one release.
+// release gives them back, in one call or in several summed.
 func (b *budget) acquire(ctx context.Context, tenant proto.ID, cost int64) error {
-	t := b.ref(tenant)
-	if err := t.Acquire(ctx, cost); err != nil {
-		b.unref(tenant)
-		return err
+	b.mu.Lock()
+	t, ok := b.tenants[tenant]
+	if !ok {
+		t = &tenantBudget{sem: semaphore.NewWeighted(b.share)}
+		b.tenants[tenant] = t
 	}
-	if err := b.global.Acquire(ctx, cost); err != nil {
-		t.Release(cost)
-		b.unref(tenant)
-		return err
+	t.waiting++
+	b.mu.Unlock()
+	err := t.sem.Acquire(ctx, cost)
+	if err == nil {
+		if err = b.global.Acquire(ctx, cost); err != nil {
+			t.sem.Release(cost)
+		}
 	}
-	return nil
+	b.mu.Lock()
+	t.waiting--
+	if err == nil {
+		t.held += cost
+	}
+	b.dropIdle(tenant, t)
+	b.mu.Unlock()
+	return err
 }
 
 func (b *budget) release(tenant proto.ID, cost int64) {
 	b.global.Release(cost)
 	b.mu.Lock()
-	t := b.tenants[tenant].sem
+	t := b.tenants[tenant]
+	t.held -= cost
+	if t.held < 0 {
+		b.mu.Unlock()
+		panic("server: WAL budget released more than was taken")
+	}
+	b.dropIdle(tenant, t)
 	b.mu.Unlock()
-	t.Release(cost)
-	b.unref(tenant)
+	t.sem.Release(cost)
+}
+
+// dropIdle forgets t when nothing of it is held or waited for. b.mu held.
+func (b *budget) dropIdle(tenant proto.ID, t *tenantBudget) {
+	if t.held == 0 && t.waiting == 0 {
+		delete(b.tenants, tenant)
+	}
 }

@@ -77,4 +77,27 @@ func TestBudgetForgetsIdleTenants(t *testing.T) {
 		t.Fatalf("the whole share again: %v", err)
 	}
 	b.release(held, b.share)
+	// The owner gives back a group commit's messages in one release.
+	for range 3 {
+		if err := b.acquire(ctx, held, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.release(held, 3000)
+	if n := len(b.tenants); n != 0 {
+		t.Fatalf("%d tenants remembered after one release of three acquires, want 0", n)
+	}
+}
+
+// TestWALBudgetForgetsTenantAfterPush: after a push whose messages the
+// owner gave back in group commits, the tenant holds no share entry.
+func TestWALBudgetForgetsTenantAfterPush(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
+	p.push(200, 8000, 0)
+	waitFor(t, "the tenant's budget share to be dropped", func() bool {
+		s.walBudget.mu.Lock()
+		defer s.walBudget.mu.Unlock()
+		return len(s.walBudget.tenants) == 0
+	})
 }
