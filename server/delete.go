@@ -201,7 +201,11 @@ func (s *Server) finishDelete(key proto.TimelineKey, t *timeline, users []*pgwir
 		<-t.stopped
 		<-t.retired
 	}
-	err := s.db.DeleteTimeline(key.TenantID, key.TimelineID)
+	del := s.db.DeleteTimeline
+	if s.hooks.deleteTimeline != nil {
+		del = s.hooks.deleteTimeline
+	}
+	err := del(key.TenantID, key.TimelineID)
 	if errors.Is(err, storage.ErrNoTimeline) && t == nil {
 		return res, err
 	}
@@ -273,12 +277,15 @@ func (s *Server) DeleteTenant(tenant proto.ID, force bool) (map[string]DeleteRes
 		}
 		reserved = append(reserved, r)
 	}
-	for _, r := range reserved {
+	for i, r := range reserved {
 		res, err := s.finishDelete(r.key, r.t, nil, r.gone, false)
 		if errors.Is(err, storage.ErrNoTimeline) {
 			continue // deleted meanwhile
 		}
 		if err != nil {
+			// The ones not reached yet take connections again (they
+			// would answer "deleted" until a restart otherwise).
+			undoRetire(reserved[i+1:])
 			return out, err
 		}
 		out[r.key.TimelineID.String()] = res

@@ -268,3 +268,36 @@ func TestDeleteTenantWithoutForceIsAllOrNothing(t *testing.T) {
 		t.Fatalf("timelines after the forced delete: %+v", list)
 	}
 }
+
+// TestDeleteTenantThatFailsLeavesTheRestUsable: a tenant delete whose first
+// timeline's deletion fails (a full disk) leaves the timelines it had not
+// reached taking connections, not answering "deleted" until a restart.
+func TestDeleteTenantThatFailsLeavesTheRestUsable(t *testing.T) {
+	first, second := proto.ID{0x01, 1}, proto.ID{0xfe, 1}
+	errDisk := errors.New("no space left on device")
+	s := startHookedServer(t, t.TempDir(), func(c *Config) { c.ListenHTTP = "127.0.0.1:0" }, hooks{
+		deleteTimeline: func(tenant, timeline proto.ID) error { return errDisk },
+	})
+	addr := s.Addr().String()
+	for _, tl := range []proto.ID{first, second} {
+		p := newTestPush(t, addr, tl, 1, hist1(tStart), tStart)
+		p.push(5, 1000, 0)
+		p.c.Close()
+	}
+	var err error
+	waitFor(t, "the pushers' connections to end", func() bool {
+		_, err = s.DeleteTenant(tTenant, false)
+		return !errors.Is(err, ErrTimelineBusy)
+	})
+	if !errors.Is(err, errDisk) {
+		t.Fatalf("DeleteTenant with a failing disk: %v, want %v", err, errDisk)
+	}
+	for _, tl := range []proto.ID{first, second} {
+		c := replConnect(t, addr, false, fmt.Sprintf("-c tenant_id=%s -c timeline_id=%s", tTenant, tl))
+		_, err = exec(t, c, "IDENTIFY_SYSTEM")
+		c.Close(testCtx(t))
+		if err != nil {
+			t.Fatalf("a reader of %s after the failed tenant delete: %v", tl, err)
+		}
+	}
+}

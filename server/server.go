@@ -307,6 +307,9 @@ type hooks struct {
 	statfs func(path string, fs *unix.Statfs_t) error
 	// evictGrace replaces evictGraceMax (0: the default).
 	evictGrace time.Duration
+	// deleteTimeline replaces storage.DB.DeleteTimeline (to fail like a
+	// full disk).
+	deleteTimeline func(tenant, timeline proto.ID) error
 }
 
 func newServer(cfg Config, h hooks) (*Server, error) {
