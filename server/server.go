@@ -485,14 +485,17 @@ func (s *Server) Serve() error {
 		}
 		e, victim, ok := s.admitLocked(lc)
 		if !ok {
+			// Added under s.mu, as for an admitted one: Shutdown waits on
+			// connWG only after it set stopping under s.mu.
+			s.connWG.Add(1)
 			s.mu.Unlock()
 			s.metrics.refused.WithLabelValues("too_many_clients").Inc()
 			if s.refusing.Add(1) > maxRefusing {
 				s.refusing.Add(-1)
+				s.connWG.Done()
 				lc.Close()
 				continue
 			}
-			s.connWG.Add(1)
 			go func() {
 				defer s.connWG.Done()
 				defer s.refusing.Add(-1)
