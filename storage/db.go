@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -198,6 +199,8 @@ func open(path string, opts Options, hooks testHooks) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	_, statErr := os.Stat(path)
+	created := errors.Is(statErr, fs.ErrNotExist)
 	bdb, err := bolt.Open(path, opts.FileMode, &bolt.Options{
 		Timeout:    opts.Timeout,
 		ReadOnly:   opts.ReadOnly,
@@ -221,6 +224,13 @@ func open(path string, opts Options, hooks testHooks) (*DB, error) {
 	if err := checkFormat(bdb, opts.ReadOnly); err != nil {
 		_ = bdb.Close()
 		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	// bbolt fsyncs the new file, not its name in the directory.
+	if created && !opts.ReadOnly && !opts.UnsafeNoFsync {
+		if err := SyncDir(filepath.Dir(path)); err != nil {
+			_ = bdb.Close()
+			return nil, fmt.Errorf("storage: open %s: %w", path, err)
+		}
 	}
 	db := &DB{
 		bolt:      bdb,

@@ -1273,3 +1273,27 @@ func TestReusableBytesCountsNoHole(t *testing.T) {
 		t.Fatalf("ReusableBytes %d counts the hole: only %d of the file's %d bytes are allocated", reusable, allocated, size)
 	}
 }
+
+// TestMkdirAllDurable: the directories missing on the way are made (and
+// their parents fsynced); an existing one is left as it is; a file in the
+// way is an error.
+func TestMkdirAllDurable(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "a", "b", "c")
+	if err := MkdirAllDurable(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("%s: %v, %v", dir, fi, err)
+	}
+	if err := MkdirAllDurable(dir, 0o700); err != nil {
+		t.Fatalf("again: %v", err)
+	}
+	file := filepath.Join(root, "f")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := MkdirAllDurable(filepath.Join(file, "x"), 0o700); err == nil {
+		t.Fatal("a directory under a file was made")
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/server"
 	"github.com/safekeeper/safekeeper/server/auth"
+	"github.com/safekeeper/safekeeper/storage"
 )
 
 // exitUsage is the exit code for bad flags or arguments.
@@ -590,7 +591,7 @@ func runCommand() *cli.Command {
 				return usagef("--auth-public-key without --tls-cert would have clients send their tokens in plaintext: give --tls-cert and --tls-key, or --allow-auth-without-tls on a trusted network")
 			}
 			dir := c.String("data-dir")
-			if err := os.MkdirAll(dir, 0o700); err != nil {
+			if err := storage.MkdirAllDurable(dir, 0o700); err != nil {
 				return err
 			}
 			if c.Bool("unsafe-no-fsync") {

@@ -97,7 +97,7 @@ func pullTimeline(ctx context.Context, c *cli.Context, from, path string, tenant
 		if peer, err = proposer.PeerState(ctx, from, tenant, timeline, 0, sec); err != nil {
 			return fmt.Errorf("timeline pull: %w", err)
 		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		if err := storage.MkdirAllDurable(filepath.Dir(path), 0o700); err != nil {
 			return fmt.Errorf("timeline pull: %w", err)
 		}
 	}
