@@ -420,3 +420,78 @@ func TestRefusingSafekeeperLogsOnceNotPerRetry(t *testing.T) {
 		t.Errorf("%d info lines over %d refusals: %q; want the 3 of the first connection and the 3 of the first reconnect (greeted, vote granted, streaming)", len(info), refusals, info)
 	}
 }
+
+// TestReconnectAfterAnOutageIsLoggedAtInfo: a safekeeper that refuses
+// before greeting (down, restarting) for several attempts, with the same
+// reason each time and so one warning, and then greets: that connection's
+// lines are at info, so the last word about it is not that it is down.
+func TestReconnectAfterAnOutageIsLoggedAtInfo(t *testing.T) {
+	const outage = 4
+	addr := fakeSafekeeper(t, func(n int, c net.Conn, be *pgproto3.Backend) {
+		if n <= outage {
+			be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", Code: "57P03", Message: "the database system is starting up"})
+			be.Flush()
+			return
+		}
+		if !greet(be) {
+			return
+		}
+		for {
+			m, err := be.Receive()
+			if err != nil {
+				return
+			}
+			cd, ok := m.(*pgproto3.CopyData)
+			if !ok {
+				return
+			}
+			if pm, err := proto.DecodeProposerMessage(cd.Data); err == nil {
+				if rv, ok := pm.(*proto.RequestVote); ok {
+					v, f := grant(rv.Candidate, info(0, 0, 0, nil))
+					be.Send(&pgproto3.CopyData{Data: v.Encode(nil)})
+					be.Send(&pgproto3.CopyData{Data: f.Encode(nil)})
+					if be.Flush() != nil {
+						return
+					}
+				}
+			}
+		}
+	})
+	log := newLogRecords()
+	s, _ := streamingSessionLog(t, slog.New(log), addr)
+	s.disconnect(s.sks[2]) // from here on a real connection to the fake safekeeper
+	greetedBefore := len(log.records("safekeeper greeted", addr))
+	ctx, cancel := context.WithCancel(context.Background())
+	s.links = &skLinks{
+		addrs: s.cfg.Safekeepers, si: &proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, TenantID: proto.ID{1}, TimelineID: proto.ID{2}},
+		queueCap: s.cfg.MaxInFlight + 16, bo: backoff{min: time.Millisecond, max: 5 * time.Millisecond}, log: s.log,
+		events: make(chan skEvent, 16), dial: DialConfig{TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ConnectTimeout: 5 * time.Second},
+	}
+	s.links.wg.Add(1)
+	go func() { defer s.links.wg.Done(); s.links.loop(ctx, 2) }()
+	defer func() { cancel(); s.links.wg.Wait() }()
+	deadline := time.After(30 * time.Second)
+	for len(log.records("safekeeper greeted", addr)) == greetedBefore {
+		select {
+		case ev := <-s.links.events:
+			if err := s.onSafekeeper(ctx, ev); err != nil {
+				t.Fatal(err)
+			}
+		case <-deadline:
+			t.Fatal("the safekeeper never greeted after its outage")
+		}
+	}
+	ended := log.records("safekeeper connection ended; reconnecting", addr)
+	warned := 0
+	for _, r := range ended {
+		if r.Level == slog.LevelWarn {
+			warned++
+		}
+	}
+	if len(ended) != outage || warned != 1 {
+		t.Errorf("%d refusals logged, %d as warnings; want %d, 1", len(ended), warned, outage)
+	}
+	if r := log.records("safekeeper greeted", addr)[greetedBefore]; r.Level != slog.LevelInfo {
+		t.Errorf("the greeting after the outage logged at %v, want INFO", r.Level)
+	}
+}

@@ -163,7 +163,10 @@ func (l *skLinks) loop(ctx context.Context, i int) {
 		}
 		d := bo.next()
 		skipped, ok := warn.allow(warnReason(err), time.Now())
-		quiet = !ok
+		// Only a safekeeper that greets and then fails the same way again
+		// makes its reconnects quiet: one that could not be reached (down,
+		// restarting, refusing) and now greets is news, at info.
+		quiet = !ok && !greetedAt.IsZero()
 		if ok {
 			l.log.Warn("safekeeper connection ended; reconnecting", "safekeeper", l.addrs[i], "err", err, "retry_in", d, "same_before", skipped)
 		} else {
