@@ -50,6 +50,9 @@ import (
 //     (the proposer reconnects).
 
 const (
+	// refusalWarning: a timeline's WAL refusals (disk limits) are warned
+	// about at most this often, the others logged at debug.
+	refusalWarning    = time.Minute
 	maxRefusing       = 512
 	diskCheckInterval = time.Second
 	maxDiskReserve    = 1 << 30

@@ -10,6 +10,7 @@ import (
 
 	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/pgwire"
 )
 
 // TestStateChangesLoggedOnce: votes granted and refused, term changes,
@@ -118,5 +119,27 @@ func TestDatabaseOpenLogged(t *testing.T) {
 	}
 	if want := []string{"opening the database", "database opened"}; !slices.Equal(msgs, want) {
 		t.Fatalf("logged %q, want %q:\n%s", msgs, want, logs.String())
+	}
+}
+
+// TestWALRefusalWarnedOncePerMinute: a proposer that retries every second
+// against a disk limit gets 53100 each time, and the safekeeper warns once
+// (refusalWarning), not once a retry.
+func TestWALRefusalWarnedOncePerMinute(t *testing.T) {
+	var logs syncBuffer
+	s := startTestServer(t, t.TempDir(), func(c *Config) {
+		c.MaxDiskUsage, c.MinFreeDisk = 1<<10, -1 // any database file is over it
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	addr := s.Addr().String()
+	const tries = 4
+	for term := uint64(1); term <= tries; term++ {
+		p := newTestPush(t, addr, tTimeline, term, proto.TermHistory{{Term: term, StartLSN: tStart}}, tStart)
+		wantCode(t, tryPush(p, 4, 8000), pgwire.DiskFull)
+		p.c.Close()
+	}
+	warned := strings.Count(logs.String(), `"msg":"refusing WAL: disk limit"`)
+	if warned != 1 {
+		t.Fatalf("%d warnings for %d refusals within a minute, want 1:\n%s", warned, tries, logs.String())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/safekeeper/safekeeper/acceptor"
@@ -53,6 +54,11 @@ type timeline struct {
 
 	// repl holds the timeline's readers, slots and their feedback.
 	repl *replState
+
+	// refusalWarned is when WAL for it was last refused with a warning
+	// (unix nanoseconds): the refusals of a proposer that retries every
+	// second are warned about once a minute (refusalWarning).
+	refusalWarned atomic.Int64
 
 	stopped chan struct{} // closed when the owner returned
 	retired chan struct{} // closed when the retention goroutine returned

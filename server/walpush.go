@@ -272,7 +272,11 @@ func (c *pushConn) readLoop() outItem {
 					c.srv.walBudget.release(c.tl.key.TenantID, cost)
 				}
 				pgwire.Recycle(payload)
-				c.log.Warn("refusing WAL: disk limit", "err", err)
+				if now, last := time.Now().UnixNano(), c.tl.refusalWarned.Load(); now-last >= int64(refusalWarning) && c.tl.refusalWarned.CompareAndSwap(last, now) {
+					c.log.Warn("refusing WAL: disk limit", "err", err)
+				} else {
+					c.log.Debug("refusing WAL: disk limit", "err", err)
+				}
 				return outItem{err: err}
 			}
 			c.srv.mem.walIn.Add(int64(len(r.WAL)))
