@@ -147,6 +147,9 @@ func TestTimelinePullCopiesAWholeTimeline(t *testing.T) {
 		if code != 1 || !strings.Contains(stderr, "nothing copied") || !strings.Contains(stderr, "MiB free") {
 			t.Fatalf("pull onto an 8 MiB file system: exit %d: %s", code, stderr)
 		}
+		if _, err := os.Stat(filepath.Join(mnt, "data")); !os.IsNotExist(err) {
+			t.Fatalf("the refused pull left its data directory behind (%v)", err)
+		}
 		t.Logf("onto an 8 MiB tmpfs: %s", strings.TrimSpace(stderr))
 	} else {
 		t.Log("not root: the pull onto a small tmpfs is not tried")

@@ -97,6 +97,11 @@ func pullTimeline(ctx context.Context, c *cli.Context, from, path string, tenant
 		if peer, err = proposer.PeerState(ctx, from, tenant, timeline, 0, sec); err != nil {
 			return fmt.Errorf("timeline pull: %w", err)
 		}
+		if first, end := peer.FirstHeld(), peer.Info.FlushLSN; end > first {
+			if err := checkPullSpace(existingAncestor(filepath.Dir(path)), nil, uint64(end-first)); err != nil {
+				return fmt.Errorf("timeline pull: %w; nothing copied", err)
+			}
+		}
 		if err := storage.MkdirAllDurable(filepath.Dir(path), 0o700); err != nil {
 			return fmt.Errorf("timeline pull: %w", err)
 		}
@@ -192,7 +197,8 @@ func pullTimeline(ctx context.Context, c *cli.Context, from, path string, tenant
 }
 
 // checkPullSpace refuses a pull of walBytes whose WAL would not fit: the
-// file system's free space and the pages free inside the database file
+// file system's free space and the pages free inside the database file (db,
+// nil before it exists)
 // must hold it with bbolt's overhead (pages, branches: about 6%, so 1/8
 // is allowed) and 16 MiB to spare. A pull that fails on ENOSPC would leave
 // the disk full and the next one failing the same way.
@@ -201,11 +207,25 @@ func checkPullSpace(dir string, db *storage.DB, walBytes uint64) error {
 	if err := unix.Statfs(dir, &st); err != nil {
 		return err
 	}
-	free := st.Bavail*uint64(st.Bsize) + uint64(max(db.ReusableBytes(), 0))
+	free := st.Bavail * uint64(st.Bsize)
+	if db != nil {
+		free += uint64(max(db.ReusableBytes(), 0))
+	}
 	need := walBytes + walBytes/8 + 16<<20
 	if free < need {
 		return fmt.Errorf("%s has %d MiB free (file system and free pages of the database), the %d MiB of WAL to copy need about %d MiB",
 			dir, free>>20, walBytes>>20, need>>20)
 	}
 	return nil
+}
+
+// existingAncestor is dir or its nearest ancestor that exists: where the
+// file system of a directory still to be made can be asked.
+func existingAncestor(dir string) string {
+	for {
+		if _, err := os.Stat(dir); err == nil || filepath.Dir(dir) == dir {
+			return dir
+		}
+		dir = filepath.Dir(dir)
+	}
 }
