@@ -34,9 +34,10 @@
 // accepting, make what was received durable, answer it, end every stream,
 // bounded by 30 s; then exit 0. propose and sync run until their work ends
 // or SIGTERM/SIGINT cancels their context (sync also ends at --timeout).
-// SIGHUP is logged and ignored by run, propose and sync: its default action
-// would kill the process without a clean shutdown when logrotate signals
-// it or its terminal closes, and there is nothing to reload. wal export
+// SIGHUP makes run re-read its TLS certificate and auth public keys; it is
+// logged and ignored by propose and sync (and by run without them): its
+// default action would kill the process without a clean shutdown when
+// logrotate signals it or its terminal closes. wal export
 // and wal dump --data-dir open the bbolt file read-only and fail (exit 1)
 // at once when a running server holds its lock; on a terminal they show
 // progress on stderr (progress.go).

@@ -443,7 +443,8 @@ func runCommand() *cli.Command {
 		Usage: "run a safekeeper server",
 		Description: "Listens for PostgreSQL-protocol connections: proposers push WAL with START_WAL_PUSH,\n" +
 			"replication clients read it back. SIGTERM or SIGINT: stop accepting, make received WAL\n" +
-			"durable, answer and close every stream, exit 0. SIGHUP is logged and ignored.",
+			"durable, answer and close every stream, exit 0. SIGHUP re-reads --tls-cert/--tls-key and\n" +
+			"--auth-public-key (logged and ignored when there are none).",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "id", "data-dir") },
 		Flags: []cli.Flag{
