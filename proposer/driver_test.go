@@ -336,35 +336,14 @@ func TestRefusingSafekeeperLogsOnceNotPerRetry(t *testing.T) {
 		if !greet(be) {
 			return
 		}
-		for {
-			m, err := be.Receive()
-			if err != nil {
-				return
+		grantVotes(be, func(r *proto.SafeKeeperRequest) bool {
+			if len(r.WAL) == 0 {
+				return true
 			}
-			cd, ok := m.(*pgproto3.CopyData)
-			if !ok {
-				return
-			}
-			pm, err := proto.DecodeProposerMessage(cd.Data)
-			if err != nil {
-				return
-			}
-			switch pm := pm.(type) {
-			case *proto.RequestVote:
-				v, f := grant(pm.Candidate, info(0, 0, 0, nil))
-				be.Send(&pgproto3.CopyData{Data: v.Encode(nil)})
-				be.Send(&pgproto3.CopyData{Data: f.Encode(nil)})
-				if be.Flush() != nil {
-					return
-				}
-			case *proto.SafeKeeperRequest:
-				if len(pm.WAL) > 0 {
-					be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", Code: "53100", Message: "could not write WAL: the disk breaker is tripped"})
-					be.Flush()
-					return // closed with the rest of the WAL unread: a reset
-				}
-			}
-		}
+			be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", Code: "53100", Message: "could not write WAL: the disk breaker is tripped"})
+			be.Flush()
+			return false // closed with the rest of the WAL unread: a reset
+		})
 	})
 	log := newLogRecords()
 	s, _ := streamingSessionLog(t, slog.New(log), addr)
@@ -373,15 +352,8 @@ func TestRefusingSafekeeperLogsOnceNotPerRetry(t *testing.T) {
 	}
 	s.disconnect(s.sks[2]) // from here on a real connection to the fake safekeeper
 	before := len(log.records("", addr))
-	ctx, cancel := context.WithCancel(context.Background())
-	s.links = &skLinks{
-		addrs: s.cfg.Safekeepers, si: &proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, TenantID: proto.ID{1}, TimelineID: proto.ID{2}},
-		queueCap: s.cfg.MaxInFlight + 16, bo: backoff{min: time.Millisecond, max: 5 * time.Millisecond}, log: s.log,
-		events: make(chan skEvent, 16), dial: DialConfig{TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ConnectTimeout: 5 * time.Second},
-	}
-	s.links.wg.Add(1)
-	go func() { defer s.links.wg.Done(); s.links.loop(ctx, 2) }()
-	defer func() { cancel(); s.links.wg.Wait() }()
+	ctx, stop := linkToSafekeeper3(s)
+	defer stop()
 	const ended = "safekeeper connection ended; reconnecting"
 	deadline := time.After(30 * time.Second)
 	for len(log.records(ended, addr)) < refusals {
@@ -433,43 +405,16 @@ func TestReconnectAfterAnOutageIsLoggedAtInfo(t *testing.T) {
 			be.Flush()
 			return
 		}
-		if !greet(be) {
-			return
-		}
-		for {
-			m, err := be.Receive()
-			if err != nil {
-				return
-			}
-			cd, ok := m.(*pgproto3.CopyData)
-			if !ok {
-				return
-			}
-			if pm, err := proto.DecodeProposerMessage(cd.Data); err == nil {
-				if rv, ok := pm.(*proto.RequestVote); ok {
-					v, f := grant(rv.Candidate, info(0, 0, 0, nil))
-					be.Send(&pgproto3.CopyData{Data: v.Encode(nil)})
-					be.Send(&pgproto3.CopyData{Data: f.Encode(nil)})
-					if be.Flush() != nil {
-						return
-					}
-				}
-			}
+		if greet(be) {
+			grantVotes(be, nil)
 		}
 	})
 	log := newLogRecords()
 	s, _ := streamingSessionLog(t, slog.New(log), addr)
 	s.disconnect(s.sks[2]) // from here on a real connection to the fake safekeeper
 	greetedBefore := len(log.records("safekeeper greeted", addr))
-	ctx, cancel := context.WithCancel(context.Background())
-	s.links = &skLinks{
-		addrs: s.cfg.Safekeepers, si: &proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, TenantID: proto.ID{1}, TimelineID: proto.ID{2}},
-		queueCap: s.cfg.MaxInFlight + 16, bo: backoff{min: time.Millisecond, max: 5 * time.Millisecond}, log: s.log,
-		events: make(chan skEvent, 16), dial: DialConfig{TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ConnectTimeout: 5 * time.Second},
-	}
-	s.links.wg.Add(1)
-	go func() { defer s.links.wg.Done(); s.links.loop(ctx, 2) }()
-	defer func() { cancel(); s.links.wg.Wait() }()
+	ctx, stop := linkToSafekeeper3(s)
+	defer stop()
 	deadline := time.After(30 * time.Second)
 	for len(log.records("safekeeper greeted", addr)) == greetedBefore {
 		select {
@@ -494,4 +439,52 @@ func TestReconnectAfterAnOutageIsLoggedAtInfo(t *testing.T) {
 	if r := log.records("safekeeper greeted", addr)[greetedBefore]; r.Level != slog.LevelInfo {
 		t.Errorf("the greeting after the outage logged at %v, want INFO", r.Level)
 	}
+}
+
+// grantVotes serves a greeted connection of a fake safekeeper: it grants
+// every vote and hands each SafeKeeperRequest to onRequest (nil: take it),
+// until onRequest returns false or the connection ends.
+func grantVotes(be *pgproto3.Backend, onRequest func(*proto.SafeKeeperRequest) bool) {
+	for {
+		m, err := be.Receive()
+		if err != nil {
+			return
+		}
+		cd, ok := m.(*pgproto3.CopyData)
+		if !ok {
+			return
+		}
+		pm, err := proto.DecodeProposerMessage(cd.Data)
+		if err != nil {
+			return
+		}
+		switch pm := pm.(type) {
+		case *proto.RequestVote:
+			v, f := grant(pm.Candidate, info(0, 0, 0, nil))
+			be.Send(&pgproto3.CopyData{Data: v.Encode(nil)})
+			be.Send(&pgproto3.CopyData{Data: f.Encode(nil)})
+			if be.Flush() != nil {
+				return
+			}
+		case *proto.SafeKeeperRequest:
+			if onRequest != nil && !onRequest(pm) {
+				return
+			}
+		}
+	}
+}
+
+// linkToSafekeeper3 gives driver s a real link to its third safekeeper
+// (a fake one, after s.disconnect), whose events the test hands to
+// s.onSafekeeper; stop ends it.
+func linkToSafekeeper3(s *driver) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.links = &skLinks{
+		addrs: s.cfg.Safekeepers, si: &proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, TenantID: proto.ID{1}, TimelineID: proto.ID{2}},
+		queueCap: s.cfg.MaxInFlight + 16, bo: backoff{min: time.Millisecond, max: 5 * time.Millisecond}, log: s.log,
+		events: make(chan skEvent, 16), dial: DialConfig{TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ConnectTimeout: 5 * time.Second},
+	}
+	s.links.wg.Add(1)
+	go func() { defer s.links.wg.Done(); s.links.loop(ctx, 2) }()
+	return ctx, func() { cancel(); s.links.wg.Wait() }
 }
