@@ -35,15 +35,7 @@ import (
 // /metrics, /healthz and /v1/status stay open; the Bearer scheme is taken
 // in any case; every DELETE needs a safekeeperdata token.
 func TestTokenAuth(t *testing.T) {
-	dir := t.TempDir()
-	priv, pub := filepath.Join(dir, "auth.key"), filepath.Join(dir, "auth.pub")
-	if err := auth.GenerateKeys(priv, pub); err != nil {
-		t.Fatal(err)
-	}
-	key, err := auth.LoadPrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pub, key := testKeys(t, t.TempDir(), "auth")
 	now := time.Now()
 	issue := func(scope auth.Scope, tenant *proto.ID, ttl time.Duration, at time.Time) string {
 		t.Helper()
@@ -218,12 +210,8 @@ func readFile(path string) ([]byte, error) { return os.ReadFile(path) }
 // 28000); over TLS (verify-full against the test's CA) the token is taken.
 func TestTokenNeedsTLS(t *testing.T) {
 	dir := t.TempDir()
-	priv, pub := filepath.Join(dir, "auth.key"), filepath.Join(dir, "auth.pub")
-	if err := auth.GenerateKeys(priv, pub); err != nil {
-		t.Fatal(err)
-	}
-	key, _ := auth.LoadPrivateKey(priv)
-	admin, _ := auth.Issue(key, auth.ScopeSafekeeperData, nil, time.Hour, time.Now())
+	pub, key := testKeys(t, dir, "auth")
+	admin := adminToken(t, key)
 	ca := tlstest.NewCA(t, dir)
 	cert, ckey := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
 	ca.Issue(t, "sk", cert, ckey)
@@ -258,18 +246,8 @@ func TestPasswordFileReadAtEveryConnection(t *testing.T) {
 	pub := filepath.Join(dir, "auth.pub")
 	newToken := func(name string) string {
 		t.Helper()
-		priv, p := filepath.Join(dir, name+".key"), filepath.Join(dir, name+".pub")
-		if err := auth.GenerateKeys(priv, p); err != nil {
-			t.Fatal(err)
-		}
-		key, err := auth.LoadPrivateKey(priv)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tok, err := auth.Issue(key, auth.ScopeSafekeeperData, nil, time.Hour, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, key := testKeys(t, dir, name)
+		tok := adminToken(t, key)
 		// Only this pair's public key is on the safekeeper (a rename, as an
 		// operator's deploy would).
 		if err := os.Rename(p, pub); err != nil {
@@ -366,11 +344,7 @@ func TestPasswordFileReadAtEveryConnection(t *testing.T) {
 // the body; one of the largest size taken is read and judged (28P01); another
 // message type is FATAL 08P01.
 func TestAuthPhaseRefusals(t *testing.T) {
-	dir := t.TempDir()
-	priv, pub := filepath.Join(dir, "auth.key"), filepath.Join(dir, "auth.pub")
-	if err := auth.GenerateKeys(priv, pub); err != nil {
-		t.Fatal(err)
-	}
+	pub, _ := testKeys(t, t.TempDir(), "auth")
 	s := startTestServer(t, t.TempDir(), func(c *Config) {
 		c.AuthPublicKeys = []string{pub}
 		c.AllowAuthWithoutTLS = true
@@ -460,4 +434,29 @@ func errorFields(body []byte) map[byte]string {
 		body = body[2+i:]
 	}
 	return f
+}
+
+// testKeys makes an Ed25519 key pair NAME.key and NAME.pub in dir and
+// returns the public key's file and the private key.
+func testKeys(t *testing.T, dir, name string) (pub string, key ed25519.PrivateKey) {
+	t.Helper()
+	priv, pub := filepath.Join(dir, name+".key"), filepath.Join(dir, name+".pub")
+	if err := auth.GenerateKeys(priv, pub); err != nil {
+		t.Fatal(err)
+	}
+	key, err := auth.LoadPrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub, key
+}
+
+// adminToken is a safekeeperdata token of key, valid for an hour.
+func adminToken(t *testing.T, key ed25519.PrivateKey) string {
+	t.Helper()
+	tok, err := auth.Issue(key, auth.ScopeSafekeeperData, nil, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }

@@ -6,13 +6,10 @@ import (
 	"errors"
 	"io"
 	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/safekeeper/safekeeper/server/auth"
 )
 
 // TestEvictedInPasswordExchangeGets53300: the password exchange is part of
@@ -23,19 +20,8 @@ import (
 // authenticates. Once all are closed no slot, startup entry or refusal is
 // left.
 func TestEvictedInPasswordExchangeGets53300(t *testing.T) {
-	dir := t.TempDir()
-	priv, pub := filepath.Join(dir, "auth.key"), filepath.Join(dir, "auth.pub")
-	if err := auth.GenerateKeys(priv, pub); err != nil {
-		t.Fatal(err)
-	}
-	key, err := auth.LoadPrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := auth.Issue(key, auth.ScopeSafekeeperData, nil, time.Hour, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pub, key := testKeys(t, t.TempDir(), "auth")
+	tok := adminToken(t, key)
 	s := startHookedServer(t, t.TempDir(), func(c *Config) {
 		c.MaxConnections = 2
 		c.AuthPublicKeys = []string{pub}

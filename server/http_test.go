@@ -118,16 +118,7 @@ func TestHTTPAPI(t *testing.T) {
 	}
 
 	// /metrics: Prometheus text, the LSN gauges equal TIMELINE_STATUS.
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := scrape(t, base)
 	gauge := func(name string) float64 {
 		t.Helper()
 		f := fams[name]
@@ -253,16 +244,7 @@ func TestSlowFsyncLogged(t *testing.T) {
 	})
 	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
 	p.push(10, 1000, 0)
-	resp, err := http.Get("http://" + s.HTTPAddr().String() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := scrapeMetrics(t, s)
 	n := fams["safekeeper_slow_fsyncs_total"].Metric[0].Counter.GetValue()
 	if n == 0 {
 		t.Fatal("safekeeper_slow_fsyncs_total is 0 with a 1ns threshold")
@@ -299,7 +281,13 @@ func (s *syncBuffer) String() string {
 // scrapeMetrics reads s's /metrics.
 func scrapeMetrics(t *testing.T, s *Server) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get("http://" + s.HTTPAddr().String() + "/metrics")
+	return scrape(t, "http://"+s.HTTPAddr().String())
+}
+
+// scrape reads and parses the /metrics of the HTTP API at base.
+func scrape(t *testing.T, base string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,19 +1,15 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/safekeeper/safekeeper/acceptor"
@@ -66,16 +62,7 @@ func storeTimelines(t *testing.T, dir string, n int) map[proto.TimelineKey]accep
 // safekeeper_flush_lsn, safekeeper_commit_lsn and safekeeper_term.
 func timelineGauges(t *testing.T, base string) map[proto.TimelineKey][3]float64 {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := scrape(t, base)
 	out := map[proto.TimelineKey][3]float64{}
 	for i, name := range []string{"safekeeper_flush_lsn", "safekeeper_commit_lsn", "safekeeper_term"} {
 		f := fams[name]
@@ -242,13 +229,7 @@ func TestShutdownDuringOpenAtStart(t *testing.T) {
 			t.Fatal("the opens at start did not begin")
 		}
 	}
-	stopped := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), tTimeout)
-		defer cancel()
-		stopped <- s.Shutdown(ctx)
-	}()
-	waitFor(t, "shutdown to begin", s.isStopping)
+	stopped := shutdownInBackground(t, s)
 	select {
 	case err := <-stopped:
 		t.Fatalf("Shutdown returned (%v) while opens at start were under way", err)

@@ -147,13 +147,7 @@ func TestShutdownWaitsForTimelineOpens(t *testing.T) {
 		t.Fatal("the open never started")
 	}
 
-	stopped := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), tTimeout)
-		defer cancel()
-		stopped <- s.Shutdown(ctx)
-	}()
-	waitFor(t, "shutdown to begin", s.isStopping)
+	stopped := shutdownInBackground(t, s)
 	if _, err := s.timelineByKey(proto.TimelineKey{TenantID: tTenant, TimelineID: proto.ID{0xbb, 9}}); err != errShutdown {
 		t.Fatalf("an open asked for after shutdown began: %v, want errShutdown", err)
 	}
@@ -179,4 +173,18 @@ func TestShutdownWaitsForTimelineOpens(t *testing.T) {
 	default:
 		t.Fatal("Shutdown returned with the opened timeline's owner running")
 	}
+}
+
+// shutdownInBackground starts s's Shutdown (bounded by tTimeout) and
+// returns once it has begun; its result comes on the channel.
+func shutdownInBackground(t *testing.T, s *Server) <-chan error {
+	t.Helper()
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), tTimeout)
+		defer cancel()
+		stopped <- s.Shutdown(ctx)
+	}()
+	waitFor(t, "shutdown to begin", s.isStopping)
+	return stopped
 }
