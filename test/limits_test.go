@@ -102,18 +102,8 @@ func TestMaxConnections(t *testing.T) {
 		t.Logf("open-file limit %d: %d connections against --max-connections %d", rl.Cur, clients, maxConns)
 	}
 	sk := harness.StartSafekeeper(t, 1, "--max-connections", fmt.Sprint(maxConns))
-	p := startTerm(t, sk, 1, 1)
-	gen := xlogtest.NewGenerator(tlStart, segSize, 1, sysID)
-	pushSome := func() proto.LSN {
-		begin := gen.Pos()
-		gen.Record(2000)
-		wal := gen.Take()
-		p.send(p.appendReq(begin, wal, begin+proto.LSN(len(wal))))
-		return begin + proto.LSN(len(wal))
-	}
+	pushSome := streamTerm1(t, sk)
 	end := pushSome()
-	for p.resp().FlushLSN < end {
-	}
 	rd := replConn(t, sk, 1) // a reader connected before the flood
 	conns := make([]net.Conn, clients)
 	answers := make([]string, clients)
@@ -158,8 +148,6 @@ func TestMaxConnections(t *testing.T) {
 	}
 	// The stream that was running goes on, and so does the reader.
 	end = pushSome()
-	for p.resp().FlushLSN < end {
-	}
 	if st := status(t, rd); st["flush_lsn"] != end.String() {
 		t.Fatalf("the reader after the flood: flush_lsn %s, want %s", st["flush_lsn"], end)
 	}
@@ -244,18 +232,8 @@ func TestSlowlorisCutAtAuthenticationTimeout(t *testing.T) {
 func TestIdleConnectionsDoNotLockOutClients(t *testing.T) {
 	const maxConns, extra = 50, 10
 	sk := harness.StartSafekeeper(t, 1, "--max-connections", fmt.Sprint(maxConns))
-	p := startTerm(t, sk, 1, 1)
-	gen := xlogtest.NewGenerator(tlStart, segSize, 1, sysID)
-	pushSome := func() proto.LSN {
-		begin := gen.Pos()
-		gen.Record(2000)
-		wal := gen.Take()
-		p.send(p.appendReq(begin, wal, begin+proto.LSN(len(wal))))
-		return begin + proto.LSN(len(wal))
-	}
+	pushSome := streamTerm1(t, sk)
 	end := pushSome()
-	for p.resp().FlushLSN < end {
-	}
 	rd := replConn(t, sk, 1) // a reader connected before the idle sockets
 	connections := func() int { return int(scrapeMetric(t, sk, "safekeeper_connections", "")) }
 	evicted := func() float64 { return scrapeMetric(t, sk, "safekeeper_refused_total", "startup_evicted") }
@@ -319,8 +297,6 @@ func TestIdleConnectionsDoNotLockOutClients(t *testing.T) {
 
 	// The stream that was running goes on, and so does the reader.
 	end = pushSome()
-	for p.resp().FlushLSN < end {
-	}
 	if st := status(t, rd); st["flush_lsn"] != end.String() {
 		t.Fatalf("the reader after the evictions: flush_lsn %s, want %s", st["flush_lsn"], end)
 	}
@@ -356,5 +332,22 @@ func TestIdleConnectionsDoNotLockOutClients(t *testing.T) {
 	}
 	if got := evicted(); got != before {
 		t.Fatalf("startup_evicted went from %v to %v: a connection past its startup was evicted", before, got)
+	}
+}
+
+// streamTerm1 makes the test a proposer of term 1 on sk and returns a push:
+// one more record, sent and waited for until it is flushed; its end.
+func streamTerm1(t *testing.T, sk *harness.Safekeeper) func() proto.LSN {
+	p := startTerm(t, sk, 1, 1)
+	gen := xlogtest.NewGenerator(tlStart, segSize, 1, sysID)
+	return func() proto.LSN {
+		begin := gen.Pos()
+		gen.Record(2000)
+		wal := gen.Take()
+		end := begin + proto.LSN(len(wal))
+		p.send(p.appendReq(begin, wal, end))
+		for p.resp().FlushLSN < end {
+		}
+		return end
 	}
 }
