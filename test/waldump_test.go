@@ -145,7 +145,7 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 	prop := harness.StartProcess(t, "proposer", "propose",
 		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
 		"--safekeepers", strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ","),
-		"--tenant-id", dumpTenant.String(), "--timeline-id", dumpTimeline.String(),
+		"--tenant-id", dumpTenant.String(), "--timeline-id", dumpTimeline.String(), "--create",
 		"--slot", "proposer", "--application-name", "proposer")
 	var tlStart proto.LSN
 	harness.WaitFor(t, 60*time.Second, "the timeline on safekeeper 1", func() bool {
