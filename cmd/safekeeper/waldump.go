@@ -220,7 +220,7 @@ func formatRecord(rec *xlog.Record) string {
 	fpi := rec.FPILen()
 	var b strings.Builder
 	fmt.Fprintf(&b, "rmgr: %-11s len (rec/tot): %6d/%6d, tx: %10d, lsn: %s, prev %s, desc: %s",
-		xlog.RmgrName(rec.RmID), int(rec.TotLen)-fpi, rec.TotLen, rec.XID, rec.LSN, rec.Prev, xlog.Describe(rec))
+		xlog.RmgrName(rec.RmID), int(rec.TotLen)-fpi, rec.TotLen, rec.XID, rec.LSN, rec.Prev, xlog.RecordType(rec))
 	for _, blk := range rec.Blocks {
 		fmt.Fprintf(&b, ", blkref #%d: rel %s", blk.ID, blk.Rel)
 		if blk.Fork != 0 {
@@ -265,7 +265,7 @@ type dumpRecordJSON struct {
 func recordJSON(rec *xlog.Record) dumpRecordJSON {
 	fpi := rec.FPILen()
 	j := dumpRecordJSON{LSN: rec.LSN, End: rec.End, Prev: rec.Prev, Rmgr: xlog.RmgrName(rec.RmID), Info: rec.Info, XID: rec.XID,
-		RecLen: int(rec.TotLen) - fpi, TotLen: int(rec.TotLen), FPILen: fpi, Desc: xlog.Describe(rec), Blocks: []blockJSON{}}
+		RecLen: int(rec.TotLen) - fpi, TotLen: int(rec.TotLen), FPILen: fpi, Desc: xlog.RecordType(rec), Blocks: []blockJSON{}}
 	for _, b := range rec.Blocks {
 		bj := blockJSON{ID: b.ID, Rel: b.Rel.String(), Fork: b.ForkName(), Block: b.Block, DataLen: int(b.DataLen)}
 		if b.Image != nil {
