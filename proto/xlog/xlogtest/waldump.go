@@ -170,3 +170,32 @@ func WriteSegments(dir string, tli uint32, segSize uint64, start proto.LSN, data
 	}
 	return nil
 }
+
+// FirstDiff compares two dumps line by line and returns "" when they are
+// equal, else a report of the first line that differs: its number, up to
+// two equal lines before it, and both versions, labelled nameA and nameB
+// (e.g. "wal dump", "pg_waldump").
+func FirstDiff(nameA, a, nameB, b string) string {
+	if a == b {
+		return ""
+	}
+	la, lb := strings.Split(a, "\n"), strings.Split(b, "\n")
+	i := 0
+	for i < len(la) && i < len(lb) && la[i] == lb[i] {
+		i++
+	}
+	var r strings.Builder
+	fmt.Fprintf(&r, "first difference at line %d (%s: %d lines, %s: %d lines):\n", i+1, nameA, len(la), nameB, len(lb))
+	for j := max(0, i-2); j < i; j++ {
+		fmt.Fprintf(&r, "  %7d  %s\n", j+1, la[j])
+	}
+	line := func(l []string) string {
+		if i < len(l) {
+			return l[i]
+		}
+		return "(end of output)"
+	}
+	w := max(len(nameA), len(nameB)) + 1
+	fmt.Fprintf(&r, "  %7d  %-*s %s\n  %7d  %-*s %s", i+1, w, nameA+":", line(la), i+1, w, nameB+":", line(lb))
+	return r.String()
+}
