@@ -56,8 +56,8 @@ func RunWaldump(ctx context.Context, path, dir string, start, end proto.LSN) (re
 }
 
 // ParseWaldump parses the record lines of pg_waldump's output (or of
-// `safekeeper wal dump`'s, which prints LSNs as X/X instead of X/%08X);
-// other lines are ignored. It uses no regular expression: dumps of a few
+// `safekeeper wal dump`'s, the same lines); LSNs may be padded (X/%08X, as
+// pg_waldump prints them) or not. Other lines are ignored. It uses no regular expression: dumps of a few
 // segments have a hundred thousand lines, parsed under the race detector.
 func ParseWaldump(out []byte) ([]WaldumpRecord, error) {
 	var recs []WaldumpRecord
