@@ -154,6 +154,8 @@ type driver struct {
 	// createWarned: the warning that --create found the timeline existing
 	// was logged (once per Run).
 	createWarned *atomic.Bool
+	// slots merges the safekeepers' slot tables (slotsync.go).
+	slots *slotMerge
 
 	lastStatus time.Time
 	lastCommit proto.LSN // commit reported in the last status update
@@ -188,7 +190,8 @@ type upstreamEvent struct {
 }
 
 func newDriver(cfg Config, lastTerm uint64) *driver {
-	s := &driver{cfg: cfg, log: cfg.Logger, now: time.Now, holding: new(atomic.Int32), createWarned: new(atomic.Bool)}
+	s := &driver{cfg: cfg, log: cfg.Logger, now: time.Now, holding: new(atomic.Int32), createWarned: new(atomic.Bool),
+		slots: newSlotMerge(len(cfg.Safekeepers))}
 	s.sess = NewSession(SessionConfig{
 		Names: cfg.Safekeepers, UUID: cfg.ProposerUUID, LastTerm: lastTerm,
 		MaxInFlight: cfg.MaxInFlight, HeartbeatInterval: cfg.HeartbeatInterval, Logger: cfg.Logger,
@@ -244,7 +247,7 @@ func (s *driver) run(ctx context.Context) error {
 		create: s.cfg.Create, holding: s.holding,
 		bo:     backoff{min: s.cfg.ReconnectMin, max: s.cfg.ReconnectMax},
 		events: make(chan skEvent, 256),
-		dial: DialConfig{TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID,
+		dial: DialConfig{TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID, SyncSlots: true,
 			ApplicationName: s.cfg.ApplicationName, ConnectTimeout: s.cfg.ConnectTimeout, Security: s.cfg.Security},
 	}
 	s.upEvents = make(chan upstreamEvent, 64)
@@ -408,6 +411,7 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 			s.disconnect(sk)
 		}
 		sk.gen, sk.out = ev.gen, ev.out
+		s.slots.connected(ev.sk)
 		s.sess.SetQuiet(ev.sk, ev.quiet)
 		r, err := s.sess.Greeted(ev.sk, ev.info)
 		if err != nil {
@@ -423,6 +427,13 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 		// The link warns about it (skLinks.loop, rate-limited per reason).
 		s.log.Debug("safekeeper disconnected", "safekeeper", s.cfg.Safekeepers[ev.sk], "err", ev.err)
 		s.disconnect(sk)
+		return nil
+	}
+	if m, ok := ev.msg.(*proto.SafeKeeperSlots); ok {
+		// Not the session's: slots are no part of the consensus.
+		for i, t := range s.slots.report(ev.sk, m.SlotTable, func(i int) bool { return s.sks[i].out != nil }) {
+			s.send(s.sks[i], &proto.Slots{SlotTable: t})
+		}
 		return nil
 	}
 	r, err := s.sess.Receive(ev.sk, ev.msg)

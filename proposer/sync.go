@@ -494,7 +494,7 @@ func findTimeline(ctx context.Context, cfg *SyncConfig) error {
 			}()
 		}
 		wg.Wait()
-		var missing, failed []string
+		var missing, failed, failedText []string
 		var errs []error
 		for _, p := range probes {
 			switch {
@@ -508,6 +508,7 @@ func findTimeline(ctx context.Context, cfg *SyncConfig) error {
 			default:
 				failed = append(failed, p.addr)
 				errs = append(errs, p.err)
+				failedText = append(failedText, p.addr+": "+endText(p.err))
 			}
 		}
 		tl := fmt.Sprintf("%s/%s", cfg.TenantID, cfg.TimelineID)
@@ -525,7 +526,7 @@ func findTimeline(ctx context.Context, cfg *SyncConfig) error {
 			level, warned = slog.LevelWarn, now // the first time, then once a minute
 		}
 		cfg.Logger.Log(ctx, level, "no safekeeper holding the timeline answered yet; asking again",
-			"not_on", strings.Join(missing, ","), "no_answer", strings.ReplaceAll(strings.TrimPrefix(noAnswer, "; no answer from "), "\n", "; "), "retry_in", d)
+			"not_on", strings.Join(missing, ","), "no_answer", strings.Join(failedText, "; "), "retry_in", d)
 		select {
 		case <-ctx.Done():
 			msg := fmt.Sprintf("no safekeeper holding timeline %s answered", tl)

@@ -33,6 +33,9 @@ type pushConn struct {
 	// create: the greeting may create the timeline (START_WAL_PUSH's
 	// allow_timeline_creation, true when the option is absent).
 	create bool
+	// syncSlots: the stream carries slot tables (START_WAL_PUSH's
+	// sync_replication_slots; slotsync.go).
+	syncSlots bool
 
 	id    acceptor.ConnID // the connection's name in its timeline's session
 	since time.Time       // when the stream started
@@ -208,7 +211,7 @@ func (s *Server) runPush(pc *pgwire.Conn, cmd replcmd.StartWALPush, ids startupI
 	id := acceptor.ConnID(s.connSeq.Add(1))
 	c := &pushConn{
 		srv: s, pc: pc, remote: pc.RemoteAddr().String(), log: log.With("conn", uint64(id)), opts: ids, claims: claims,
-		create: cmd.AllowTimelineCreation,
+		create: cmd.AllowTimelineCreation, syncSlots: cmd.SyncReplicationSlots,
 		id: id, wake: make(chan struct{}, 1), finished: make(chan struct{}), since: time.Now(),
 	}
 	if err := pc.StartCopyBoth(); err != nil {

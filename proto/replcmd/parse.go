@@ -304,17 +304,20 @@ func Parse(q string) (Command, error) {
 				return nil, err
 			}
 			for k, v := range opts {
-				if k != "allow_timeline_creation" {
-					return nil, invalidErr("unrecognized option: %s", k)
-				}
 				b, ok := true, true
 				if v != "" {
 					b, ok = parseBool(v)
 				}
-				if !ok {
-					return nil, invalidErr("allow_timeline_creation requires a Boolean value")
+				switch {
+				case k != "allow_timeline_creation" && k != "sync_replication_slots":
+					return nil, invalidErr("unrecognized option: %s", k)
+				case !ok:
+					return nil, invalidErr("%s requires a Boolean value", k)
+				case k == "allow_timeline_creation":
+					c.AllowTimelineCreation = b
+				default:
+					c.SyncReplicationSlots = b
 				}
-				c.AllowTimelineCreation = b
 			}
 		}
 		cmd = c
