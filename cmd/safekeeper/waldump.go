@@ -245,7 +245,7 @@ func skipped(w io.Writer, from, first proto.LSN, segSize uint64) {
 func formatRecord(rec *xlog.Record) string {
 	return fmt.Sprintf("rmgr: %-11s len (rec/tot): %6d/%6d, tx: %10d, lsn: %s, prev %s, desc: %s%s",
 		xlog.RmgrName(rec.RmID), int(rec.TotLen)-rec.FPILen(), rec.TotLen, rec.XID, waldumpLSN(rec.LSN), waldumpLSN(rec.Prev),
-		xlog.Describe(rec, time.Local), xlog.BlockRefs(rec))
+		xlog.Describe(rec, localTimestamp), xlog.BlockRefs(rec))
 }
 
 // waldumpLSN is an LSN as pg_waldump prints it in its record lines
@@ -282,7 +282,7 @@ type dumpRecordJSON struct {
 func recordJSON(rec *xlog.Record) dumpRecordJSON {
 	fpi := rec.FPILen()
 	j := dumpRecordJSON{LSN: rec.LSN, End: rec.End, Prev: rec.Prev, Rmgr: xlog.RmgrName(rec.RmID), Info: rec.Info, XID: rec.XID,
-		RecLen: int(rec.TotLen) - fpi, TotLen: int(rec.TotLen), FPILen: fpi, Type: xlog.RecordType(rec), Desc: xlog.Describe(rec, time.Local), Blocks: []blockJSON{}}
+		RecLen: int(rec.TotLen) - fpi, TotLen: int(rec.TotLen), FPILen: fpi, Type: xlog.RecordType(rec), Desc: xlog.Describe(rec, localTimestamp), Blocks: []blockJSON{}}
 	for _, b := range rec.Blocks {
 		bj := blockJSON{ID: b.ID, Rel: b.Rel.String(), Fork: b.ForkName(), Block: b.Block, DataLen: int(b.DataLen)}
 		if b.Image != nil {
@@ -524,3 +524,11 @@ const (
 	walStartHeader = "X-Wal-Start"
 	walEndHeader   = "X-Wal-End"
 )
+
+// localTimestamp is xlog.TimestampFormat in the local time zone (TZ, or
+// /etc/localtime), as pg_waldump prints commit times.
+func localTimestamp(ts int64) string {
+	t := time.Unix(ts/1_000_000+xlog.PostgresEpochUnix, 0).In(time.Local)
+	zone, _ := t.Zone()
+	return fmt.Sprintf("%s.%06d %s", t.Format("2006-01-02 15:04:05"), ts%1_000_000, zone)
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -80,21 +79,29 @@ func RecordType(r *Record) string {
 	return fmt.Sprintf("UNKNOWN (%x)", r.Info&XLRRmgrInfoMask)
 }
 
+// TimestampFormat prints a PostgreSQL TimestampTz (microseconds since
+// 2000-01-01 00:00:00 UTC) as pg_waldump's timestamptz_to_str does: in its
+// local time zone, "%Y-%m-%d %H:%M:%S", ".%06d" of the microseconds (C's
+// truncating remainder, negative before 2000) and the zone's abbreviation.
+// The caller gives it (the CLI reads the local zone); this package reads no
+// clock and no zone files. UTCTimestamp prints in UTC.
+type TimestampFormat func(ts int64) string
+
 // Description returns what PostgreSQL 15's rm_desc prints for r (the text
 // between the record type's name and the block references; empty for
 // record types it says nothing about, like XLOG FPI or SWITCH). Commit
-// times and other timestamps print in loc, as pg_waldump prints them in
-// its local time zone (nil: UTC). Errors: ErrNotDescribed for a resource
-// manager not decoded here, a *DescError for malformed data.
-func Description(r *Record, loc *time.Location) (string, error) {
+// times and other timestamps print with tsf, as pg_waldump prints them in
+// its local time zone (nil: UTCTimestamp). Errors: ErrNotDescribed for a
+// resource manager not decoded here, a *DescError for malformed data.
+func Description(r *Record, tsf TimestampFormat) (string, error) {
 	fn, ok := describers[r.RmID]
 	if !ok {
 		return "", ErrNotDescribed
 	}
-	if loc == nil {
-		loc = time.UTC
+	if tsf == nil {
+		tsf = UTCTimestamp
 	}
-	d := &descr{r: r, data: r.MainData, loc: loc}
+	d := &descr{r: r, data: r.MainData, tsf: tsf}
 	if err := fn(d); err != nil {
 		return "", err
 	}
@@ -106,8 +113,8 @@ func Description(r *Record, loc *time.Location) (string, error) {
 // there is no description it says so in angle brackets, which pg_waldump
 // never prints: "<not decoded>" for a resource manager not decoded here,
 // "<malformed: REASON>" for data that does not fit its record type.
-func Describe(r *Record, loc *time.Location) string {
-	desc, err := Description(r, loc)
+func Describe(r *Record, tsf TimestampFormat) string {
+	desc, err := Description(r, tsf)
 	var de *DescError
 	switch {
 	case errors.Is(err, ErrNotDescribed):
@@ -149,7 +156,7 @@ type descr struct {
 	r    *Record
 	data []byte // the bytes the fields are read from: main data, or a block's data
 	what string // what data is, for errors: "" is the main data
-	loc  *time.Location
+	tsf  TimestampFormat
 	b    strings.Builder
 }
 
@@ -229,14 +236,38 @@ func lsnString(l uint64) string { return proto.LSN(l).String() }
 // SECS_PER_DAY).
 const postgresEpochUnix = 946684800
 
-// timestamptz is pg_waldump's timestamptz_to_str (src/bin/pg_waldump/
-// compat.c): the time in the local zone (loc) as "%Y-%m-%d %H:%M:%S",
-// then ".%06d" of the microseconds (C's truncating remainder, negative
-// before 2000) and the zone's abbreviation (%Z).
-func timestamptz(ts int64, loc *time.Location) string {
-	t := time.Unix(ts/1_000_000+postgresEpochUnix, 0).In(loc)
-	zone, _ := t.Zone()
-	return fmt.Sprintf("%s.%06d %s", t.Format("2006-01-02 15:04:05"), ts%1_000_000, zone)
+// PostgresEpochUnix is the Unix time of 2000-01-01 00:00:00 UTC, the
+// epoch of TimestampTz.
+const PostgresEpochUnix = postgresEpochUnix
+
+// UTCTimestamp is TimestampFormat in UTC, computed here (the civil date of
+// a day count, Howard Hinnant's days_from_civil inverted), without the
+// time package.
+func UTCTimestamp(ts int64) string {
+	secs := ts/1_000_000 + postgresEpochUnix // truncating, as the C code does
+	days, rem := secs/86400, secs%86400
+	if rem < 0 {
+		days, rem = days-1, rem+86400
+	}
+	z := days + 719468
+	era := z / 146097
+	if z < 0 && z%146097 != 0 {
+		era--
+	}
+	doe := z - era*146097
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
+	y := yoe + era*400
+	doy := doe - (365*yoe + yoe/4 - yoe/100)
+	mp := (5*doy + 2) / 153
+	d := doy - (153*mp+2)/5 + 1
+	m := mp + 3
+	if m > 12 {
+		m -= 12
+	}
+	if m <= 2 {
+		y++
+	}
+	return fmt.Sprintf("%04d-%02d-%02d %02d:%02d:%02d.%06d UTC", y, m, d, rem/3600, rem%3600/60, rem%60, ts%1_000_000)
 }
 
 // Tablespace OIDs relpath knows (pg_tablespace.dat).

@@ -216,10 +216,10 @@ func descCases() []descCase {
 func TestDescribe(t *testing.T) {
 	for _, c := range descCases() {
 		r := &xlog.Record{LSN: 0x1000028, RmID: c.rmid, Info: c.info, MainData: c.main, Blocks: c.blocks, Origin: c.origin, HasOrigin: c.origin != 0}
-		if got := xlog.Describe(r, time.UTC); got != c.want {
+		if got := xlog.Describe(r, nil); got != c.want {
 			t.Errorf("%s:\n got %q\nwant %q", c.name, got, c.want)
 		}
-		_, err := xlog.Description(r, time.UTC)
+		_, err := xlog.Description(r, nil)
 		if described := xlog.Described(c.rmid); described != (err == nil) || (!described && !errors.Is(err, xlog.ErrNotDescribed)) {
 			t.Errorf("%s: Described %v, Description error %v", c.name, described, err)
 		}
@@ -230,7 +230,7 @@ func TestDescribe(t *testing.T) {
 // abbreviation, as pg_waldump prints them in its local zone; nil is UTC.
 func TestDescribeTimeZone(t *testing.T) {
 	r := &xlog.Record{RmID: 1, Info: 0x00, MainData: le(ts1)}
-	if got := xlog.Describe(r, time.FixedZone("XYZ", -90*60)); got != "COMMIT 2000-01-01 22:30:00.123456 XYZ" {
+	if got := xlog.Describe(r, zoned(time.FixedZone("XYZ", -90*60))); got != "COMMIT 2000-01-01 22:30:00.123456 XYZ" {
 		t.Errorf("fixed zone: %q", got)
 	}
 	if got := xlog.Describe(r, nil); got != "COMMIT "+ts1UTC {
@@ -275,10 +275,10 @@ func TestDescribeMalformed(t *testing.T) {
 		{"drop database short", 4, 0x20, le(uint32(1), int32(3), uint32(1663)), nil, "DROP <malformed: main data is 12 bytes, 3 tablespace ids need 20>"},
 	} {
 		r := &xlog.Record{LSN: 0x2000028, RmID: c.rmid, Info: c.info, MainData: c.main, Blocks: c.blocks}
-		if got := xlog.Describe(r, time.UTC); got != c.wantText {
+		if got := xlog.Describe(r, nil); got != c.wantText {
 			t.Errorf("%s:\n got %q\nwant %q", c.name, got, c.wantText)
 		}
-		_, err := xlog.Description(r, time.UTC)
+		_, err := xlog.Description(r, nil)
 		var de *xlog.DescError
 		if !errors.As(err, &de) || !errors.Is(err, xlog.ErrMalformedData) || de.LSN != 0x2000028 {
 			t.Errorf("%s: error %v, want a *DescError at 0/2000028 wrapping ErrMalformedData", c.name, err)
@@ -321,7 +321,7 @@ func FuzzDescribe(f *testing.F) {
 		if blk != nil {
 			r.Blocks = []xlog.BlockRef{{ID: 0, Data: blk}}
 		}
-		desc, err := xlog.Description(r, time.UTC)
+		desc, err := xlog.Description(r, nil)
 		var de *xlog.DescError
 		switch {
 		case err == nil:
@@ -333,7 +333,7 @@ func FuzzDescribe(f *testing.F) {
 		default:
 			t.Fatalf("error %v", err)
 		}
-		full := xlog.Describe(r, time.UTC)
+		full := xlog.Describe(r, nil)
 		if !strings.HasPrefix(full, xlog.RecordType(r)+" ") || (err == nil && full != xlog.RecordType(r)+" "+desc) {
 			t.Fatalf("Describe %q, type %q, description %q", full, xlog.RecordType(r), desc)
 		}
@@ -341,4 +341,35 @@ func FuzzDescribe(f *testing.F) {
 			t.Fatal("main data modified")
 		}
 	})
+}
+
+// zoned is xlog.TimestampFormat in loc, as the CLI prints in the local zone.
+func zoned(loc *time.Location) xlog.TimestampFormat {
+	return func(ts int64) string {
+		t := time.Unix(ts/1_000_000+xlog.PostgresEpochUnix, 0).In(loc)
+		zone, _ := t.Zone()
+		return fmt.Sprintf("%s.%06d %s", t.Format("2006-01-02 15:04:05"), ts%1_000_000, zone)
+	}
+}
+
+// TestUTCTimestampMatchesTheTimePackage: the package's own UTC formatting
+// (it may not read the time package's zone files) equals the time
+// package's, around the epochs, leap days, centuries and far dates.
+func TestUTCTimestampMatchesTheTimePackage(t *testing.T) {
+	want := zoned(time.UTC)
+	day := int64(86400 * 1_000_000)
+	var cases []int64
+	for _, base := range []int64{0, -day * 10957, 60 * day, 59 * day, -day, 36524 * day, 146097 * day, -146097 * day, 1 << 52, -(1 << 52)} {
+		for _, off := range []int64{0, 1, -1, 999_999, day - 1, 123_456_789} {
+			cases = append(cases, base+off)
+		}
+	}
+	for ts := int64(-40 * 365 * 86400 * 1_000_000); ts < 60*365*86400*1_000_000; ts += 7_777_777_777_777 {
+		cases = append(cases, ts)
+	}
+	for _, ts := range cases {
+		if got, w := xlog.UTCTimestamp(ts), want(ts); got != w {
+			t.Fatalf("UTCTimestamp(%d) = %q, want %q", ts, got, w)
+		}
+	}
 }

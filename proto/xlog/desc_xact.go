@@ -72,7 +72,7 @@ func describeXact(d *descr) error {
 		if p.twophaseXID != 0 {
 			d.printf("%d: ", p.twophaseXID)
 		}
-		d.str(timestamptz(p.xactTime, d.loc))
+		d.str(d.tsf(p.xactTime))
 		d.relations("rels", p.rels)
 		d.subxacts(p.subxacts)
 		d.stats("", p.stats)
@@ -94,7 +94,7 @@ func describeXact(d *descr) error {
 		if p.twophaseXID != 0 {
 			d.printf("%d: ", p.twophaseXID)
 		}
-		d.str(timestamptz(p.xactTime, d.loc))
+		d.str(d.tsf(p.xactTime))
 		d.relations("rels", p.rels)
 		d.subxacts(p.subxacts)
 		if p.xinfo&xinfoHasOrigin != 0 {
@@ -107,7 +107,7 @@ func describeXact(d *descr) error {
 			return err
 		}
 		d.printf("gid %s: ", p.gid)
-		d.str(timestamptz(p.xactTime, d.loc))
+		d.str(d.tsf(p.xactTime))
 		d.relations("rels(commit)", p.rels)
 		d.relations("rels(abort)", p.abortRels)
 		d.stats("commit ", p.stats)
@@ -359,7 +359,7 @@ func (d *descr) stats(label string, items []xactStatsItem) {
 }
 
 func (d *descr) origin(p *xactParsed) {
-	d.printf("; origin: node %d, lsn %s, at %s", d.r.Origin, lsnString(p.originLSN), timestamptz(p.originTime, d.loc))
+	d.printf("; origin: node %d, lsn %s, at %s", d.r.Origin, lsnString(p.originLSN), d.tsf(p.originTime))
 }
 
 // Shared invalidation message ids below the catcache ids (storage/sinval.h).

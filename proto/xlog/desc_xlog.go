@@ -95,13 +95,13 @@ func describeXLog(d *descr) error {
 		if err := d.need(16, "xl_end_of_recovery"); err != nil {
 			return err
 		}
-		d.printf("tli %d; prev tli %d; time %s", d.u32(8), d.u32(12), timestamptz(d.i64(0), d.loc))
+		d.printf("tli %d; prev tli %d; time %s", d.u32(8), d.u32(12), d.tsf(d.i64(0)))
 	case XLogOverwriteContrecord:
 		// xl_overwrite_contrecord: overwritten_lsn 0, overwrite_time 8.
 		if err := d.need(16, "xl_overwrite_contrecord"); err != nil {
 			return err
 		}
-		d.printf("lsn %s; time %s", lsnString(d.u64(0)), timestamptz(d.i64(8), d.loc))
+		d.printf("lsn %s; time %s", lsnString(d.u64(0)), d.tsf(d.i64(8)))
 	}
 	// NOOP, SWITCH, FPI, FPI_FOR_HINT and unknown types: nothing.
 	return nil

@@ -166,7 +166,7 @@ func TestRealPostgresWAL(t *testing.T) {
 				int(rec.TotLen)-rec.FPILen(), rec.TotLen, xlog.RecordType(rec), rec.End, w, ends[i])
 		}
 		if xlog.Described(rec.RmID) {
-			if got := xlog.Describe(rec, time.Local) + xlog.BlockRefs(rec); got != w.Desc {
+			if got := xlog.Describe(rec, zoned(time.Local)) + xlog.BlockRefs(rec); got != w.Desc {
 				t.Fatalf("record %d at %s: desc\n%s\npg_waldump:\n%s", i, rec.LSN, got, w.Desc)
 			}
 			described++
