@@ -44,6 +44,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var lastTerm, ownTerm uint64
 	gaps := make([]responseGap, len(cfg.Safekeepers))
 	defer func() { logLinkStats(log, cfg.Safekeepers, gaps) }()
+	outage := primaryOutage{log: log}
 	for {
 		if cfg.ProposerLease > 0 {
 			waitLease(ctx, cfg, ownTerm)
@@ -52,6 +53,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 		s := newDriver(cfg, lastTerm)
+		s.outage = &outage
 		err := s.run(ctx)
 		cfg.Stats.sessionEnded(err)
 		lastTerm = max(lastTerm, s.sess.Core().MaxTermSeen())
@@ -77,7 +79,11 @@ func Run(ctx context.Context, cfg Config) error {
 			bo.reset()
 		}
 		d := bo.next()
-		log.Warn("proposer session ended; reconnecting and starting a new term", "err", err, "term", s.sess.Core().Ballot().Term, "retry_in", d)
+		if s.primaryDown {
+			outage.failed(time.Now(), err, s.sess.Core().Ballot().Term, d)
+		} else {
+			log.Warn(sessionEndedMsg, "err", err, "term", s.sess.Core().Ballot().Term, "retry_in", d)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -123,8 +129,10 @@ type driver struct {
 	sess *Session
 	// stats is cfg.Stats: what the session shows an operator (stats.go).
 	stats *Stats
+	// outage is Run's: the driver ends it when it reaches the primary.
+	outage *primaryOutage
 	// primaryDown: the session ended because the primary failed
-	// (connecting to it, or its stream).
+	// (connecting to it, or its stream): Run logs it through outage.
 	primaryDown bool
 
 	up       *upstream
@@ -214,6 +222,7 @@ func (s *driver) run(ctx context.Context) error {
 	defer func() { cancel(); <-slotDone }()
 	s.log.Info("connected to primary", "system_id", s.ui.SystemID, "pg_timeline", s.ui.Timeline, "flush", s.ui.XLogPos,
 		"wal_segment_size", s.ui.SegSize, "server_version_num", s.ui.PgVersion, "slot", s.cfg.SlotName, "slot_restart_lsn", s.ui.RestartLSN)
+	s.outage.back(time.Now())
 	s.stats.primaryConnected(s.ui.XLogPos)
 	s.si = proto.ServerInfo{
 		ProtocolVersion: proto.ProtocolVersion, PgVersion: s.ui.PgVersion, SystemID: s.ui.SystemID,
