@@ -38,6 +38,8 @@ func proposeCommand() *cli.Command {
 			"another proposer streamed to the timeline within --proposer-lease over a connection still\n" +
 			"open, and waits while one does, so a proposer restarted by its supervisor after it was deposed\n" +
 			"does not depose the new one in turn. SIGHUP is logged and ignored.\n" +
+			"--listen-http serves Prometheus /metrics (term, commit_lsn, the lag behind the primary,\n" +
+			"each safekeeper link's state), /healthz and /readyz (200 while it streams to a quorum).\n" +
 			"Exit codes: 0 after SIGTERM/SIGINT, 2 usage error, 3 deposed (a higher term appeared on a\n" +
 			"safekeeper; the message names it and who streams to it), 1 any other error.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
@@ -53,6 +55,7 @@ func proposeCommand() *cli.Command {
 			&cli.StringFlag{Name: "application-name", Value: "proposer", Usage: "application_name on the primary (1-63 printable ASCII bytes); name it in synchronous_standby_names"},
 			&cli.StringFlag{Name: "buffer-size", Value: "64MiB", Usage: "in-memory WAL kept for lagging safekeepers (e.g. 64MiB); older WAL is re-read from the primary"},
 			&cli.DurationFlag{Name: "proposer-lease", Value: proposer.DefaultProposerLease, Usage: "wait to campaign while another proposer streamed to the timeline this recently; 0: take over at once (deposing it)"},
+			&cli.StringFlag{Name: "listen-http", Usage: "host:port for the proposer's /metrics, /healthz and /readyz (plain HTTP; e.g. 127.0.0.1:7686); '' (the default) serves none"},
 		}, securityFlags()...),
 		Action: func(c *cli.Context) error {
 			log, tl, err := timelineArgs(c)
@@ -74,6 +77,12 @@ func proposeCommand() *cli.Command {
 			if err := checkSlotName(c.String("slot")); err != nil {
 				return usagef("--slot: %w", err)
 			}
+			listenHTTP := c.String("listen-http")
+			if listenHTTP != "" {
+				if err := checkListenAddr(listenHTTP); err != nil {
+					return usagef("--listen-http %q: %w", listenHTTP, err)
+				}
+			}
 			lease := c.Duration("proposer-lease")
 			switch {
 			case lease < 0:
@@ -88,10 +97,18 @@ func proposeCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			stats := proposer.NewStats(sks)
+			if listenHTTP != "" {
+				stop, err := serveProposerHTTP(log, listenHTTP, stats, tenant, timeline)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			err = proposer.Run(ctx, proposer.Config{
 				Upstream: c.String("upstream"), Safekeepers: sks, TenantID: tenant, TimelineID: timeline,
 				SlotName: c.String("slot"), ApplicationName: c.String("application-name"), Logger: log,
-				BufferSize: bufSize, ProposerLease: lease, Security: sec,
+				BufferSize: bufSize, ProposerLease: lease, Security: sec, Stats: stats,
 			})
 			if errors.Is(err, proposer.ErrDeposed) {
 				return deposedExit(err)
