@@ -145,6 +145,21 @@ var (
 		append(linkLabels, "reason"), nil)
 )
 
+// refusalReasons are the refusals a safekeeper gives whose counters are
+// shown from 0 before the first one: a series that first appears at 1 has
+// no increase() in Prometheus, and an alert on it would miss a first
+// refusal. Others (any SQLSTATE) appear when they happen.
+var refusalReasons = []string{
+	"53100", // disk full or over a limit: WAL refused
+	"53300", // too many connections
+	"53400", // a configured limit (timelines, slots)
+	"28000", // refused: TLS required, or no token
+	"28P01", // the token failed authentication
+	"22023", // the timeline belongs to another cluster, major or segment size
+	"57P01", // the safekeeper is shutting down
+	proposer.RefusedVote,
+}
+
 func (c *proposerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPropState, descPropTerm, descPropQuorum, descPropCommit, descPropTruncate, descPropFlush,
 		descPropWrite, descPropPrimary, descPropLagBytes, descPropLagSeconds,
@@ -191,6 +206,11 @@ func (c *proposerCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descLinkFlush, float64(l.FlushLSN), ll...)
 		counter(descLinkResponses, l.Responses, ll...)
 		counter(descLinkReconnects, l.Reconnects, ll...)
+		for _, reason := range refusalReasons {
+			if _, ok := l.Refusals[reason]; !ok {
+				counter(descLinkRefusals, 0, append(ll, reason)...)
+			}
+		}
 		for reason, n := range l.Refusals {
 			counter(descLinkRefusals, n, append(ll, reason)...)
 		}

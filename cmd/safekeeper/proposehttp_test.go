@@ -132,6 +132,8 @@ func TestProposerHTTPServesTheSnapshot(t *testing.T) {
 		{"safekeeper_proposer_link_reconnects_total", with("safekeeper", "sk1:5454"), 2},
 		{"safekeeper_proposer_link_refusals_total", with("safekeeper", "sk1:5454", "reason", "53100"), 3},
 		{"safekeeper_proposer_link_refusals_total", with("safekeeper", "sk1:5454", "reason", "vote_refused"), 1},
+		{"safekeeper_proposer_link_refusals_total", with("safekeeper", "sk1:5454", "reason", "28P01"), 0}, // shown before it happens
+		{"safekeeper_proposer_link_refusals_total", with("safekeeper", "sk3:5454", "reason", "53100"), 0},
 	} {
 		if got, ok := series(t, mf, c.name, c.labels); !ok || got != c.want {
 			t.Errorf("%s%v = %v (found %v), want %v", c.name, c.labels, got, ok, c.want)
