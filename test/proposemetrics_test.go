@@ -80,6 +80,12 @@ next:
 
 // readyz is the proposer's /readyz: the status and the JSON code.
 func readyz(t *testing.T, addr string) (int, string) {
+	code, e := readyzBody(t, addr)
+	return code, e.Code
+}
+
+// readyzBody is the proposer's /readyz: the status and the JSON answer.
+func readyzBody(t *testing.T, addr string) (int, struct{ Error, Code string }) {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/readyz")
 	if err != nil {
@@ -87,9 +93,9 @@ func readyz(t *testing.T, addr string) (int, string) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	var e struct{ Code string }
+	var e struct{ Error, Code string }
 	json.Unmarshal(b, &e)
-	return resp.StatusCode, e.Code
+	return resp.StatusCode, e
 }
 
 // skTimelineTerm is a safekeeper's term, flush_lsn and commit_lsn of
@@ -222,6 +228,12 @@ func TestProposerMetricsAndReadiness(t *testing.T) {
 	})
 	if v := gauge(scrape(t, addr), "safekeeper_proposer_state", with("state", "no_quorum")); v != 1 {
 		t.Fatalf("safekeeper_proposer_state{state=no_quorum} = %v while /readyz says no_quorum", v)
+	}
+	if _, e := readyzBody(t, addr); !strings.Contains(e.Error, "1 of 3 safekeepers streaming, a quorum is 2") ||
+		!strings.Contains(e.Error, sks[1].Addr) || !strings.Contains(e.Error, sks[2].Addr) {
+		t.Fatalf("/readyz without a quorum: %q; want the count and both safekeepers named", e.Error)
+	} else {
+		t.Logf("/readyz: 503 %+v", e)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	committed := make(chan error, 1)
