@@ -224,6 +224,7 @@ func (s *driver) run(ctx context.Context) error {
 		"wal_segment_size", s.ui.SegSize, "server_version_num", s.ui.PgVersion, "slot", s.cfg.SlotName, "slot_restart_lsn", s.ui.RestartLSN)
 	s.outage.back(time.Now())
 	s.stats.primaryConnected(s.ui.XLogPos)
+	s.stats.publishWait(s.stats.waits.truncate(s.ui.XLogPos))
 	s.si = proto.ServerInfo{
 		ProtocolVersion: proto.ProtocolVersion, PgVersion: s.ui.PgVersion, SystemID: s.ui.SystemID,
 		TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID, PgTimeline: s.ui.Timeline,
@@ -420,12 +421,18 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 		return err
 	}
 	if _, ok := ev.msg.(*proto.SafeKeeperResponse); ok {
-		s.stats.links[ev.sk].responses.Add(1)
+		// The hot path: a response changes no phase (a drop is closeLink's).
+		l := &s.stats.links[ev.sk]
+		l.responses.Add(1)
+		if f, ok := s.sess.Core().FlushLSN(ev.sk); ok {
+			l.flush.Store(uint64(f))
+		}
 		if s.sess.Streaming(ev.sk) {
 			sk.gap.answered(s.now(), s.sess.InFlight(ev.sk) > 0)
 		}
+	} else {
+		s.publishLink(ev.sk)
 	}
-	s.publishLink(ev.sk)
 	s.act(ctx, r)
 	if r.Elect {
 		return s.elect(ctx)
@@ -637,21 +644,21 @@ func (s *driver) notePrimary(m upstreamMsg) {
 	}
 }
 
-// publishLink shows safekeeper i's session phase, flush_lsn and the term
-// in Stats.
+// publishLink shows safekeeper i's session phase and flush_lsn in Stats.
 func (s *driver) publishLink(i int) {
 	l := &s.stats.links[i]
 	l.phase.Store(int32(s.sess.links[i].phase))
 	if f, ok := s.sess.Core().FlushLSN(i); ok {
 		l.flush.Store(uint64(f))
 	}
-	s.stats.term.Store(s.sess.Core().Ballot().Term)
 }
 
-// publishLinks is publishLink for every safekeeper: a greeting (which may
-// start the campaign) and the election change the others' phases too.
+// publishLinks is publishLink for every safekeeper, and the term: a
+// greeting (which may start the campaign) and the election change the
+// others' phases too.
 func (s *driver) publishLinks() {
 	for i := range s.sks {
 		s.publishLink(i)
 	}
+	s.stats.term.Store(s.sess.Core().Ballot().Term)
 }

@@ -362,7 +362,7 @@ func (s *Stats) primaryConnected(end proto.LSN) {
 	s.mu.Lock()
 	s.primaryErr, s.sessionErr = "", ""
 	s.mu.Unlock()
-	s.primaryEnd.Store(max(s.primaryEnd.Load(), uint64(end)))
+	s.primaryEnd.Store(uint64(end)) // fresh: a primary rewound or replaced may be behind the last one
 	s.primary.Store(primaryUp)
 }
 
@@ -413,6 +413,7 @@ func (s *Stats) waitingFor(l LiveProposer, ok bool) {
 type walWaits struct {
 	ring    [walWaitSamples]walWait
 	head, n int
+	done    proto.LSN // the highest end reported flushed: the oldest sample covers WAL from here
 }
 
 type walWait struct {
@@ -425,6 +426,9 @@ const walWaitSamples = 1024
 // arrived records WAL up to end received at at. It reports whether it is
 // now the oldest (nothing was waiting).
 func (w *walWaits) arrived(end proto.LSN, at time.Time) (oldest bool) {
+	if end <= w.done {
+		return false // re-sent WAL a quorum has
+	}
 	if w.n > 0 {
 		last := (w.head + w.n - 1) % len(w.ring)
 		if end <= w.ring[last].end {
@@ -443,9 +447,37 @@ func (w *walWaits) arrived(end proto.LSN, at time.Time) (oldest bool) {
 // flushed forgets the WAL up to upto, reported flushed, and returns when
 // the oldest WAL still waiting arrived (zero if none is).
 func (w *walWaits) flushed(upto proto.LSN) time.Time {
+	w.done = max(w.done, upto)
 	for w.n > 0 && w.ring[w.head].end <= upto {
 		w.head = (w.head + 1) % len(w.ring)
 		w.n--
+	}
+	if w.n == 0 {
+		return time.Time{}
+	}
+	return w.ring[w.head].at
+}
+
+// truncate forgets WAL above end, the end of WAL of the primary a new
+// session connected to: WAL it does not have (lost with a primary that
+// was replaced or rewound) no longer waits. It returns when the oldest
+// WAL still waiting arrived (zero if none is).
+func (w *walWaits) truncate(end proto.LSN) time.Time {
+	for w.n > 0 {
+		last := (w.head + w.n - 1) % len(w.ring)
+		if w.ring[last].end <= end {
+			break
+		}
+		from := w.done // where the WAL of the last sample starts
+		if w.n > 1 {
+			from = w.ring[(last+len(w.ring)-1)%len(w.ring)].end
+		}
+		if from >= end {
+			w.n-- // all of it above end
+			continue
+		}
+		w.ring[last].end = end // the WAL up to end still waits
+		break
 	}
 	if w.n == 0 {
 		return time.Time{}

@@ -158,6 +158,9 @@ func TestWALWaitsKeepTheOldest(t *testing.T) {
 	if got := w.flushed(5000); !got.IsZero() {
 		t.Fatalf("all flushed: oldest %v, want none", got)
 	}
+	if w.arrived(4000, at(3)) || w.n != 0 {
+		t.Fatal("WAL below what was reported flushed (re-sent in a new session) recorded as waiting")
+	}
 	for i := range walWaitSamples + 10 {
 		w.arrived(proto.LSN(10000+i), at(10+i))
 	}
@@ -169,6 +172,22 @@ func TestWALWaitsKeepTheOldest(t *testing.T) {
 	}
 	if got := w.flushed(proto.LSN(10000 + walWaitSamples - 2)); !got.Equal(at(10 + walWaitSamples + 9)) {
 		t.Fatalf("full ring: the newest sample holds the last arrival, got %v", got)
+	}
+	// A primary that came back behind (rewound, or replaced): WAL above its
+	// end is forgotten; WAL below it still waits, since it first came.
+	w = walWaits{}
+	for i, end := range []proto.LSN{100, 200, 300, 400} {
+		w.arrived(end, at(i))
+	}
+	if got := w.truncate(250); !got.Equal(at(0)) || w.n != 3 || w.ring[2].end != 250 {
+		t.Fatalf("truncate(250): oldest %v, %d samples, last ends at %s; want %v, 3, 250", got, w.n, w.ring[2].end, at(0))
+	}
+	if got := w.flushed(250); !got.IsZero() {
+		t.Fatalf("flushed to the new end: %v still waits", got)
+	}
+	w.arrived(500, at(9))
+	if got := w.truncate(50); !got.IsZero() || w.n != 0 {
+		t.Fatalf("truncate below what was flushed: oldest %v, %d samples; want none", got, w.n)
 	}
 }
 
