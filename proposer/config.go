@@ -22,13 +22,20 @@ type Config struct {
 	Safekeepers []string
 	// TenantID and TimelineID name the timeline on the safekeepers.
 	TenantID, TimelineID proto.ID
+	// Create lets the greetings create the timeline on safekeepers that do
+	// not hold it: set it for a new timeline's first start only. Without it
+	// a greeting creates the timeline on a safekeeper only after another
+	// safekeeper answered that it holds it (a replaced disk joins), and Run
+	// ends with ErrNoTimeline once a quorum answered that they do not: a
+	// mistyped id must not fork the WAL onto a new timeline.
+	Create bool
 	// SlotName is the physical replication slot on the primary (created with
 	// RESERVE_WAL if missing) that keeps WAL the safekeepers may still need.
-	// Default "proposer".
+	// Default DefaultName(TimelineID).
 	SlotName string
 	// ApplicationName is the application_name the proposer connects to the
 	// primary with; synchronous_standby_names must name it for commits to
-	// wait for quorum durability. Default "proposer".
+	// wait for quorum durability. Default DefaultName(TimelineID).
 	ApplicationName string
 	// ProposerUUID owns the proposer's terms. Default: random per Run.
 	ProposerUUID proto.ID
@@ -78,12 +85,20 @@ type Config struct {
 	ProposerLease time.Duration
 }
 
+// DefaultName is the default slot name and application_name of the
+// proposer of timeline: "proposer_" and its 32 hex digits (41 bytes, within
+// PostgreSQL's 63). Proposers of two timelines on one primary, or one
+// started with a mistyped id, never share a slot or a synchronous standby
+// name by default: the mistyped one is not the synchronous standby the
+// primary waits for.
+func DefaultName(timeline proto.ID) string { return "proposer_" + timeline.String() }
+
 func (c Config) withDefaults() (Config, error) {
 	if c.SlotName == "" {
-		c.SlotName = "proposer"
+		c.SlotName = DefaultName(c.TimelineID)
 	}
 	if c.ApplicationName == "" {
-		c.ApplicationName = "proposer"
+		c.ApplicationName = DefaultName(c.TimelineID)
 	}
 	if c.ProposerUUID.IsZero() {
 		if _, err := io.ReadFull(rand.Reader, c.ProposerUUID[:]); err != nil {

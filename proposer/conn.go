@@ -57,6 +57,12 @@ type DialConfig struct {
 	TenantID, TimelineID proto.ID
 	// ApplicationName identifies the proposer in the safekeeper's logs.
 	ApplicationName string
+	// AllowTimelineCreation lets the greeting create the timeline on a
+	// safekeeper that does not hold it (START_WAL_PUSH
+	// (allow_timeline_creation true)). Without it such a safekeeper
+	// refuses the greeting with 42704 (MissingTimeline reports it): a
+	// mistyped id must not start a new timeline.
+	AllowTimelineCreation bool
 	// ConnectTimeout bounds connecting and START_WAL_PUSH; default 10 s.
 	ConnectTimeout time.Duration
 	// Security: sslmode, sslrootcert, password.
@@ -95,7 +101,7 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 		return nil, fmt.Errorf("proposer: connect to safekeeper %s: %w", cfg.Addr, err)
 	}
 	fe := pg.Frontend()
-	fe.Send(&pgproto3.Query{String: "START_WAL_PUSH"})
+	fe.Send(&pgproto3.Query{String: fmt.Sprintf("START_WAL_PUSH (allow_timeline_creation '%t')", cfg.AllowTimelineCreation)})
 	if err := fe.Flush(); err != nil {
 		pg.Close(context.Background())
 		return nil, err

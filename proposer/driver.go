@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -42,6 +43,7 @@ func Run(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
 	bo := backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax}
 	var lastTerm, ownTerm uint64
+	createWarned := new(atomic.Bool)
 	gaps := make([]responseGap, len(cfg.Safekeepers))
 	defer func() { logLinkStats(log, cfg.Safekeepers, gaps) }()
 	outage := primaryOutage{log: log}
@@ -54,6 +56,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		s := newDriver(cfg, lastTerm)
 		s.outage = &outage
+		s.createWarned = createWarned
 		err := s.run(ctx)
 		cfg.Stats.sessionEnded(err)
 		lastTerm = max(lastTerm, s.sess.Core().MaxTermSeen())
@@ -69,7 +72,7 @@ func Run(ctx context.Context, cfg Config) error {
 				SyncConfig{Safekeepers: cfg.Safekeepers, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ConnectTimeout: cfg.ConnectTimeout,
 					Security: cfg.Security})
 		}
-		if errors.Is(err, ErrIncompatible) {
+		if errors.Is(err, ErrIncompatible) || errors.Is(err, ErrNoTimeline) {
 			return err
 		}
 		if permanentUpstreamError(err) {
@@ -154,6 +157,17 @@ type driver struct {
 	// refusals: the safekeepers that refused our ServerInfo for good
 	// (their links stopped); Run ends once no quorum is left.
 	refusals map[int]error
+	// missing: the safekeepers whose last answer was that they do not hold
+	// the timeline; Run ends once no quorum is left while none holds it.
+	missing map[int]error
+	// holding counts the safekeepers connected now whose greeting was
+	// answered: while one is, the timeline exists and the links' greetings
+	// may create it on the others (a replaced disk). A timeline deleted on
+	// every safekeeper is not created again: their connections end first.
+	holding *atomic.Int32
+	// createWarned: the warning that --create found the timeline existing
+	// was logged (once per Run).
+	createWarned *atomic.Bool
 
 	lastStatus time.Time
 	lastCommit proto.LSN // commit reported in the last status update
@@ -188,7 +202,7 @@ type upstreamEvent struct {
 }
 
 func newDriver(cfg Config, lastTerm uint64) *driver {
-	s := &driver{cfg: cfg, log: cfg.Logger, stats: cfg.Stats, now: time.Now}
+	s := &driver{cfg: cfg, log: cfg.Logger, stats: cfg.Stats, now: time.Now, holding: new(atomic.Int32), createWarned: new(atomic.Bool)}
 	s.sess = NewSession(SessionConfig{
 		Names: cfg.Safekeepers, UUID: cfg.ProposerUUID, LastTerm: lastTerm,
 		MaxInFlight: cfg.MaxInFlight, HeartbeatInterval: cfg.HeartbeatInterval, Logger: cfg.Logger,
@@ -212,6 +226,19 @@ func (s *driver) run(ctx context.Context) error {
 	if s.ui, err = up.identify(ctx); err != nil {
 		return s.primaryFailed(ctx, err)
 	}
+	// The primary answers (Stats; the log says it is back once the session
+	// holds its slot: a primary that answers and then fails at the slot
+	// every time is one outage, not one per attempt).
+	s.stats.primaryConnected(s.ui.XLogPos)
+	s.stats.publishWait(s.stats.waits.truncate(s.ui.XLogPos))
+	if !s.cfg.Create {
+		// Before anything is created anywhere (the slot on the primary, a
+		// timeline on a safekeeper): a mistyped id ends Run here, with
+		// ErrNoTimeline naming the safekeepers that do not hold it.
+		if err := checkTimeline(ctx, s.cfg); err != nil {
+			return err
+		}
+	}
 	if s.ui.RestartLSN, err = up.ensureSlot(ctx, s.cfg.SlotName); err != nil {
 		return s.primaryFailed(ctx, err)
 	}
@@ -223,8 +250,6 @@ func (s *driver) run(ctx context.Context) error {
 	s.log.Info("connected to primary", "system_id", s.ui.SystemID, "pg_timeline", s.ui.Timeline, "flush", s.ui.XLogPos,
 		"wal_segment_size", s.ui.SegSize, "server_version_num", s.ui.PgVersion, "slot", s.cfg.SlotName, "slot_restart_lsn", s.ui.RestartLSN)
 	s.outage.back(time.Now())
-	s.stats.primaryConnected(s.ui.XLogPos)
-	s.stats.publishWait(s.stats.waits.truncate(s.ui.XLogPos))
 	s.si = proto.ServerInfo{
 		ProtocolVersion: proto.ProtocolVersion, PgVersion: s.ui.PgVersion, SystemID: s.ui.SystemID,
 		TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID, PgTimeline: s.ui.Timeline,
@@ -236,6 +261,7 @@ func (s *driver) run(ctx context.Context) error {
 	}
 	s.links = &skLinks{
 		addrs: s.cfg.Safekeepers, si: &s.si, hist: hist, queueCap: s.cfg.MaxInFlight + 16, log: s.log, stats: s.stats,
+		create: s.cfg.Create, holding: s.holding,
 		bo:     backoff{min: s.cfg.ReconnectMin, max: s.cfg.ReconnectMax},
 		events: make(chan skEvent, 256),
 		dial: DialConfig{TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID,
@@ -390,7 +416,15 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 	if ev.refused {
 		return s.refused(ev)
 	}
+	if ev.missing {
+		return s.missingAt(ev)
+	}
 	if ev.out != nil { // a new, greeted connection
+		delete(s.missing, ev.sk)
+		if s.cfg.Create && ev.info.VotedFor.Term > 0 && s.createWarned.CompareAndSwap(false, true) {
+			s.log.Warn("--create: the timeline exists already (it has a term); nothing was created: start without --create from now on, "+
+				"so a mistyped id is refused rather than created", "safekeeper", s.cfg.Safekeepers[ev.sk], "term", ev.info.VotedFor.Term)
+		}
 		if sk.out != nil {
 			s.disconnect(sk)
 		}
@@ -452,6 +486,32 @@ func (s *driver) refused(ev skEvent) error {
 	}
 	s.log.Error("safekeeper refuses this primary for good; not retried, the others go on", "safekeeper", s.cfg.Safekeepers[ev.sk], "err", ev.err)
 	return nil
+}
+
+// missingAt records a safekeeper's answer that it does not hold the
+// timeline. While no safekeeper has greeted, a quorum of such answers ends
+// the session (and Run) with ErrNoTimeline: the ids name a timeline that
+// was never created, and without Config.Create nothing creates it. Once one
+// has greeted, the others create it at their next greeting.
+func (s *driver) missingAt(ev skEvent) error {
+	if s.missing == nil {
+		s.missing = map[int]error{}
+	}
+	s.missing[ev.sk] = ev.err
+	if s.holding.Load() > 0 || !refusalBlocksQuorum(len(s.missing), len(s.cfg.Safekeepers)) {
+		return nil
+	}
+	var on []string
+	for i, addr := range s.cfg.Safekeepers {
+		if _, ok := s.missing[i]; ok {
+			on = append(on, addr)
+		}
+	}
+	err := fmt.Errorf("%w: timeline %s/%s is not on %s", ErrNoTimeline, s.cfg.TenantID, s.cfg.TimelineID, strings.Join(on, ", "))
+	if others := s.links.lastErrors(func(i int) bool { _, ok := s.missing[i]; return !ok }); others != "" {
+		err = fmt.Errorf("%w; no answer from %s", err, others)
+	}
+	return err
 }
 
 // elect decides the election, sends ProposerElected to every voter and

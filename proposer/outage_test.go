@@ -186,6 +186,7 @@ func TestRunLogsAnUnreachablePrimaryOnce(t *testing.T) {
 			Upstream:    "host=" + host + " port=" + port + " user=postgres sslmode=disable",
 			Safekeepers: []string{nobody}, TenantID: [16]byte{1}, TimelineID: [16]byte{2},
 			ReconnectMin: time.Millisecond, ReconnectMax: 5 * time.Millisecond, ProposerLease: -1,
+			Create: true, // no safekeeper answers: the session goes on to the slot without asking them for the timeline
 			Logger: slog.New(log), Stats: stats,
 		})
 	}()

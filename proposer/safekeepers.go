@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -30,6 +31,11 @@ type skEvent struct {
 	// another cluster, major version or segment size), which no retry can
 	// fix; the link has stopped.
 	refused bool
+	// missing: err is the safekeeper's answer that it does not hold the
+	// timeline, to a greeting that was not allowed to create it. The link
+	// goes on: while another safekeeper is greeted (the timeline exists),
+	// its next greeting creates it there (a replaced disk).
+	missing bool
 	// quiet (with out): the connection before this one ended for the same
 	// reason as the one before it, and its warning was held back (see
 	// warnLimiter). The owner logs this connection's progress (greeted,
@@ -55,7 +61,14 @@ type skLinks struct {
 	si    *proto.ServerInfo
 	// hist, when set, follows every greeting: the PostgreSQL timeline
 	// history of a promoted primary (README_PROTO.md).
-	hist     *proto.TimelineHistory
+	hist *proto.TimelineHistory
+	// create lets every greeting create the timeline (propose --create,
+	// sync --create). Without it a greeting may create it only while
+	// holding (when not nil) is positive: another safekeeper's greeting
+	// was answered on a connection still open, so the timeline is not a
+	// mistyped id, and this safekeeper lost it (a replaced disk).
+	create   bool
+	holding  *atomic.Int32
 	queueCap int
 	bo       backoff
 	log      *slog.Logger
@@ -164,6 +177,11 @@ func (l *skLinks) loop(ctx context.Context, i int) {
 			l.post(ctx, skEvent{sk: i, gen: gen, err: err, refused: true})
 			return
 		}
+		if greetedAt.IsZero() && missingTimeline(err) {
+			if !l.post(ctx, skEvent{sk: i, gen: gen, err: err, missing: true}) {
+				return
+			}
+		}
 		if !greetedAt.IsZero() && time.Since(greetedAt) >= bo.max {
 			bo.reset()
 		}
@@ -192,6 +210,7 @@ func (l *skLinks) loop(ctx context.Context, i int) {
 func (l *skLinks) connection(ctx context.Context, i, gen int, quiet bool) (greetedAt time.Time, err error) {
 	dc := l.dial
 	dc.Addr = l.addrs[i]
+	dc.AllowTimelineCreation = l.create || (l.holding != nil && l.holding.Load() > 0)
 	c, err := Dial(ctx, dc)
 	if err != nil {
 		return time.Time{}, err
@@ -212,6 +231,10 @@ func (l *skLinks) connection(ctx context.Context, i, gen int, quiet bool) (greet
 	}
 	greetedAt = time.Now()
 	l.stats.greeted(i, info.SafekeeperID)
+	if l.holding != nil {
+		l.holding.Add(1)
+		defer l.holding.Add(-1)
+	}
 	if l.hist != nil {
 		if err := c.Send(l.hist); err != nil {
 			return greetedAt, err

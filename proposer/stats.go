@@ -107,8 +107,9 @@ const (
 	// between two sessions (terms) when the last one ended for another
 	// reason than the primary.
 	StateNoQuorum State = "no_quorum"
-	// StateNoPrimary: not connected to the primary: connecting, or it
-	// cannot be reached (its last error says why).
+	// StateNoPrimary: not connected to the primary: connecting, or the
+	// last attempt failed (its error says why: unreachable, refusing, or
+	// failing at the slot).
 	StateNoPrimary State = "no_primary"
 	// StateWaitingLease: another proposer streams to the timeline; this
 	// one waits until it stops (Config.ProposerLease).
@@ -252,7 +253,7 @@ func (s *Stats) Snapshot(now time.Time) Status {
 		st.State = StateWaitingLease
 		st.Reason = "waiting until another proposer stops streaming to the timeline: " + s.lease.String()
 	case s.primary.Load() == primaryDown:
-		st.State, st.Reason = StateNoPrimary, "cannot reach the primary: "+s.primaryErr
+		st.State, st.Reason = StateNoPrimary, "no primary connection: "+s.primaryErr
 	case s.primary.Load() == primaryUnknown && s.sessionErr != "":
 		st.State, st.Reason = StateNoQuorum, "the last term ended ("+s.sessionErr+"); starting a new one"
 	case s.primary.Load() == primaryUnknown:

@@ -127,7 +127,7 @@ func TestStatsStates(t *testing.T) {
 	want(StateWaitingLease, "the proposer of term 4 at 10.0.0.7:41760")
 	st.waitingFor(LiveProposer{}, false)
 	st.primaryFailed(errors.New("FATAL: the database system is starting up (SQLSTATE 57P03)"))
-	want(StateNoPrimary, "cannot reach the primary: FATAL: the database system is starting up (SQLSTATE 57P03)")
+	want(StateNoPrimary, "no primary connection: FATAL: the database system is starting up (SQLSTATE 57P03)")
 	st.primaryConnected(tlStart)
 	st.greeted(0, 1)
 	st.links[0].phase.Store(int32(linkVoting))

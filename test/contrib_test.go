@@ -80,18 +80,21 @@ func TestContribFilesAgainstRealProcesses(t *testing.T) {
 		sks, pgAddrs, httpAddrs = append(sks, sk), append(pgAddrs, pgAddr), append(httpAddrs, httpAddr)
 	}
 
-	// The proposer, with /etc/safekeeper/proposer.env filled in.
-	args := unitCommand(t, filepath.Join(sysd, "safekeeper-proposer.service"), "", map[string]string{
+	// The proposer, with /etc/safekeeper/proposer.env filled in, after the
+	// timeline was created as docs/operations.md says.
+	site := map[string]string{
 		"UPSTREAM":    fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
 		"SAFEKEEPERS": strings.Join(pgAddrs, ","),
 		"TENANT_ID":   "c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c1",
 		"TIMELINE_ID": "c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c2",
 		"LISTEN_HTTP": "127.0.0.1:0", // the address it got is in its log
-	})
+	}
+	args := unitCommand(t, filepath.Join(sysd, "safekeeper-proposer.service"), "", site)
 	if args[0] != "propose" {
 		t.Fatalf("safekeeper-proposer.service runs %q, want propose", args[0])
 	}
-	appName := flagValue(t, args, "--application-name")
+	harness.CreateTimeline(t, site["UPSTREAM"], pgAddrs, site["TENANT_ID"], site["TIMELINE_ID"])
+	appName := "proposer_" + site["TIMELINE_ID"] // the default
 	prop := harness.StartProcess(t, "proposer", args...)
 	propHTTP := listeningHTTP(t, prop)
 	harness.WaitFor(t, 20*time.Second, "the proposer unit to stream to the primary as "+appName, func() bool {

@@ -19,8 +19,9 @@ import (
 	"github.com/safekeeper/safekeeper/test/pgtest"
 )
 
-// startProposer starts `safekeeper propose` for timeline tl of tenant(1)
-// on pg and sks, with extra flags.
+// startProposer starts `safekeeper propose --create` for timeline tl of
+// tenant(1) on pg and sks, with slot and application_name proposer and
+// extra flags.
 func startProposer(t *testing.T, pg *pgtest.Cluster, sks []*harness.Safekeeper, tl proto.ID, extra ...string) *harness.Process {
 	t.Helper()
 	var addrs []string
@@ -30,7 +31,8 @@ func startProposer(t *testing.T, pg *pgtest.Cluster, sks []*harness.Safekeeper, 
 	args := append([]string{"propose",
 		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
 		"--safekeepers", strings.Join(addrs, ","),
-		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String()}, extra...)
+		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String(), "--create",
+		"--slot", "proposer", "--application-name", "proposer"}, extra...)
 	return harness.StartProcess(t, "proposer", args...)
 }
 

@@ -40,8 +40,14 @@ type (
 	}
 	// TimelineStatus is TIMELINE_STATUS (ours).
 	TimelineStatus struct{}
-	// StartWALPush is START_WAL_PUSH (ours): the proposer's stream.
-	StartWALPush struct{}
+	// StartWALPush is START_WAL_PUSH [(allow_timeline_creation [bool])]
+	// (ours): the proposer's stream. Without the option a greeting may
+	// create the timeline (the WAL push protocol's rule 1), so
+	// AllowTimelineCreation is true; with (allow_timeline_creation false) a
+	// greeting naming a timeline this safekeeper does not hold is refused.
+	StartWALPush struct {
+		AllowTimelineCreation bool
+	}
 	// SQL is anything that is not a replication command; Text is the query
 	// as received.
 	SQL struct{ Text string }
