@@ -73,6 +73,9 @@ type Config struct {
 	// ElectionTimeout is how long a session waits for a quorum of grants
 	// before it gives up and starts over with a new term. Default 30 s.
 	ElectionTimeout time.Duration
+	// Stats, when set, is where Run shows its state for monitoring
+	// (NewStats with these Safekeepers); nil: Run keeps its own.
+	Stats *Stats
 	// ProposerLease: before each campaign Run asks the safekeepers whether
 	// a proposer of a higher term than its own last one streamed to the
 	// timeline this recently, over a connection still open, and waits while
@@ -136,6 +139,11 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("proposer: Config.MaxInFlight %d is below 1", c.MaxInFlight)
 	case c.HeartbeatInterval < 0 || c.StatusInterval < 0 || c.ReconnectMin < 0 || c.ReconnectMax < c.ReconnectMin:
 		return c, errors.New("proposer: negative or inverted intervals in Config")
+	case c.Stats != nil && len(c.Stats.links) != len(c.Safekeepers):
+		return c, fmt.Errorf("proposer: Config.Stats is for %d safekeepers, Config.Safekeepers lists %d", len(c.Stats.links), len(c.Safekeepers))
+	}
+	if c.Stats == nil {
+		c.Stats = NewStats(c.Safekeepers)
 	}
 	return c, nil
 }

@@ -46,6 +46,7 @@ func Run(ctx context.Context, cfg Config) error {
 	createWarned := new(atomic.Bool)
 	gaps := make([]responseGap, len(cfg.Safekeepers))
 	defer func() { logLinkStats(log, cfg.Safekeepers, gaps) }()
+	outage := primaryOutage{log: log}
 	for {
 		if cfg.ProposerLease > 0 {
 			waitLease(ctx, cfg, ownTerm)
@@ -54,8 +55,10 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 		s := newDriver(cfg, lastTerm)
+		s.outage = &outage
 		s.createWarned = createWarned
 		err := s.run(ctx)
+		cfg.Stats.sessionEnded(err)
 		lastTerm = max(lastTerm, s.sess.Core().MaxTermSeen())
 		ownTerm = max(ownTerm, s.sess.Core().Ballot().Term)
 		for i, sk := range s.sks {
@@ -79,7 +82,11 @@ func Run(ctx context.Context, cfg Config) error {
 			bo.reset()
 		}
 		d := bo.next()
-		log.Warn("proposer session ended; reconnecting and starting a new term", "err", err, "term", s.sess.Core().Ballot().Term, "retry_in", d)
+		if s.primaryDown {
+			outage.failed(time.Now(), err, s.sess.Core().Ballot().Term, d)
+		} else {
+			log.Warn(sessionEndedMsg, "err", err, "term", s.sess.Core().Ballot().Term, "retry_in", d)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -123,6 +130,13 @@ type driver struct {
 	cfg  Config
 	log  *slog.Logger
 	sess *Session
+	// stats is cfg.Stats: what the session shows an operator (stats.go).
+	stats *Stats
+	// outage is Run's: the driver ends it when it reaches the primary.
+	outage *primaryOutage
+	// primaryDown: the session ended because the primary failed
+	// (connecting to it, or its stream): Run logs it through outage.
+	primaryDown bool
 
 	up       *upstream
 	slot     *slotKeeper
@@ -190,7 +204,7 @@ type upstreamEvent struct {
 }
 
 func newDriver(cfg Config, lastTerm uint64) *driver {
-	s := &driver{cfg: cfg, log: cfg.Logger, now: time.Now, holding: new(atomic.Int32), createWarned: new(atomic.Bool),
+	s := &driver{cfg: cfg, log: cfg.Logger, stats: cfg.Stats, now: time.Now, holding: new(atomic.Int32), createWarned: new(atomic.Bool),
 		slots: newSlotMerge(len(cfg.Safekeepers))}
 	s.sess = NewSession(SessionConfig{
 		Names: cfg.Safekeepers, UUID: cfg.ProposerUUID, LastTerm: lastTerm,
@@ -208,13 +222,18 @@ func (s *driver) run(ctx context.Context) error {
 	s.started = time.Now()
 	up, err := dialUpstream(ctx, "primary", s.cfg.Upstream, s.cfg.ApplicationName, s.cfg.ConnectTimeout)
 	if err != nil {
-		return err
+		return s.primaryFailed(ctx, err)
 	}
 	s.up = up
 	defer up.close()
 	if s.ui, err = up.identify(ctx); err != nil {
-		return err
+		return s.primaryFailed(ctx, err)
 	}
+	// The primary answers (Stats; the log says it is back once the session
+	// holds its slot: a primary that answers and then fails at the slot
+	// every time is one outage, not one per attempt).
+	s.stats.primaryConnected(s.ui.XLogPos)
+	s.stats.publishWait(s.stats.waits.truncate(s.ui.XLogPos))
 	if !s.cfg.Create {
 		// Before anything is created anywhere (the slot on the primary, a
 		// timeline on a safekeeper): a mistyped id ends Run here, with
@@ -224,7 +243,7 @@ func (s *driver) run(ctx context.Context) error {
 		}
 	}
 	if s.ui.RestartLSN, err = up.ensureSlot(ctx, s.cfg.SlotName); err != nil {
-		return err
+		return s.primaryFailed(ctx, err)
 	}
 	slot := newSlotKeeper(s.cfg.Upstream, s.cfg.SlotName, s.ui.RestartLSN, s.log)
 	s.slot = slot
@@ -233,6 +252,7 @@ func (s *driver) run(ctx context.Context) error {
 	defer func() { cancel(); <-slotDone }()
 	s.log.Info("connected to primary", "system_id", s.ui.SystemID, "pg_timeline", s.ui.Timeline, "flush", s.ui.XLogPos,
 		"wal_segment_size", s.ui.SegSize, "server_version_num", s.ui.PgVersion, "slot", s.cfg.SlotName, "slot_restart_lsn", s.ui.RestartLSN)
+	s.outage.back(time.Now())
 	s.si = proto.ServerInfo{
 		ProtocolVersion: proto.ProtocolVersion, PgVersion: s.ui.PgVersion, SystemID: s.ui.SystemID,
 		TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID, PgTimeline: s.ui.Timeline,
@@ -243,7 +263,7 @@ func (s *driver) run(ctx context.Context) error {
 		hist = &proto.TimelineHistory{PgTimeline: s.ui.Timeline, Content: s.ui.History}
 	}
 	s.links = &skLinks{
-		addrs: s.cfg.Safekeepers, si: &s.si, hist: hist, queueCap: s.cfg.MaxInFlight + 16, log: s.log,
+		addrs: s.cfg.Safekeepers, si: &s.si, hist: hist, queueCap: s.cfg.MaxInFlight + 16, log: s.log, stats: s.stats,
 		create: s.cfg.Create, holding: s.holding,
 		bo:     backoff{min: s.cfg.ReconnectMin, max: s.cfg.ReconnectMax},
 		events: make(chan skEvent, 256),
@@ -293,7 +313,7 @@ func (s *driver) loop(ctx context.Context) error {
 			}
 		case ev := <-upEvents:
 			if ev.err != nil {
-				return ev.err
+				return s.primaryFailed(ctx, ev.err)
 			}
 			if err := s.onUpstream(ctx, ev.m); err != nil {
 				return err
@@ -386,6 +406,7 @@ func (s *driver) closeLink(sk *skState) {
 	sk.cuWant = false
 	sk.gen = 0 // connections count from 1: no event matches
 	sk.gap.disconnected()
+	s.stats.links[sk.i].phase.Store(int32(linkDown))
 }
 
 func (s *driver) disconnect(sk *skState) {
@@ -417,6 +438,7 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 		if err != nil {
 			return err
 		}
+		s.publishLinks() // a campaign asks every greeted safekeeper
 		s.act(ctx, r)
 		return nil
 	}
@@ -438,10 +460,23 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 	}
 	r, err := s.sess.Receive(ev.sk, ev.msg)
 	if err != nil {
+		if errors.Is(err, ErrVoteRefused) {
+			s.stats.refusedVote(ev.sk)
+		}
 		return err
 	}
-	if _, ok := ev.msg.(*proto.SafeKeeperResponse); ok && s.sess.Streaming(ev.sk) {
-		sk.gap.answered(s.now(), s.sess.InFlight(ev.sk) > 0)
+	if _, ok := ev.msg.(*proto.SafeKeeperResponse); ok {
+		// The hot path: a response changes no phase (a drop is closeLink's).
+		l := &s.stats.links[ev.sk]
+		l.responses.Add(1)
+		if f, ok := s.sess.Core().FlushLSN(ev.sk); ok {
+			l.flush.Store(uint64(f))
+		}
+		if s.sess.Streaming(ev.sk) {
+			sk.gap.answered(s.now(), s.sess.InFlight(ev.sk) > 0)
+		}
+	} else {
+		s.publishLink(ev.sk)
 	}
 	s.act(ctx, r)
 	if r.Elect {
@@ -497,7 +532,7 @@ func (s *driver) elect(ctx context.Context) error {
 	// another proposer kept streaming meanwhile: read it again, or the
 	// donor's WAL would look like WAL the primary lost.
 	if pos, err := s.up.flushPos(ctx); err != nil {
-		return err
+		return s.primaryFailed(ctx, err)
 	} else if pos > s.ui.XLogPos {
 		s.ui.XLogPos = pos
 	}
@@ -510,6 +545,7 @@ func (s *driver) elect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.publishLinks()
 	s.act(ctx, r)
 	from := e.TermStartLSN
 	for i := range s.sks {
@@ -525,9 +561,10 @@ func (s *driver) elect(ctx context.Context) error {
 	// The stream runs without the slot: the slot is held at truncate_lsn by
 	// the slot keeper, while this stream reports commit_lsn as flushed.
 	if err := s.up.startReplication(ctx, "", from, s.ui.Timeline); err != nil {
-		return err
+		return s.primaryFailed(ctx, err)
 	}
 	s.log.Info("streaming from primary", "start", from)
+	s.stats.elected.Store(true)
 	s.buf = newWALBuffer(from)
 	s.sendStatus(true)
 	go func() {
@@ -548,6 +585,7 @@ func (s *driver) elect(ctx context.Context) error {
 }
 
 func (s *driver) onUpstream(ctx context.Context, m upstreamMsg) error {
+	s.notePrimary(m)
 	if m.wal != nil {
 		if err := s.buf.add(m.start, m.wal); err != nil {
 			return err
@@ -632,6 +670,8 @@ func (s *driver) sendStatus(force bool) {
 		return
 	}
 	core := s.sess.Core()
+	s.stats.commit.Store(uint64(core.CommitLSN()))
+	s.stats.truncate.Store(uint64(core.TruncateLSN()))
 	flush := max(core.CommitLSN(), s.sess.BaseCommit())
 	flush = min(flush, s.buf.end)
 	if !force && flush == s.lastCommit {
@@ -641,5 +681,55 @@ func (s *driver) sendStatus(force bool) {
 		s.log.Debug("standby status update failed", "err", err) // the reader reports the broken connection
 	}
 	s.lastStatus, s.lastCommit = time.Now(), flush
+	s.stats.write.Store(uint64(s.buf.end))
+	s.stats.flush.Store(uint64(flush))
+	s.stats.publishWait(s.stats.waits.flushed(flush))
 	s.slot.offer(min(core.TruncateLSN(), flush))
+}
+
+// primaryFailed records that the session ends because the primary failed
+// with err (connecting to it, or its stream), and returns err. A failure
+// caused by ctx ending (the proposer stops) is not the primary's.
+func (s *driver) primaryFailed(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		s.primaryDown = true
+		s.stats.primaryFailed(err)
+	}
+	return err
+}
+
+// notePrimary records what an XLogData or keepalive m says of the
+// primary: its end of WAL, and when the WAL in it arrived (Stats.Lag).
+func (s *driver) notePrimary(m upstreamMsg) {
+	end := m.serverEnd
+	if m.wal != nil {
+		end = max(end, m.start+proto.LSN(len(m.wal)))
+	}
+	if uint64(end) > s.stats.primaryEnd.Load() {
+		s.stats.primaryEnd.Store(uint64(end))
+	}
+	if m.wal != nil {
+		if at := s.now(); s.stats.waits.arrived(m.start+proto.LSN(len(m.wal)), at) {
+			s.stats.publishWait(at)
+		}
+	}
+}
+
+// publishLink shows safekeeper i's session phase and flush_lsn in Stats.
+func (s *driver) publishLink(i int) {
+	l := &s.stats.links[i]
+	l.phase.Store(int32(s.sess.links[i].phase))
+	if f, ok := s.sess.Core().FlushLSN(i); ok {
+		l.flush.Store(uint64(f))
+	}
+}
+
+// publishLinks is publishLink for every safekeeper, and the term: a
+// greeting (which may start the campaign) and the election change the
+// others' phases too.
+func (s *driver) publishLinks() {
+	for i := range s.sks {
+		s.publishLink(i)
+	}
+	s.stats.term.Store(s.sess.Core().Ballot().Term)
 }

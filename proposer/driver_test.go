@@ -482,7 +482,7 @@ func linkToSafekeeper3(s *driver) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.links = &skLinks{
 		addrs: s.cfg.Safekeepers, si: &proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, TenantID: proto.ID{1}, TimelineID: proto.ID{2}},
-		queueCap: s.cfg.MaxInFlight + 16, bo: backoff{min: time.Millisecond, max: 5 * time.Millisecond}, log: s.log,
+		queueCap: s.cfg.MaxInFlight + 16, bo: backoff{min: time.Millisecond, max: 5 * time.Millisecond}, log: s.log, stats: s.stats,
 		events: make(chan skEvent, 16), dial: DialConfig{TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ConnectTimeout: 5 * time.Second},
 	}
 	s.links.wg.Add(1)

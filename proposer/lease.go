@@ -169,6 +169,7 @@ func waitLease(ctx context.Context, cfg Config, ours uint64) {
 	sc := SyncConfig{Safekeepers: cfg.Safekeepers, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ConnectTimeout: cfg.ConnectTimeout,
 		Security: cfg.Security}
 	var seen LiveProposer
+	defer cfg.Stats.waitingFor(LiveProposer{}, false)
 	for ctx.Err() == nil {
 		pctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 		l, ok := findLive(pctx, &sc, ours, cfg.ProposerLease)
@@ -184,6 +185,7 @@ func waitLease(ctx context.Context, cfg Config, ours uint64) {
 				"proposer", l.Addr, "term", l.Term, "safekeeper", l.Safekeeper, "proposer_lease", cfg.ProposerLease)
 		}
 		seen = l
+		cfg.Stats.waitingFor(l, true)
 		select {
 		case <-ctx.Done():
 		case <-time.After(min(time.Second, cfg.ProposerLease/4)):

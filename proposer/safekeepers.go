@@ -74,6 +74,9 @@ type skLinks struct {
 	log      *slog.Logger
 	events   chan skEvent
 	wg       sync.WaitGroup
+	// stats, when set, shows each link's connection state (Run's; nil
+	// for Sync).
+	stats *Stats
 
 	mu      sync.Mutex
 	lastErr []error // per safekeeper: how its last connection ended (nil: none ended yet)
@@ -162,12 +165,15 @@ func (l *skLinks) loop(ctx context.Context, i int) {
 	var warn warnLimiter
 	quiet := false
 	for gen := 1; ctx.Err() == nil; gen++ {
+		l.stats.dialing(i)
 		greetedAt, err := l.connection(ctx, i, gen, quiet)
 		if ctx.Err() != nil {
 			return
 		}
 		l.noteEnd(i, err)
-		if greetedAt.IsZero() && incompatible(err) {
+		forGood := greetedAt.IsZero() && incompatible(err)
+		l.stats.ended(i, err, forGood)
+		if forGood {
 			l.post(ctx, skEvent{sk: i, gen: gen, err: err, refused: true})
 			return
 		}
@@ -224,6 +230,7 @@ func (l *skLinks) connection(ctx context.Context, i, gen int, quiet bool) (greet
 		return time.Time{}, fmt.Errorf("greeting: got %T, want SafeKeeperInfo", m)
 	}
 	greetedAt = time.Now()
+	l.stats.greeted(i, info.SafekeeperID)
 	if l.holding != nil {
 		l.holding.Add(1)
 		defer l.holding.Add(-1)

@@ -33,7 +33,9 @@
 // SIGINT. The signal starts Shutdown: stop
 // accepting, make what was received durable, answer it, end every stream,
 // bounded by 30 s; then exit 0. propose and sync run until their work ends
-// or SIGTERM/SIGINT cancels their context (sync also ends at --timeout).
+// or SIGTERM/SIGINT cancels their context (sync also ends at --timeout);
+// propose --listen-http serves the proposer's Stats (Prometheus /metrics,
+// /healthz, /readyz: proposehttp.go) meanwhile.
 // SIGHUP makes run re-read its TLS certificate and auth public keys; it is
 // logged and ignored by propose and sync (and by run without them): its
 // default action would kill the process without a clean shutdown when

@@ -49,6 +49,8 @@ func proposeCommand() *cli.Command {
 			"timeline, the others get it at their next greeting (a replaced disk).\n" +
 			"--slot and --application-name default to proposer_<timeline-id>, so proposers of\n" +
 			"different timelines never share the primary's slot or synchronous standby name.\n" +
+			"--listen-http serves Prometheus /metrics (term, commit_lsn, the lag behind the primary,\n" +
+			"each safekeeper link's state), /healthz and /readyz (200 while it streams to a quorum).\n" +
 			"Exit codes: 0 after SIGTERM/SIGINT, 2 usage error, 3 deposed (a higher term appeared on a\n" +
 			"safekeeper; the message names it and who streams to it), 4 refused for good (no safekeeper\n" +
 			"holds the timeline: a restart cannot fix it), 1 any other error.",
@@ -66,6 +68,7 @@ func proposeCommand() *cli.Command {
 			&cli.StringFlag{Name: "application-name", DefaultText: "proposer_<timeline-id>", Usage: "application_name on the primary (1-63 printable ASCII bytes); name it in synchronous_standby_names"},
 			&cli.StringFlag{Name: "buffer-size", Value: "64MiB", Usage: "in-memory WAL kept for lagging safekeepers (e.g. 64MiB); older WAL is re-read from the primary"},
 			&cli.DurationFlag{Name: "proposer-lease", Value: proposer.DefaultProposerLease, Usage: "wait to campaign while another proposer streamed to the timeline this recently; 0: take over at once (deposing it)"},
+			&cli.StringFlag{Name: "listen-http", Usage: "host:port for the proposer's /metrics, /healthz and /readyz (plain HTTP; e.g. 127.0.0.1:7686); '' (the default) serves none"},
 		}, securityFlags()...),
 		Action: func(c *cli.Context) error {
 			log, tl, err := timelineArgs(c)
@@ -94,6 +97,12 @@ func proposeCommand() *cli.Command {
 			if err := checkSlotName(slot); err != nil {
 				return usagef("--slot: %w", err)
 			}
+			listenHTTP := c.String("listen-http")
+			if listenHTTP != "" {
+				if err := checkListenAddr(listenHTTP); err != nil {
+					return usagef("--listen-http %q: %w", listenHTTP, err)
+				}
+			}
 			lease := c.Duration("proposer-lease")
 			switch {
 			case lease < 0:
@@ -108,10 +117,18 @@ func proposeCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			stats := proposer.NewStats(sks)
+			if listenHTTP != "" {
+				stop, err := serveProposerHTTP(log, listenHTTP, stats, tenant, timeline)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			err = proposer.Run(ctx, proposer.Config{
 				Upstream: c.String("upstream"), Safekeepers: sks, TenantID: tenant, TimelineID: timeline,
 				SlotName: slot, ApplicationName: appName, Logger: log, Create: c.Bool("create"),
-				BufferSize: bufSize, ProposerLease: lease, Security: sec,
+				BufferSize: bufSize, ProposerLease: lease, Security: sec, Stats: stats,
 			})
 			if errors.Is(err, proposer.ErrDeposed) {
 				return deposedExit(err)
