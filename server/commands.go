@@ -172,7 +172,7 @@ func (c *replConn) walStarted(tl *timeline) (acceptor.State, error) {
 		select {
 		case <-changed:
 		case <-deadline.C:
-			c.log.Info("refused a reader: the timeline holds no WAL yet")
+			c.log.Debug("refused a reader: the timeline holds no WAL yet")
 			return st, errNoWALYet(tl.key)
 		case <-c.srv.stopCtx.Done():
 			return st, errShutdown
