@@ -234,6 +234,11 @@ func statusCommand() *cli.Command {
 				Timelines      int     `json:"timelines"`
 				DiskUsageBytes int64   `json:"disk_usage_bytes"`
 				DiskFreeBytes  uint64  `json:"disk_free_bytes"`
+				WALRefused     *struct {
+					Reason string    `json:"reason"`
+					Detail string    `json:"detail"`
+					Since  time.Time `json:"since"`
+				} `json:"wal_refused"`
 			}
 			body, err := apiGet(c, "/v1/status", &st)
 			if err != nil {
@@ -252,9 +257,27 @@ func statusCommand() *cli.Command {
 			fmt.Fprintf(w, "listen http\t%s\n", st.ListenHTTP)
 			fmt.Fprintf(w, "timelines\t%d\n", st.Timelines)
 			fmt.Fprintf(w, "disk\t%d MiB used, %d MiB free\n", st.DiskUsageBytes>>20, st.DiskFreeBytes>>20)
+			if r := st.WALRefused; r != nil {
+				fmt.Fprintf(w, "WAL\tREFUSED (53100) since %s (%s ago): %s: %s\n", r.Since.Local().Format(time.RFC3339),
+					time.Since(r.Since).Round(time.Second), refusalRule(r.Reason), r.Detail)
+			} else {
+				fmt.Fprintln(w, "WAL\ttaken")
+			}
 			return w.Flush()
 		},
 	}
+}
+
+// refusalRule says which rule of the disk circuit breaker a
+// wal_refused.reason of GET /v1/status names.
+func refusalRule(reason string) string {
+	switch reason {
+	case "min_free_disk":
+		return "free space below --min-free-disk"
+	case "max_disk_usage":
+		return "--max-disk-usage reached"
+	}
+	return reason
 }
 
 func timelineListCommand() *cli.Command {

@@ -8,6 +8,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +58,8 @@ func TestStatusAndTimelineCommands(t *testing.T) {
 		return code, out.String(), errb.String()
 	}
 	code, out, stderr := cli("status", "--http", httpAddr)
-	if code != 0 || !strings.Contains(out, "node id") || !strings.Contains(out, "5") || !strings.Contains(out, "timelines") {
+	if code != 0 || !strings.Contains(out, "node id") || !strings.Contains(out, "5") || !strings.Contains(out, "timelines") ||
+		!regexp.MustCompile(`(?m)^WAL +taken$`).MatchString(out) {
 		t.Fatalf("status: exit %d\n%s%s", code, out, stderr)
 	}
 	code, out, _ = cli("status", "--http", httpAddr, "--json")
@@ -161,5 +163,40 @@ func TestAPIErrorAnswerNotJSON(t *testing.T) {
 		if code != 1 || !strings.Contains(msg, "serves plain HTTP there") || !strings.Contains(msg, "use --http "+plain) || strings.Count(msg, "\n") != 1 {
 			t.Errorf("%q with https:// against a plain HTTP port: exit %d, stderr %q; want exit 1 saying to use --http %s", cmd, code, msg, plain)
 		}
+	}
+}
+
+// TestStatusNamesTheDiskBreaker: while the disk circuit breaker refuses
+// new WAL, `status` says so on a line of its own with the rule that
+// tripped it, the numbers and since when, and --json has wal_refused with
+// the reason.
+func TestStatusNamesTheDiskBreaker(t *testing.T) {
+	// The new database file alone holds more than 1 byte: tripped at start.
+	srv, err := server.New(server.Config{NodeID: 5, ListenPG: "127.0.0.1:0", ListenHTTP: "127.0.0.1:0", DataDir: t.TempDir(), UnsafeNoFsync: true,
+		MaxDiskUsage: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-served
+	})
+	var out, errb bytes.Buffer
+	code := run([]string{"safekeeper", "status", "--http", srv.HTTPAddr().String()}, &out, &errb)
+	line := regexp.MustCompile(`(?m)^WAL +REFUSED \(53100\) since \S+ \(\d+s ago\): --max-disk-usage reached: the database file holds \d+ bytes in use .*, at --max-disk-usage 1$`)
+	if code != 0 || !line.MatchString(out.String()) {
+		t.Fatalf("status with --max-disk-usage reached: exit %d, want a line matching %s\n%s%s", code, line, out.String(), errb.String())
+	}
+	out.Reset()
+	code = run([]string{"safekeeper", "status", "--json", "--http", srv.HTTPAddr().String()}, &out, &errb)
+	var st struct {
+		WALRefused *struct{ Reason, Detail, Since string } `json:"wal_refused"`
+	}
+	if code != 0 || json.Unmarshal(out.Bytes(), &st) != nil || st.WALRefused == nil || st.WALRefused.Reason != "max_disk_usage" || st.WALRefused.Since == "" {
+		t.Fatalf("status --json with --max-disk-usage reached: exit %d %s", code, out.String())
 	}
 }
