@@ -26,9 +26,10 @@ type skEvent struct {
 	out     chan []byte           // the new connection's writer queue
 	msg     proto.Message
 	err     error
-	// refused: err is the safekeeper's refusal of our ServerInfo (rule 1:
-	// another cluster, major version or segment size), which no retry can
-	// fix; the link has stopped.
+	// refused: err is the safekeeper's refusal (a *RefusalError) of our
+	// ServerInfo (rule 1: another cluster, major version, segment size or
+	// an older PostgreSQL timeline) or of our TimelineHistory, which no
+	// retry can fix; the link has stopped.
 	refused bool
 	// quiet (with out): the connection before this one ended for the same
 	// reason as the one before it, and its warning was held back (see
@@ -154,8 +155,8 @@ func (l *skLinks) loop(ctx context.Context, i int) {
 			return
 		}
 		l.noteEnd(i, err)
-		if greetedAt.IsZero() && incompatible(err) {
-			l.post(ctx, skEvent{sk: i, gen: gen, err: err, refused: true})
+		if incompatible(err) { // at the greeting, or the TimelineHistory after it
+			l.post(ctx, skEvent{sk: i, gen: gen, err: l.refusal(ctx, l.addrs[i], err), refused: true})
 			return
 		}
 		if !greetedAt.IsZero() && time.Since(greetedAt) >= bo.max {
