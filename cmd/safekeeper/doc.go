@@ -51,9 +51,17 @@
 //	   that belongs to another --id
 //	3  deposed: propose or sync met a higher term on a safekeeper; another
 //	   proposer owns the timeline
+//	4  refused for good (exitPermanent): a restart cannot fix it, an operator
+//	   must act: run on a data directory it cannot use (permission denied,
+//	   not a directory, a read-only file system, a damaged database); propose
+//	   or sync refused by the safekeepers for good (another system id,
+//	   segment size or major version; a primary of an older PostgreSQL
+//	   timeline, which a standby was promoted from; a forked timeline
+//	   history). The systemd units do not restart after 2 or 4
+//	   (RestartPreventExitStatus)
 //
 // Every error is one line on stderr, "safekeeper: ..."; report picks the
-// code from the error's type (usageError, cli.ExitCoder).
+// code from the error's type (usageError, permanentError, cli.ExitCoder).
 //
 // Why the boundary sits here: flags, signals, exit codes and the process's
 // stdout and stderr are the only things a command line adds, so they stay

@@ -463,7 +463,10 @@ func runCommand() *cli.Command {
 		Description: "Listens for PostgreSQL-protocol connections: proposers push WAL with START_WAL_PUSH,\n" +
 			"replication clients read it back. SIGTERM or SIGINT: stop accepting, make received WAL\n" +
 			"durable, answer and close every stream, exit 0. SIGHUP re-reads --tls-cert/--tls-key and\n" +
-			"--auth-public-key (logged and ignored when there are none).",
+			"--auth-public-key (logged and ignored when there are none).\n" +
+			"Exit codes: 0 after SIGTERM/SIGINT, 2 usage error (also a data directory of another --id),\n" +
+			"4 a data directory it cannot use for good (permission denied, not a directory, a read-only\n" +
+			"file system, a damaged database: a restart cannot fix it), 1 any other error.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "id", "data-dir") },
 		Flags: []cli.Flag{

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -582,4 +583,31 @@ func TestEmptyTLSCertIsUnset(t *testing.T) {
 func lastLine(s string) string {
 	s = strings.TrimRight(s, "\n")
 	return s[strings.LastIndex(s, "\n")+1:]
+}
+
+// TestUnitsDoNotRestartRefusalsForGood: every systemd unit in contrib names
+// exitUsage and exitPermanent in RestartPreventExitStatus, so that systemd
+// does not restart, every RestartSec forever, what a restart cannot fix.
+func TestUnitsDoNotRestartRefusalsForGood(t *testing.T) {
+	units, err := filepath.Glob(filepath.Join("..", "..", "contrib", "systemd", "*.service"))
+	if err != nil || len(units) == 0 {
+		t.Fatalf("no units in contrib/systemd: %v", err)
+	}
+	for _, u := range units {
+		b, err := os.ReadFile(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var codes []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "RestartPreventExitStatus="); ok {
+				codes = append(codes, strings.Fields(v)...)
+			}
+		}
+		for _, want := range []int{exitUsage, exitPermanent} {
+			if !slices.Contains(codes, strconv.Itoa(want)) {
+				t.Errorf("%s: RestartPreventExitStatus %q lacks %d", filepath.Base(u), codes, want)
+			}
+		}
+	}
 }

@@ -33,13 +33,17 @@ func proposeCommand() *cli.Command {
 			"--application-name every commit waits until a quorum of safekeepers has it durable.\n" +
 			"Reconnects with backoff, except when the primary refuses it for good (unknown role, wrong\n" +
 			"password, invalid slot name, no such database: exit 1), and when so many safekeepers refuse\n" +
-			"this primary for good (their timeline has another system id, segment size or major version)\n" +
-			"that no quorum is possible (exit 1). Before each campaign it asks the safekeepers whether\n" +
-			"another proposer streamed to the timeline within --proposer-lease over a connection still\n" +
-			"open, and waits while one does, so a proposer restarted by its supervisor after it was deposed\n" +
-			"does not depose the new one in turn. SIGHUP is logged and ignored.\n" +
+			"this primary for good that no quorum is possible (exit 4): their timeline has another system\n" +
+			"id, segment size or major version, or is on a newer PostgreSQL timeline (a standby was\n" +
+			"promoted: this is an old primary; the message says \"refused: older PostgreSQL timeline\"),\n" +
+			"or this primary's timeline history forks from theirs. Before each campaign it asks the\n" +
+			"safekeepers whether another proposer streamed to the timeline within --proposer-lease over a\n" +
+			"connection still open, and waits while one does, so a proposer restarted by its supervisor\n" +
+			"after it was deposed does not depose the new one in turn; one they would refuse for good is\n" +
+			"told so at once, without waiting. SIGHUP is logged and ignored.\n" +
 			"Exit codes: 0 after SIGTERM/SIGINT, 2 usage error, 3 deposed (a higher term appeared on a\n" +
-			"safekeeper; the message names it and who streams to it), 1 any other error.",
+			"safekeeper; the message names it and who streams to it), 4 refused for good by the\n" +
+			"safekeepers (a restart cannot fix it; an operator must act), 1 any other error.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before: func(c *cli.Context) error {
 			return requireFlags(c, "upstream", "safekeepers", "tenant-id", "timeline-id")
@@ -96,6 +100,9 @@ func proposeCommand() *cli.Command {
 			if errors.Is(err, proposer.ErrDeposed) {
 				return deposedExit(err)
 			}
+			if errors.Is(err, proposer.ErrIncompatible) {
+				return refusedExit(err)
+			}
 			if err == nil {
 				log.Info("stopped")
 			}
@@ -113,6 +120,23 @@ func deposedExit(err error) error {
 		msg = de.Reason()
 	}
 	return cli.Exit("deposed: "+msg+"; another proposer owns the timeline now", exitDeposed)
+}
+
+// refusedExit is the exit error for a primary the safekeepers refuse for
+// good (proposer.ErrIncompatible): exit 4, with what to do about it.
+func refusedExit(err error) error {
+	var ie *proposer.IncompatibleError
+	if errors.As(err, &ie) {
+		switch ie.Reason {
+		case proposer.RefusedOlderPgTimeline:
+			err = fmt.Errorf("%w; this primary must not write on: bring it back as a standby of the new primary (pg_rewind, or a new base backup: docs/operations.md) and do not run its proposer", err)
+		case proposer.RefusedForkedPgTimeline:
+			err = fmt.Errorf("%w; this primary's history forks from the timeline the safekeepers hold: it must not be protected there", err)
+		case proposer.RefusedSystemID, proposer.RefusedPgVersion, proposer.RefusedSegmentSize:
+			err = fmt.Errorf("%w; check --tenant-id and --timeline-id: they name another cluster's timeline", err)
+		}
+	}
+	return permanentError{err}
 }
 
 // nameDataLen is PostgreSQL's NAMEDATALEN: names hold at most 63 bytes.

@@ -32,7 +32,8 @@ func syncCommand() *cli.Command {
 			"Sync refuses (exit 1, naming it) while a proposer streams to the timeline: it would depose it\n" +
 			"and the primary's commits would wait; --force runs it anyway.\n" +
 			"Exit codes: 0 success, 1 no quorum within --timeout, no such timeline, a live proposer or another\n" +
-			"error, 2 usage, 3 deposed.",
+			"error, 2 usage, 3 deposed, 4 refused for good by the safekeepers (--system-id, --pg-version,\n" +
+			"--wal-seg-size or --pg-timeline do not match their timeline: a restart cannot fix it).",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "safekeepers", "tenant-id", "timeline-id") },
 		Flags: append([]cli.Flag{jsonFlag(),
@@ -80,6 +81,8 @@ func syncCommand() *cli.Command {
 				log.Info("the timeline has no WAL on a quorum")
 			case errors.Is(err, proposer.ErrDeposed):
 				return deposedExit(err)
+			case errors.Is(err, proposer.ErrIncompatible):
+				return permanentError{err}
 			case err != nil:
 				return err
 			}

@@ -101,6 +101,33 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 		t.Errorf("TIMELINE_HISTORY 2 on safekeeper 3 = %q, the new primary's file %q", got, history)
 	}
 
+	// The old primary's host comes back: PostgreSQL starts as the primary of
+	// timeline 1 it was. Its proposer is refused at once — an older
+	// PostgreSQL timeline, exit 4, which the unit does not restart — and
+	// does not wait for the proposer streaming for the promoted primary to
+	// stop (it never would) or touch the old primary's slot.
+	c.pg.Restart(t)
+	if tli := c.pg.Exec(t, "select timeline_id from pg_control_checkpoint()"); tli != "1" {
+		t.Fatalf("the old primary restarted on timeline %s, want 1", tli)
+	}
+	oldStart := time.Now()
+	old := exec.CommandContext(harness.Context(t, 60*time.Second), harness.Binary(t), "propose",
+		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", c.pg.Port),
+		"--safekeepers", c.proposerAddrs(), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
+		"--slot", "proposer", "--application-name", "proposer")
+	var oldLog strings.Builder
+	old.Stdout, old.Stderr = &oldLog, &oldLog
+	old.Run()
+	last := lastLine(oldLog.String(), "safekeeper: ")
+	if code := old.ProcessState.ExitCode(); code != 4 ||
+		!strings.HasPrefix(last, "safekeeper: refused: older PostgreSQL timeline: the safekeepers' timeline is on PostgreSQL timeline 2, this primary on 1") ||
+		!strings.Contains(last, "pg_rewind") || strings.Contains(oldLog.String(), "waiting") {
+		t.Fatalf("the old primary's proposer after %v: exit %d; want exit 4 at once with one line saying refused: older PostgreSQL timeline, and no wait\n%s",
+			time.Since(oldStart).Round(time.Millisecond), code, oldLog.String())
+	}
+	t.Logf("the old primary's proposer, refused in %v: %s", time.Since(oldStart).Round(time.Millisecond), last)
+	c.pg.Stop(t)
+
 	b2.stopAndReport()
 	acked2, _ := b2.snapshot()
 	final := lsnOf(t, next.query(t, "select pg_current_wal_flush_lsn()"))
