@@ -39,6 +39,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if err := CheckConnString(cfg.Upstream); err != nil {
+		return err
+	}
 	log := cfg.Logger
 	bo := backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax}
 	var lastTerm, ownTerm uint64

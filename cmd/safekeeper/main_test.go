@@ -249,6 +249,14 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 		{append(propose, "--slot", "Bad-Slot"), "--slot"},
 		{append(propose, "--slot", ""), "--slot"},
 		{append(propose, "--slot", strings.Repeat("s", 64)), "--slot"},
+		// A keyword libpq does not know, or one pgx would send to the
+		// primary as a setting: named, not a retry on the default socket.
+		{append([]string{"propose", "--upstream", "hots=127.0.0.1 port=5432", "--safekeepers", "127.0.0.1:1"}, ids...),
+			`--upstream: invalid connection option "hots" (libpq 15 does not know it; did you mean "host"?)`},
+		{append([]string{"propose", "--upstream", "postgresql://postgres@127.0.0.1:5432/postgres?hots=x", "--safekeepers", "127.0.0.1:1"}, ids...),
+			`--upstream: invalid connection option "hots"`},
+		{append([]string{"propose", "--upstream", "host=127.0.0.1 keepalives=1", "--safekeepers", "127.0.0.1:1"}, ids...),
+			`--upstream: connection option "keepalives" is libpq's, but the proposer's PostgreSQL client (pgx) does not support it`},
 		{append(sync, "--system-id", "5", "--pg-timeline", "0"), "--pg-timeline"},
 		{append(sync, "--system-id", "5", "--pg-timeline", "4294967296"), "--pg-timeline"},
 		{append(sync, "--system-id", "5", "--wal-seg-size", "1000"), "--wal-seg-size"},

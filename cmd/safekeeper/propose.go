@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/urfave/cli/v2"
 
 	"github.com/safekeeper/safekeeper/proposer"
@@ -69,7 +68,7 @@ func proposeCommand() *cli.Command {
 			if err != nil {
 				return usagef("--buffer-size: %w", err)
 			}
-			if _, err := pgconn.ParseConfig(c.String("upstream")); err != nil {
+			if err := proposer.CheckConnString(c.String("upstream")); err != nil {
 				return usagef("--upstream: %w", err)
 			}
 			if err := checkApplicationName(c.String("application-name")); err != nil {
