@@ -35,6 +35,12 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	follower := c.startStandby(c.sks[1]) // follows through timeline 2
 	b.start(4, rng)
 	c.waitAcked(b, 300, "on the first primary")
+	// Safekeeper 3 stops and misses the last of timeline 1: it comes back
+	// after the promotion and catches up across the switch.
+	if err := c.sks[2].Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.waitAcked(b, 100, "on the first primary, with safekeeper 3 down")
 
 	// The primary's host is lost.
 	c.prop.Kill()
@@ -82,6 +88,13 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 		out, err := np.Query(context.Background(), "SELECT state || '/' || sync_state FROM pg_stat_replication WHERE application_name = 'proposer'")
 		return err == nil && out == "streaming/sync"
 	})
+	// Safekeeper 3 returns below the switch point: the proposer catches it
+	// up from the new primary on timeline 1 up to the switch and on
+	// timeline 2 after it, as a standby asks (timeline 1's WAL is in
+	// timeline 1's segments there; asked for on timeline 2, the primary
+	// would answer that a timeline 2 segment has been removed).
+	c.sks[2].Start()
+
 	b2 := &bank{t: t, pg: np, stop: make(chan struct{}), acked: map[int64]proto.LSN{}}
 	b2.ctx, b2.hard = context.WithCancel(context.Background())
 	t.Cleanup(func() { b2.halt(0) })
@@ -132,6 +145,11 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	acked2, _ := b2.snapshot()
 	final := lsnOf(t, next.query(t, "select pg_current_wal_flush_lsn()"))
 	c.waitCommitted(final, 60*time.Second)
+	if log := prop.Log(); !strings.Contains(log, "catching up from a second replication stream") ||
+		strings.Contains(log, "the primary no longer has the WAL a safekeeper needs") {
+		t.Errorf("safekeeper 3 below the switch point: want a catch-up from the new primary, which holds timeline 1's WAL, and no peer catch-up:\n%s",
+			lastLine(log, "trying a peer safekeeper")+"\n"+lastLine(log, "catching up"))
+	}
 	follower.waitReplay(t, final)
 	if tli := follower.query(t, "select received_tli from pg_stat_wal_receiver"); tli != "2" {
 		t.Errorf("the second standby receives timeline %s, want 2", tli)
