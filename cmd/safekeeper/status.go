@@ -280,6 +280,14 @@ func refusalRule(reason string) string {
 	return reason
 }
 
+// The header lines of the tables timeline list and timeline show print
+// (docs/operations.md shows them; TestDocsShowOutputAsPrinted compares).
+const (
+	timelineListHeader = "TENANT\tTIMELINE\tTERM\tTLI\tFLUSH\tCOMMIT\tREMOVED UP TO"
+	readersHeader      = "KIND\tADDRESS\tAPPLICATION\tSLOT\tSENT\tWRITE\tFLUSH\tAPPLY\tLAG BYTES\tWRITE LAG\tFLUSH LAG\tREPLAY LAG"
+	slotsHeader        = "NAME\tTEMPORARY\tACTIVE\tRESTART LSN"
+)
+
 func timelineListCommand() *cli.Command {
 	return &cli.Command{
 		Name:         "list",
@@ -301,7 +309,7 @@ func timelineListCommand() *cli.Command {
 				return err
 			}
 			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "TENANT\tTIMELINE\tTERM\tTLI\tFLUSH\tCOMMIT\tREMOVED UP TO")
+			fmt.Fprintln(w, timelineListHeader)
 			for _, t := range list {
 				fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%v\t%v\t%v\n", t["tenant_id"], t["timeline_id"], t["term"], t["pg_timeline"], t["flush_lsn"], t["commit_lsn"], t["removed_up_to"])
 			}
@@ -355,7 +363,7 @@ func timelineShowCommand() *cli.Command {
 			fmt.Fprintf(c.App.Writer, "\nreaders: %d\n", len(readers))
 			if len(readers) > 0 {
 				w = tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "KIND\tADDRESS\tAPPLICATION\tSLOT\tSENT\tWRITE\tFLUSH\tAPPLY\tLAG BYTES\tWRITE LAG\tFLUSH LAG\tREPLAY LAG")
+				fmt.Fprintln(w, readersHeader)
 				for _, r := range readers {
 					m, _ := r.(map[string]any)
 					fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%v\t%v\t%v\t%v\t%v\t%s\t%s\t%s\n", m["kind"], m["address"], m["application_name"], orDash(m["slot"]),
@@ -368,7 +376,7 @@ func timelineShowCommand() *cli.Command {
 			fmt.Fprintf(c.App.Writer, "\nslots: %d\n", len(slots))
 			if len(slots) > 0 {
 				w = tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "NAME\tTEMPORARY\tACTIVE\tRESTART LSN")
+				fmt.Fprintln(w, slotsHeader)
 				for _, s := range slots {
 					m, _ := s.(map[string]any)
 					fmt.Fprintf(w, "%v\t%v\t%v\t%v\n", m["slot_name"], m["temporary"], m["active"], m["restart_lsn"])

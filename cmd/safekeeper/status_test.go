@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -198,5 +202,57 @@ func TestStatusNamesTheDiskBreaker(t *testing.T) {
 	}
 	if code != 0 || json.Unmarshal(out.Bytes(), &st) != nil || st.WALRefused == nil || st.WALRefused.Reason != "max_disk_usage" || st.WALRefused.Since == "" {
 		t.Fatalf("status --json with --max-disk-usage reached: exit %d %s", code, out.String())
+	}
+}
+
+// TestDocsShowOutputAsPrinted: the outputs the docs show are the ones the
+// commands print: each table header of timeline list and timeline show as
+// the command prints it, an empty column as "-" (never Go's "<nil>"), and
+// psql -XA (without -t) with its header line and "(N rows)" footer.
+func TestDocsShowOutputAsPrinted(t *testing.T) {
+	docs, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	if err != nil || len(docs) == 0 {
+		t.Fatalf("no docs: %v", err)
+	}
+	docs = append(docs, filepath.Join("..", "..", "README.md"))
+	headers := map[string][]string{}
+	for _, h := range []string{timelineListHeader, readersHeader, slotsHeader} {
+		cols := strings.Split(h, "\t")
+		headers[cols[0]+" "+cols[1]] = cols
+	}
+	psqlNoT := regexp.MustCompile(`psql .*-X?A[^t" ]*c "select`)
+	footer := regexp.MustCompile(`^\(\d+ rows?\)$`)
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(b), "\n")
+		for i, line := range lines {
+			name := fmt.Sprintf("%s:%d", filepath.Base(doc), i+1)
+			if strings.Contains(line, "<nil>") {
+				t.Errorf("%s shows Go's <nil>: %s", name, line)
+			}
+			fields := strings.Fields(line)
+			if len(fields) >= 2 {
+				if want, ok := headers[fields[0]+" "+fields[1]]; ok {
+					if got := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(line), -1); !slices.Equal(got, want) {
+						t.Errorf("%s shows the header %q; the command prints %q", name, got, want)
+					}
+				}
+			}
+			if strings.HasPrefix(line, "$ ") && psqlNoT.MatchString(line) {
+				ok := false
+				for _, out := range lines[i+1:] {
+					if strings.HasPrefix(out, "$ ") || strings.HasPrefix(out, "```") {
+						break
+					}
+					ok = ok || footer.MatchString(out)
+				}
+				if !ok {
+					t.Errorf("%s: psql without -t prints a header and a (N rows) footer, the output shown has none: %s", name, line)
+				}
+			}
+		}
 	}
 }
