@@ -24,13 +24,20 @@ type Config struct {
 	Safekeepers []string
 	// TenantID and TimelineID name the timeline on the safekeepers.
 	TenantID, TimelineID proto.ID
+	// Create lets the greetings create the timeline on safekeepers that do
+	// not hold it: set it for a new timeline's first start only. Without it
+	// a greeting creates the timeline on a safekeeper only after another
+	// safekeeper answered that it holds it (a replaced disk joins), and Run
+	// ends with ErrNoTimeline once a quorum answered that they do not: a
+	// mistyped id must not fork the WAL onto a new timeline.
+	Create bool
 	// SlotName is the physical replication slot on the primary (created with
 	// RESERVE_WAL if missing) that keeps WAL the safekeepers may still need.
-	// Default "proposer".
+	// Default DefaultName(TimelineID).
 	SlotName string
 	// ApplicationName is the application_name the proposer connects to the
 	// primary with; synchronous_standby_names must name it for commits to
-	// wait for quorum durability. Default "proposer".
+	// wait for quorum durability. Default DefaultName(TimelineID).
 	ApplicationName string
 	// ProposerUUID owns the proposer's terms. Default: random per Run.
 	ProposerUUID proto.ID
@@ -68,6 +75,9 @@ type Config struct {
 	// ElectionTimeout is how long a session waits for a quorum of grants
 	// before it gives up and starts over with a new term. Default 30 s.
 	ElectionTimeout time.Duration
+	// Stats, when set, is where Run shows its state for monitoring
+	// (NewStats with these Safekeepers); nil: Run keeps its own.
+	Stats *Stats
 	// ProposerLease: before each campaign Run asks the safekeepers whether
 	// a proposer of a higher term than its own last one streamed to the
 	// timeline this recently, over a connection still open, and waits while
@@ -77,12 +87,20 @@ type Config struct {
 	ProposerLease time.Duration
 }
 
+// DefaultName is the default slot name and application_name of the
+// proposer of timeline: "proposer_" and its 32 hex digits (41 bytes, within
+// PostgreSQL's 63). Proposers of two timelines on one primary, or one
+// started with a mistyped id, never share a slot or a synchronous standby
+// name by default: the mistyped one is not the synchronous standby the
+// primary waits for.
+func DefaultName(timeline proto.ID) string { return "proposer_" + timeline.String() }
+
 func (c Config) withDefaults() (Config, error) {
 	if c.SlotName == "" {
-		c.SlotName = "proposer"
+		c.SlotName = DefaultName(c.TimelineID)
 	}
 	if c.ApplicationName == "" {
-		c.ApplicationName = "proposer"
+		c.ApplicationName = DefaultName(c.TimelineID)
 	}
 	if c.ProposerUUID.IsZero() {
 		if _, err := io.ReadFull(rand.Reader, c.ProposerUUID[:]); err != nil {
@@ -123,6 +141,11 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("proposer: Config.MaxInFlight %d is below 1", c.MaxInFlight)
 	case c.HeartbeatInterval < 0 || c.StatusInterval < 0 || c.ReconnectMin < 0 || c.ReconnectMax < c.ReconnectMin:
 		return c, errors.New("proposer: negative or inverted intervals in Config")
+	case c.Stats != nil && len(c.Stats.links) != len(c.Safekeepers):
+		return c, fmt.Errorf("proposer: Config.Stats is for %d safekeepers, Config.Safekeepers lists %d", len(c.Stats.links), len(c.Safekeepers))
+	}
+	if c.Stats == nil {
+		c.Stats = NewStats(c.Safekeepers)
 	}
 	return c, nil
 }

@@ -57,6 +57,16 @@ type DialConfig struct {
 	TenantID, TimelineID proto.ID
 	// ApplicationName identifies the proposer in the safekeeper's logs.
 	ApplicationName string
+	// AllowTimelineCreation lets the greeting create the timeline on a
+	// safekeeper that does not hold it (START_WAL_PUSH
+	// (allow_timeline_creation true)). Without it such a safekeeper
+	// refuses the greeting with 42704 (MissingTimeline reports it): a
+	// mistyped id must not start a new timeline.
+	AllowTimelineCreation bool
+	// SyncSlots asks the safekeeper for its slot table after the greeting
+	// and whenever it changes (SafeKeeperSlots), and lets the stream carry
+	// merged tables to it (Slots): START_WAL_PUSH (sync_replication_slots).
+	SyncSlots bool
 	// ConnectTimeout bounds connecting and START_WAL_PUSH; default 10 s.
 	ConnectTimeout time.Duration
 	// Security: sslmode, sslrootcert, password.
@@ -95,7 +105,11 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 		return nil, fmt.Errorf("proposer: connect to safekeeper %s: %w", cfg.Addr, err)
 	}
 	fe := pg.Frontend()
-	fe.Send(&pgproto3.Query{String: "START_WAL_PUSH"})
+	q := fmt.Sprintf("START_WAL_PUSH (allow_timeline_creation '%t'", cfg.AllowTimelineCreation)
+	if cfg.SyncSlots {
+		q += ", sync_replication_slots 'true'"
+	}
+	fe.Send(&pgproto3.Query{String: q + ")"})
 	if err := fe.Flush(); err != nil {
 		pg.Close(context.Background())
 		return nil, err

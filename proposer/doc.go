@@ -46,5 +46,10 @@
 // an *IncompatibleError. docs/proposer.md has the reasoning. When Run returns it
 // logs one "safekeeper link stats" line per safekeeper (linkstats.go): its
 // SafeKeeperResponses and the longest wait for one with a request
-// outstanding, max_response_gap, against the protocol's 100 ms.
+// outstanding, max_response_gap, against the protocol's 100 ms. While it
+// runs it shows its state, positions, lag behind the primary and each
+// link's state in Config.Stats (stats.go), which cmd/safekeeper serves as
+// Prometheus metrics and /readyz; the package itself serves nothing. A
+// primary that cannot be reached is warned about once, then once a minute
+// (outage.go).
 package proposer

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,12 +46,17 @@ func Run(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
 	bo := backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax}
 	var lastTerm, ownTerm uint64
+	createWarned := new(atomic.Bool)
 	gaps := make([]responseGap, len(cfg.Safekeepers))
 	defer func() { logLinkStats(log, cfg.Safekeepers, gaps) }()
+	outage := primaryOutage{log: log}
 	for {
 		s := newDriver(cfg, lastTerm)
 		s.leaseAbove = ownTerm
+		s.outage = &outage
+		s.createWarned = createWarned
 		err := s.run(ctx)
+		cfg.Stats.sessionEnded(err)
 		lastTerm = max(lastTerm, s.sess.Core().MaxTermSeen())
 		ownTerm = max(ownTerm, s.sess.Core().Ballot().Term)
 		for i, sk := range s.sks {
@@ -64,7 +70,7 @@ func Run(ctx context.Context, cfg Config) error {
 				SyncConfig{Safekeepers: cfg.Safekeepers, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ConnectTimeout: cfg.ConnectTimeout,
 					Security: cfg.Security})
 		}
-		if errors.Is(err, ErrIncompatible) {
+		if errors.Is(err, ErrIncompatible) || errors.Is(err, ErrNoTimeline) {
 			return err
 		}
 		if permanentUpstreamError(err) {
@@ -74,7 +80,11 @@ func Run(ctx context.Context, cfg Config) error {
 			bo.reset()
 		}
 		d := bo.next()
-		log.Warn("proposer session ended; reconnecting and starting a new term", "err", err, "term", s.sess.Core().Ballot().Term, "retry_in", d)
+		if s.primaryDown {
+			outage.failed(time.Now(), err, s.sess.Core().Ballot().Term, d)
+		} else {
+			log.Warn(sessionEndedMsg, "err", err, "term", s.sess.Core().Ballot().Term, "retry_in", d)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -118,6 +128,13 @@ type driver struct {
 	cfg  Config
 	log  *slog.Logger
 	sess *Session
+	// stats is cfg.Stats: what the session shows an operator (stats.go).
+	stats *Stats
+	// outage is Run's: the driver ends it when it reaches the primary.
+	outage *primaryOutage
+	// primaryDown: the session ended because the primary failed
+	// (connecting to it, or its stream): Run logs it through outage.
+	primaryDown bool
 
 	up       *upstream
 	slot     *slotKeeper
@@ -141,6 +158,19 @@ type driver struct {
 	// leaseAbove: before the campaign, wait while a proposer of a term
 	// above it streams to the timeline (waitLease; ProposerLease).
 	leaseAbove uint64
+	// missing: the safekeepers whose last answer was that they do not hold
+	// the timeline; Run ends once no quorum is left while none holds it.
+	missing map[int]error
+	// holding counts the safekeepers connected now whose greeting was
+	// answered: while one is, the timeline exists and the links' greetings
+	// may create it on the others (a replaced disk). A timeline deleted on
+	// every safekeeper is not created again: their connections end first.
+	holding *atomic.Int32
+	// createWarned: the warning that --create found the timeline existing
+	// was logged (once per Run).
+	createWarned *atomic.Bool
+	// slots merges the safekeepers' slot tables (slotsync.go).
+	slots *slotMerge
 
 	lastStatus time.Time
 	lastCommit proto.LSN // commit reported in the last status update
@@ -175,7 +205,8 @@ type upstreamEvent struct {
 }
 
 func newDriver(cfg Config, lastTerm uint64) *driver {
-	s := &driver{cfg: cfg, log: cfg.Logger, now: time.Now}
+	s := &driver{cfg: cfg, log: cfg.Logger, stats: cfg.Stats, now: time.Now, holding: new(atomic.Int32), createWarned: new(atomic.Bool),
+		slots: newSlotMerge(len(cfg.Safekeepers))}
 	s.sess = NewSession(SessionConfig{
 		Names: cfg.Safekeepers, UUID: cfg.ProposerUUID, LastTerm: lastTerm,
 		MaxInFlight: cfg.MaxInFlight, HeartbeatInterval: cfg.HeartbeatInterval, Logger: cfg.Logger,
@@ -191,9 +222,17 @@ func (s *driver) run(ctx context.Context) error {
 	defer cancel()
 	s.started = time.Now()
 	if err := s.connectPrimary(ctx); err != nil {
-		return err
+		return s.primaryFailed(ctx, err)
 	}
 	defer func() { s.up.close() }()
+	if !s.cfg.Create {
+		// Before anything is created anywhere (the slot on the primary, a
+		// timeline on a safekeeper): a mistyped id ends Run here, with
+		// ErrNoTimeline naming the safekeepers that do not hold it.
+		if err := checkTimeline(ctx, s.cfg); err != nil {
+			return err
+		}
+	}
 	// Before the campaign, and before the slot: what the primary is
 	// decides whether the safekeepers can take it at all (an old primary
 	// after a failover is refused at once, not after a wait). While it
@@ -210,14 +249,14 @@ func (s *driver) run(ctx context.Context) error {
 		}
 		if waited {
 			if err := s.connectPrimary(ctx); err != nil {
-				return err
+				return s.primaryFailed(ctx, err)
 			}
 		}
 	}
 	up := s.up
 	var err error
 	if s.ui.RestartLSN, err = up.ensureSlot(ctx, s.cfg.SlotName); err != nil {
-		return err
+		return s.primaryFailed(ctx, err)
 	}
 	slot := newSlotKeeper(s.cfg.Upstream, s.cfg.SlotName, s.ui.RestartLSN, s.log)
 	s.slot = slot
@@ -226,15 +265,17 @@ func (s *driver) run(ctx context.Context) error {
 	defer func() { cancel(); <-slotDone }()
 	s.log.Info("connected to primary", "system_id", s.ui.SystemID, "pg_timeline", s.ui.Timeline, "flush", s.ui.XLogPos,
 		"wal_segment_size", s.ui.SegSize, "server_version_num", s.ui.PgVersion, "slot", s.cfg.SlotName, "slot_restart_lsn", s.ui.RestartLSN)
+	s.outage.back(time.Now())
 	var hist *proto.TimelineHistory
 	if s.ui.Timeline > 1 {
 		hist = &proto.TimelineHistory{PgTimeline: s.ui.Timeline, Content: s.ui.History}
 	}
 	s.links = &skLinks{
-		addrs: s.cfg.Safekeepers, si: &s.si, hist: hist, queueCap: s.cfg.MaxInFlight + 16, log: s.log,
+		addrs: s.cfg.Safekeepers, si: &s.si, hist: hist, queueCap: s.cfg.MaxInFlight + 16, log: s.log, stats: s.stats,
+		create: s.cfg.Create, holding: s.holding,
 		bo:     backoff{min: s.cfg.ReconnectMin, max: s.cfg.ReconnectMax},
 		events: make(chan skEvent, 256),
-		dial: DialConfig{TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID,
+		dial: DialConfig{TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID, SyncSlots: true,
 			ApplicationName: s.cfg.ApplicationName, ConnectTimeout: s.cfg.ConnectTimeout, Security: s.cfg.Security},
 	}
 	s.upEvents = make(chan upstreamEvent, 64)
@@ -268,6 +309,11 @@ func (s *driver) connectPrimary(ctx context.Context) error {
 		return err
 	}
 	s.up = up
+	// The primary answers (Stats; the log says it is back once the session
+	// holds its slot: a primary that answers and then fails at the slot
+	// every time is one outage, not one per attempt).
+	s.stats.primaryConnected(s.ui.XLogPos)
+	s.stats.publishWait(s.stats.waits.truncate(s.ui.XLogPos))
 	s.si = proto.ServerInfo{
 		ProtocolVersion: proto.ProtocolVersion, PgVersion: s.ui.PgVersion, SystemID: s.ui.SystemID,
 		TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID, PgTimeline: s.ui.Timeline,
@@ -301,7 +347,7 @@ func (s *driver) loop(ctx context.Context) error {
 			}
 		case ev := <-upEvents:
 			if ev.err != nil {
-				return ev.err
+				return s.primaryFailed(ctx, ev.err)
 			}
 			if err := s.onUpstream(ctx, ev.m); err != nil {
 				return err
@@ -394,6 +440,7 @@ func (s *driver) closeLink(sk *skState) {
 	sk.cuWant = false
 	sk.gen = 0 // connections count from 1: no event matches
 	sk.gap.disconnected()
+	s.stats.links[sk.i].phase.Store(int32(linkDown))
 }
 
 func (s *driver) disconnect(sk *skState) {
@@ -409,16 +456,26 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 		}
 		return s.refused(ev)
 	}
+	if ev.missing {
+		return s.missingAt(ev)
+	}
 	if ev.out != nil { // a new, greeted connection
+		delete(s.missing, ev.sk)
+		if s.cfg.Create && ev.info.VotedFor.Term > 0 && s.createWarned.CompareAndSwap(false, true) {
+			s.log.Warn("--create: the timeline exists already (it has a term); nothing was created: start without --create from now on, "+
+				"so a mistyped id is refused rather than created", "safekeeper", s.cfg.Safekeepers[ev.sk], "term", ev.info.VotedFor.Term)
+		}
 		if sk.out != nil {
 			s.disconnect(sk)
 		}
 		sk.gen, sk.out = ev.gen, ev.out
+		s.slots.connected(ev.sk)
 		s.sess.SetQuiet(ev.sk, ev.quiet)
 		r, err := s.sess.Greeted(ev.sk, ev.info)
 		if err != nil {
 			return err
 		}
+		s.publishLinks() // a campaign asks every greeted safekeeper
 		s.act(ctx, r)
 		return nil
 	}
@@ -431,12 +488,32 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 		s.disconnect(sk)
 		return nil
 	}
+	if m, ok := ev.msg.(*proto.SafeKeeperSlots); ok {
+		// Not the session's: slots are no part of the consensus.
+		for i, t := range s.slots.report(ev.sk, m.SlotTable, func(i int) bool { return s.sks[i].out != nil }) {
+			s.send(s.sks[i], &proto.Slots{SlotTable: t})
+		}
+		return nil
+	}
 	r, err := s.sess.Receive(ev.sk, ev.msg)
 	if err != nil {
+		if errors.Is(err, ErrVoteRefused) {
+			s.stats.refusedVote(ev.sk)
+		}
 		return err
 	}
-	if _, ok := ev.msg.(*proto.SafeKeeperResponse); ok && s.sess.Streaming(ev.sk) {
-		sk.gap.answered(s.now(), s.sess.InFlight(ev.sk) > 0)
+	if _, ok := ev.msg.(*proto.SafeKeeperResponse); ok {
+		// The hot path: a response changes no phase (a drop is closeLink's).
+		l := &s.stats.links[ev.sk]
+		l.responses.Add(1)
+		if f, ok := s.sess.Core().FlushLSN(ev.sk); ok {
+			l.flush.Store(uint64(f))
+		}
+		if s.sess.Streaming(ev.sk) {
+			sk.gap.answered(s.now(), s.sess.InFlight(ev.sk) > 0)
+		}
+	} else {
+		s.publishLink(ev.sk)
 	}
 	s.act(ctx, r)
 	if r.Elect {
@@ -459,6 +536,32 @@ func (s *driver) refused(ev skEvent) error {
 	return nil
 }
 
+// missingAt records a safekeeper's answer that it does not hold the
+// timeline. While no safekeeper has greeted, a quorum of such answers ends
+// the session (and Run) with ErrNoTimeline: the ids name a timeline that
+// was never created, and without Config.Create nothing creates it. Once one
+// has greeted, the others create it at their next greeting.
+func (s *driver) missingAt(ev skEvent) error {
+	if s.missing == nil {
+		s.missing = map[int]error{}
+	}
+	s.missing[ev.sk] = ev.err
+	if s.holding.Load() > 0 || !refusalBlocksQuorum(len(s.missing), len(s.cfg.Safekeepers)) {
+		return nil
+	}
+	var on []string
+	for i, addr := range s.cfg.Safekeepers {
+		if _, ok := s.missing[i]; ok {
+			on = append(on, addr)
+		}
+	}
+	err := fmt.Errorf("%w: timeline %s/%s is not on %s", ErrNoTimeline, s.cfg.TenantID, s.cfg.TimelineID, strings.Join(on, ", "))
+	if others := s.links.lastErrors(func(i int) bool { _, ok := s.missing[i]; return !ok }); others != "" {
+		err = fmt.Errorf("%w; no answer from %s", err, others)
+	}
+	return err
+}
+
 // elect decides the election, sends ProposerElected to every voter and
 // starts the primary's stream.
 func (s *driver) elect(ctx context.Context) error {
@@ -466,7 +569,7 @@ func (s *driver) elect(ctx context.Context) error {
 	// another proposer kept streaming meanwhile: read it again, or the
 	// donor's WAL would look like WAL the primary lost.
 	if pos, err := s.up.flushPos(ctx); err != nil {
-		return err
+		return s.primaryFailed(ctx, err)
 	} else if pos > s.ui.XLogPos {
 		s.ui.XLogPos = pos
 	}
@@ -479,6 +582,7 @@ func (s *driver) elect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.publishLinks()
 	s.act(ctx, r)
 	from := e.TermStartLSN
 	for i := range s.sks {
@@ -494,9 +598,10 @@ func (s *driver) elect(ctx context.Context) error {
 	// The stream runs without the slot: the slot is held at truncate_lsn by
 	// the slot keeper, while this stream reports commit_lsn as flushed.
 	if err := s.up.startReplication(ctx, "", from, s.ui.Timeline); err != nil {
-		return err
+		return s.primaryFailed(ctx, err)
 	}
 	s.log.Info("streaming from primary", "start", from)
+	s.stats.elected.Store(true)
 	s.buf = newWALBuffer(from)
 	s.sendStatus(true)
 	go func() {
@@ -517,6 +622,7 @@ func (s *driver) elect(ctx context.Context) error {
 }
 
 func (s *driver) onUpstream(ctx context.Context, m upstreamMsg) error {
+	s.notePrimary(m)
 	if m.wal != nil {
 		if err := s.buf.add(m.start, m.wal); err != nil {
 			return err
@@ -601,6 +707,8 @@ func (s *driver) sendStatus(force bool) {
 		return
 	}
 	core := s.sess.Core()
+	s.stats.commit.Store(uint64(core.CommitLSN()))
+	s.stats.truncate.Store(uint64(core.TruncateLSN()))
 	flush := max(core.CommitLSN(), s.sess.BaseCommit())
 	flush = min(flush, s.buf.end)
 	if !force && flush == s.lastCommit {
@@ -610,5 +718,55 @@ func (s *driver) sendStatus(force bool) {
 		s.log.Debug("standby status update failed", "err", err) // the reader reports the broken connection
 	}
 	s.lastStatus, s.lastCommit = time.Now(), flush
+	s.stats.write.Store(uint64(s.buf.end))
+	s.stats.flush.Store(uint64(flush))
+	s.stats.publishWait(s.stats.waits.flushed(flush))
 	s.slot.offer(min(core.TruncateLSN(), flush))
+}
+
+// primaryFailed records that the session ends because the primary failed
+// with err (connecting to it, or its stream), and returns err. A failure
+// caused by ctx ending (the proposer stops) is not the primary's.
+func (s *driver) primaryFailed(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		s.primaryDown = true
+		s.stats.primaryFailed(err)
+	}
+	return err
+}
+
+// notePrimary records what an XLogData or keepalive m says of the
+// primary: its end of WAL, and when the WAL in it arrived (Stats.Lag).
+func (s *driver) notePrimary(m upstreamMsg) {
+	end := m.serverEnd
+	if m.wal != nil {
+		end = max(end, m.start+proto.LSN(len(m.wal)))
+	}
+	if uint64(end) > s.stats.primaryEnd.Load() {
+		s.stats.primaryEnd.Store(uint64(end))
+	}
+	if m.wal != nil {
+		if at := s.now(); s.stats.waits.arrived(m.start+proto.LSN(len(m.wal)), at) {
+			s.stats.publishWait(at)
+		}
+	}
+}
+
+// publishLink shows safekeeper i's session phase and flush_lsn in Stats.
+func (s *driver) publishLink(i int) {
+	l := &s.stats.links[i]
+	l.phase.Store(int32(s.sess.links[i].phase))
+	if f, ok := s.sess.Core().FlushLSN(i); ok {
+		l.flush.Store(uint64(f))
+	}
+}
+
+// publishLinks is publishLink for every safekeeper, and the term: a
+// greeting (which may start the campaign) and the election change the
+// others' phases too.
+func (s *driver) publishLinks() {
+	for i := range s.sks {
+		s.publishLink(i)
+	}
+	s.stats.term.Store(s.sess.Core().Ballot().Term)
 }

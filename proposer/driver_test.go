@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -481,10 +482,45 @@ func linkToSafekeeper3(s *driver) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.links = &skLinks{
 		addrs: s.cfg.Safekeepers, si: &proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, TenantID: proto.ID{1}, TimelineID: proto.ID{2}},
-		queueCap: s.cfg.MaxInFlight + 16, bo: backoff{min: time.Millisecond, max: 5 * time.Millisecond}, log: s.log,
+		queueCap: s.cfg.MaxInFlight + 16, bo: backoff{min: time.Millisecond, max: 5 * time.Millisecond}, log: s.log, stats: s.stats,
 		events: make(chan skEvent, 16), dial: DialConfig{TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ConnectTimeout: 5 * time.Second},
 	}
 	s.links.wg.Add(1)
 	go func() { defer s.links.wg.Done(); s.links.loop(ctx, 2) }()
 	return ctx, func() { cancel(); s.links.wg.Wait() }
+}
+
+// TestMissingTimelineOnAQuorumEndsTheSession: safekeepers answering a
+// greeting not allowed to create the timeline that they do not hold end
+// the session with ErrNoTimeline once they are a quorum and none holds it,
+// naming them; while fewer answered so, or once one safekeeper greeted
+// and is still connected (the timeline exists: the others create it at
+// their next greeting), the
+// session goes on.
+func TestMissingTimelineOnAQuorumEndsTheSession(t *testing.T) {
+	addrs := []string{"sk1:5454", "sk2:5454", "sk3:5454"}
+	cfg, err := Config{Upstream: "-", Safekeepers: addrs, TenantID: proto.ID{1}, TimelineID: proto.ID{2}}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := func(sk int) skEvent {
+		return skEvent{sk: sk, gen: 1, missing: true, err: &pgconn.PgError{Severity: "FATAL", Code: "42704", Message: "timeline does not exist"}}
+	}
+	for _, exists := range []bool{false, true} {
+		s := newDriver(cfg, 0)
+		if exists {
+			s.holding.Add(1)
+		}
+		s.links = &skLinks{addrs: addrs}
+		if err := s.onSafekeeper(context.Background(), missing(0)); err != nil {
+			t.Fatalf("exists=%v: one safekeeper without the timeline ended the session: %v", exists, err)
+		}
+		err := s.onSafekeeper(context.Background(), missing(2))
+		switch {
+		case exists && err != nil:
+			t.Fatalf("a quorum without the timeline, but another safekeeper holds it: %v; want the session to go on", err)
+		case !exists && (!errors.Is(err, ErrNoTimeline) || !strings.Contains(err.Error(), "sk1:5454, sk3:5454")):
+			t.Fatalf("a quorum without the timeline, none holding it: %v; want ErrNoTimeline naming sk1 and sk3", err)
+		}
+	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -38,6 +41,87 @@ const sqlstateInvalidParameterValue = "22023"
 func incompatible(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == sqlstateInvalidParameterValue
+}
+
+// missingTimeline reports whether err is a safekeeper's refusal of a
+// greeting not allowed to create the timeline: it does not hold it (42704).
+func missingTimeline(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == sqlstateUndefinedObject
+}
+
+// checkTimeline asks every safekeeper at once (TIMELINE_STATUS) whether it
+// holds the timeline. It returns nil as soon as one does, and
+// ErrNoTimeline, naming them, once a quorum answered that they do not
+// (waiting up to a second for the others' answers, to name them too).
+// While neither is known (safekeepers down or refusing) it asks again with
+// backoff, warning the first time and then once a minute; at ctx's end it
+// returns ctx's error.
+func checkTimeline(ctx context.Context, cfg Config) error {
+	sc := SyncConfig{Safekeepers: cfg.Safekeepers, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID,
+		ConnectTimeout: cfg.ConnectTimeout, Security: cfg.Security}
+	n := len(cfg.Safekeepers)
+	bo := backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax}
+	var warned time.Time
+	for {
+		pctx, cancel := context.WithCancel(ctx)
+		probes := make(chan timelineProbe, n)
+		for _, addr := range cfg.Safekeepers {
+			go func() { probes <- probeTimeline(pctx, &sc, addr) }()
+		}
+		var missing, errs []string
+		var settle <-chan time.Time // once a quorum answered missing: the others' answers, for the message
+		holds := false
+	collect:
+		for range n {
+			select {
+			case p := <-probes:
+				switch {
+				case p.holds:
+					holds = true
+					break collect
+				case p.missing:
+					missing = append(missing, p.addr)
+				default:
+					errs = append(errs, p.addr+": "+endText(p.err))
+				}
+				if settle == nil && refusalBlocksQuorum(len(missing), n) {
+					settle = time.After(time.Second)
+				}
+			case <-settle:
+				break collect
+			}
+		}
+		cancel()
+		if holds {
+			return nil
+		}
+		if refusalBlocksQuorum(len(missing), n) {
+			var on []string // in the configured order
+			for _, a := range cfg.Safekeepers {
+				if slices.Contains(missing, a) {
+					on = append(on, a)
+				}
+			}
+			err := fmt.Errorf("%w: timeline %s/%s is not on %s", ErrNoTimeline, cfg.TenantID, cfg.TimelineID, strings.Join(on, ", "))
+			if len(errs) > 0 {
+				err = fmt.Errorf("%w; no answer from %s", err, strings.Join(errs, "; "))
+			}
+			return err
+		}
+		d := bo.next()
+		level := slog.LevelDebug
+		if now := time.Now(); now.Sub(warned) >= repeatWarning {
+			level, warned = slog.LevelWarn, now // the first time, then once a minute
+		}
+		cfg.Logger.Log(ctx, level, "no safekeeper holding the timeline answered yet; asking again before connecting to them",
+			"not_on", strings.Join(missing, ","), "no_answer", strings.Join(errs, "; "), "retry_in", d)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+	}
 }
 
 // LiveProposer is a proposer streaming to a timeline, as a safekeeper's
@@ -89,6 +173,7 @@ func waitLease(ctx context.Context, cfg Config, ours uint64, si *proto.ServerInf
 	sc := SyncConfig{Safekeepers: cfg.Safekeepers, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ConnectTimeout: cfg.ConnectTimeout,
 		Security: cfg.Security}
 	var seen LiveProposer
+	defer cfg.Stats.waitingFor(LiveProposer{}, false)
 	for ctx.Err() == nil {
 		pctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 		probes := probeAll(pctx, &sc)
@@ -112,6 +197,7 @@ func waitLease(ctx context.Context, cfg Config, ours uint64, si *proto.ServerInf
 				"proposer", l.Addr, "term", l.Term, "safekeeper", l.Safekeeper, "proposer_lease", cfg.ProposerLease)
 		}
 		seen = l
+		cfg.Stats.waitingFor(l, true)
 		select {
 		case <-ctx.Done():
 		case <-time.After(min(time.Second, cfg.ProposerLease/4)):

@@ -35,6 +35,10 @@ type PeerTimeline struct {
 	// pulled safekeeper refuses the promoted primary's proposer (its
 	// TimelineHistory differs from none recorded) for good.
 	PgHistory []byte
+	// Slots is the peer's slot table (its persistent replication slots and
+	// the tombstones of dropped ones): a pull stores it, so the slots
+	// survive the loss of this safekeeper's disk.
+	Slots []proto.SlotEntry
 }
 
 // FirstHeld is where a copy of the peer's WAL starts: the timeline start
@@ -52,10 +56,10 @@ func (p *PeerTimeline) FirstHeld() proto.LSN {
 }
 
 // PeerState reads a peer's state of a timeline: TIMELINE_STATUS, then a
-// greeting (ServerInfo; the SafeKeeperInfo answer), which changes nothing
-// on a timeline the peer holds, then, on a PostgreSQL timeline above 1,
-// its history file (TIMELINE_HISTORY). ErrNoTimeline if it does not hold
-// it.
+// greeting (ServerInfo; the SafeKeeperInfo answer, then its slot table),
+// which changes nothing on a timeline the peer holds, then, on a
+// PostgreSQL timeline above 1, its history file (TIMELINE_HISTORY).
+// ErrNoTimeline if it does not hold it.
 func PeerState(ctx context.Context, addr string, tenant, timeline proto.ID, connectTimeout time.Duration, sec Security) (PeerTimeline, error) {
 	if connectTimeout == 0 {
 		connectTimeout = 10 * time.Second
@@ -73,7 +77,7 @@ func PeerState(ctx context.Context, addr string, tenant, timeline proto.ID, conn
 		return PeerTimeline{}, err
 	}
 	c, err := Dial(ctx, DialConfig{Addr: addr, TenantID: tenant, TimelineID: timeline, ApplicationName: "timeline_pull", ConnectTimeout: connectTimeout,
-		Security: sec})
+		Security: sec, SyncSlots: true})
 	if err != nil {
 		return PeerTimeline{}, err
 	}
@@ -90,8 +94,15 @@ func PeerState(ctx context.Context, addr string, tenant, timeline proto.ID, conn
 	if !ok {
 		return PeerTimeline{}, fmt.Errorf("%s: greeting answered with %T", addr, m)
 	}
+	if m, err = c.Recv(ctx); err != nil {
+		return PeerTimeline{}, fmt.Errorf("%s: slot table: %w", addr, err)
+	}
+	slots, ok := m.(*proto.SafeKeeperSlots)
+	if !ok {
+		return PeerTimeline{}, fmt.Errorf("%s: greeting followed by %T, want its slot table", addr, m)
+	}
 	pt := PeerTimeline{Addr: addr, Security: sec, Info: *info, SystemID: p.systemID, PgVersion: p.pgVersion, WalSegSize: p.segSize,
-		PgTimeline: p.pgTimeline, RemovedUpTo: p.removedTo}
+		PgTimeline: p.pgTimeline, RemovedUpTo: p.removedTo, Slots: slots.Entries}
 	if pt.PgTimeline > 1 {
 		if pt.PgHistory, err = peerHistory(ctx, &pt, tenant, timeline, connectTimeout); err != nil {
 			return PeerTimeline{}, err

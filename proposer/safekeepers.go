@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -31,6 +32,11 @@ type skEvent struct {
 	// an older PostgreSQL timeline) or of our TimelineHistory, which no
 	// retry can fix; the link has stopped.
 	refused bool
+	// missing: err is the safekeeper's answer that it does not hold the
+	// timeline, to a greeting that was not allowed to create it. The link
+	// goes on: while another safekeeper is greeted (the timeline exists),
+	// its next greeting creates it there (a replaced disk).
+	missing bool
 	// quiet (with out): the connection before this one ended for the same
 	// reason as the one before it, and its warning was held back (see
 	// warnLimiter). The owner logs this connection's progress (greeted,
@@ -56,12 +62,22 @@ type skLinks struct {
 	si    *proto.ServerInfo
 	// hist, when set, follows every greeting: the PostgreSQL timeline
 	// history of a promoted primary (README_PROTO.md).
-	hist     *proto.TimelineHistory
+	hist *proto.TimelineHistory
+	// create lets every greeting create the timeline (propose --create,
+	// sync --create). Without it a greeting may create it only while
+	// holding (when not nil) is positive: another safekeeper's greeting
+	// was answered on a connection still open, so the timeline is not a
+	// mistyped id, and this safekeeper lost it (a replaced disk).
+	create   bool
+	holding  *atomic.Int32
 	queueCap int
 	bo       backoff
 	log      *slog.Logger
 	events   chan skEvent
 	wg       sync.WaitGroup
+	// stats, when set, shows each link's connection state (Run's; nil
+	// for Sync).
+	stats *Stats
 
 	mu      sync.Mutex
 	lastErr []error // per safekeeper: how its last connection ended (nil: none ended yet)
@@ -150,14 +166,22 @@ func (l *skLinks) loop(ctx context.Context, i int) {
 	var warn warnLimiter
 	quiet := false
 	for gen := 1; ctx.Err() == nil; gen++ {
+		l.stats.dialing(i)
 		greetedAt, err := l.connection(ctx, i, gen, quiet)
 		if ctx.Err() != nil {
 			return
 		}
 		l.noteEnd(i, err)
-		if incompatible(err) { // at the greeting, or the TimelineHistory after it
+		forGood := incompatible(err) // at the greeting, or the TimelineHistory after it
+		l.stats.ended(i, err, forGood)
+		if forGood {
 			l.post(ctx, skEvent{sk: i, gen: gen, err: l.refusal(ctx, l.addrs[i], err), refused: true})
 			return
+		}
+		if greetedAt.IsZero() && missingTimeline(err) {
+			if !l.post(ctx, skEvent{sk: i, gen: gen, err: err, missing: true}) {
+				return
+			}
 		}
 		if !greetedAt.IsZero() && time.Since(greetedAt) >= bo.max {
 			bo.reset()
@@ -187,6 +211,7 @@ func (l *skLinks) loop(ctx context.Context, i int) {
 func (l *skLinks) connection(ctx context.Context, i, gen int, quiet bool) (greetedAt time.Time, err error) {
 	dc := l.dial
 	dc.Addr = l.addrs[i]
+	dc.AllowTimelineCreation = l.create || (l.holding != nil && l.holding.Load() > 0)
 	c, err := Dial(ctx, dc)
 	if err != nil {
 		return time.Time{}, err
@@ -206,6 +231,11 @@ func (l *skLinks) connection(ctx context.Context, i, gen int, quiet bool) (greet
 		return time.Time{}, fmt.Errorf("greeting: got %T, want SafeKeeperInfo", m)
 	}
 	greetedAt = time.Now()
+	l.stats.greeted(i, info.SafekeeperID)
+	if l.holding != nil {
+		l.holding.Add(1)
+		defer l.holding.Add(-1)
+	}
 	if l.hist != nil {
 		if err := c.Send(l.hist); err != nil {
 			return greetedAt, err

@@ -61,7 +61,7 @@ func greet(be *pgproto3.Backend) bool {
 	}
 	if m, err := be.Receive(); err != nil {
 		return false
-	} else if q, ok := m.(*pgproto3.Query); !ok || q.String != "START_WAL_PUSH" {
+	} else if q, ok := m.(*pgproto3.Query); !ok || !strings.HasPrefix(q.String, "START_WAL_PUSH") {
 		return false
 	}
 	be.Send(&pgproto3.CopyBothResponse{})

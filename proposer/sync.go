@@ -22,7 +22,7 @@ import (
 var ErrSyncIncomplete = errors.New("proposer: sync incomplete")
 
 // ErrNoTimeline: a quorum of safekeepers answered that they do not hold the
-// timeline and none does, and SyncConfig.Create was not set.
+// timeline and none does, and Config.Create (SyncConfig.Create) was not set.
 var ErrNoTimeline = errors.New("proposer: no safekeeper holds the timeline")
 
 // SyncConfig configures Sync. The timeline fields must match what the
@@ -137,6 +137,9 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 	defer cancel()
 	links := &skLinks{
 		addrs: cfg.Safekeepers, si: &si, queueCap: 16, log: cfg.Logger,
+		// Without Create, findTimeline found a safekeeper holding it: the
+		// greetings may create it on the others (a replaced disk).
+		create: true,
 		bo:     backoff{min: 100 * time.Millisecond, max: time.Second},
 		events: make(chan skEvent, 64),
 		dial:   DialConfig{TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ApplicationName: "sync", ConnectTimeout: cfg.ConnectTimeout, Security: cfg.Security},
@@ -483,6 +486,7 @@ func (p timelineProbe) live(term uint64, window time.Duration) bool {
 func findTimeline(ctx context.Context, cfg *SyncConfig) error {
 	quorum := len(cfg.Safekeepers)/2 + 1
 	bo := backoff{min: 100 * time.Millisecond, max: time.Second}
+	var warned time.Time
 	for {
 		probes := make([]timelineProbe, len(cfg.Safekeepers))
 		var wg sync.WaitGroup
@@ -494,7 +498,7 @@ func findTimeline(ctx context.Context, cfg *SyncConfig) error {
 			}()
 		}
 		wg.Wait()
-		var missing, failed []string
+		var missing, failed, failedText []string
 		var errs []error
 		for _, p := range probes {
 			switch {
@@ -508,6 +512,7 @@ func findTimeline(ctx context.Context, cfg *SyncConfig) error {
 			default:
 				failed = append(failed, p.addr)
 				errs = append(errs, p.err)
+				failedText = append(failedText, p.addr+": "+endText(p.err))
 			}
 		}
 		tl := fmt.Sprintf("%s/%s", cfg.TenantID, cfg.TimelineID)
@@ -520,8 +525,12 @@ func findTimeline(ctx context.Context, cfg *SyncConfig) error {
 			return fmt.Errorf("%w: timeline %s is not on %s%s", ErrNoTimeline, tl, strings.Join(missing, ", "), noAnswer)
 		}
 		d := bo.next()
-		cfg.Logger.Debug("no safekeeper holding the timeline answered yet; asking again",
-			"not_on", strings.Join(missing, ","), "no_answer", strings.Join(failed, ","), "retry_in", d)
+		level := slog.LevelDebug
+		if now := time.Now(); now.Sub(warned) >= repeatWarning {
+			level, warned = slog.LevelWarn, now // the first time, then once a minute
+		}
+		cfg.Logger.Log(ctx, level, "no safekeeper holding the timeline answered yet; asking again",
+			"not_on", strings.Join(missing, ","), "no_answer", strings.Join(failedText, "; "), "retry_in", d)
 		select {
 		case <-ctx.Done():
 			msg := fmt.Sprintf("no safekeeper holding timeline %s answered", tl)

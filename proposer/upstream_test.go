@@ -157,6 +157,9 @@ func TestPermanentUpstreamErrorsStopRun(t *testing.T) {
 				done <- Run(ctx, Config{
 					Upstream:    "host=" + host + " port=" + port + " user=nobody sslmode=disable",
 					Safekeepers: []string{refused}, TenantID: proto.ID{1}, TimelineID: proto.ID{2},
+					// Without Create the slot is made only once a
+					// safekeeper holds the timeline; none answers here.
+					Create:       tc.atSlot,
 					ReconnectMin: time.Millisecond, ReconnectMax: 5 * time.Millisecond,
 					Logger: slog.New(&countHandler{msg: "proposer session ended; reconnecting and starting a new term", n: retries}),
 				})

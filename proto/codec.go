@@ -39,7 +39,8 @@ type Message interface {
 }
 
 // DecodeProposerMessage decodes a payload sent by a proposer: ServerInfo,
-// RequestVote, ProposerElected or SafeKeeperRequest. The returned message may
+// RequestVote, ProposerElected, SafeKeeperRequest, TimelineHistory or Slots.
+// The returned message may
 // alias src (a SafeKeeperRequest's WAL does).
 func DecodeProposerMessage(src []byte) (Message, error) {
 	if len(src) == 0 {
@@ -57,6 +58,8 @@ func DecodeProposerMessage(src []byte) (Message, error) {
 		m = &SafeKeeperRequest{}
 	case TagTimelineHistory:
 		m = &TimelineHistory{}
+	case TagSlots:
+		m = &Slots{}
 	default:
 		return nil, fmt.Errorf("%w: unknown proposer message tag %q", ErrMalformed, src[0])
 	}
@@ -67,7 +70,7 @@ func DecodeProposerMessage(src []byte) (Message, error) {
 }
 
 // DecodeSafeKeeperMessage decodes a payload sent by a safekeeper:
-// SafeKeeperInfo, VoteResponse or SafeKeeperResponse.
+// SafeKeeperInfo, VoteResponse, SafeKeeperResponse or SafeKeeperSlots.
 func DecodeSafeKeeperMessage(src []byte) (Message, error) {
 	if len(src) == 0 {
 		return nil, fmt.Errorf("%w: empty payload", ErrMalformed)
@@ -80,6 +83,8 @@ func DecodeSafeKeeperMessage(src []byte) (Message, error) {
 		m = &VoteResponse{}
 	case TagSafeKeeperResponse:
 		m = &SafeKeeperResponse{}
+	case TagSafeKeeperSlots:
+		m = &SafeKeeperSlots{}
 	default:
 		return nil, fmt.Errorf("%w: unknown safekeeper message tag %q", ErrMalformed, src[0])
 	}

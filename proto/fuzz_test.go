@@ -15,6 +15,9 @@ func seedMessages() [][]byte {
 		(&VoteResponse{}).Encode(nil),
 		(&SafeKeeperResponse{}).Encode(nil),
 		(&TimelineHistory{PgTimeline: 2, Content: []byte("1\t0/3000158\tno recovery target specified\n")}).Encode(nil),
+		(&Slots{SlotTable{[]SlotEntry{{Name: "archiver", Incarnation: 7, RestartLSN: 0x1000000, RestartTLI: 1}, {Name: "old", Incarnation: 3, Dropped: true}}}}).Encode(nil),
+		(&SafeKeeperSlots{SlotTable{[]SlotEntry{{Name: "a", Incarnation: 1}}}}).Encode(nil),
+		(&SafeKeeperSlots{}).Encode(nil),
 		{'e', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff},
 	}
 }

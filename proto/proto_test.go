@@ -61,6 +61,13 @@ func TestGoldenBytes(t *testing.T) {
 			`72 0000000000000005 0000000000000200 0000000000000100
 			 fffffffffffffffe 00000000000002bc 0000000000000258
 			 0000000000100000 0000000000000300 0000000000000280 0000000000000180 000000000000002a`},
+		{"Slots", &Slots{SlotTable{[]SlotEntry{{Name: "archiver", Incarnation: 0x0102030405060708, RestartLSN: 0x16B374D848, RestartTLI: 2},
+			{Name: "old", Incarnation: 9, Dropped: true}}}},
+			`6c 00000002
+			 08 6172636869766572 0102030405060708 00000016b374d848 00000002 00
+			 03 6f6c64 0000000000000009 0000000000000000 00000000 01`},
+		{"SafeKeeperSlots", &SafeKeeperSlots{SlotTable{[]SlotEntry{{Name: "a", Incarnation: 1, RestartLSN: 0x1000000, RestartTLI: 1}}}},
+			`4c 00000001 01 61 0000000000000001 0000000001000000 00000001 00`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -71,7 +78,7 @@ func TestGoldenBytes(t *testing.T) {
 			}
 			var back Message
 			var err error
-			if strings.IndexByte("ivea", want[0]) >= 0 {
+			if strings.IndexByte("ivealt", want[0]) >= 0 {
 				back, err = DecodeProposerMessage(want)
 			} else {
 				back, err = DecodeSafeKeeperMessage(want)
@@ -124,6 +131,13 @@ func TestDecodeRejects(t *testing.T) {
 		"WAL length mismatch":        (&SafeKeeperRequest{BeginLSN: 10, EndLSN: 15, WAL: []byte{1, 2, 3}}).Encode(nil),
 		"WAL too large":              (&SafeKeeperRequest{BeginLSN: 0, EndLSN: MaxWALPerRequest + 1, WAL: make([]byte, MaxWALPerRequest+1)}).Encode(nil),
 		"huge history count":         unhex(t, "65 0000000000000005 0000000000000000 0000000000000000 ffffffff"),
+		"slots: bad name":            (&Slots{SlotTable{[]SlotEntry{{Name: "Archiver"}}}}).Encode(nil),
+		"slots: empty name":          (&Slots{SlotTable{[]SlotEntry{{Name: ""}}}}).Encode(nil),
+		"slots: twice":               (&Slots{SlotTable{[]SlotEntry{{Name: "a", Incarnation: 1}, {Name: "a", Incarnation: 1, RestartLSN: 5}}}}).Encode(nil),
+		"slots: tombstone with lsn":  (&Slots{SlotTable{[]SlotEntry{{Name: "a", Dropped: true, RestartLSN: 5}}}}).Encode(nil),
+		"slots: unknown flag":        unhex(t, "6c 00000001 01 61 0000000000000001 0000000001000000 00000001 02"),
+		"slots: huge count":          unhex(t, "6c 00001001"),
+		"slots: count beyond bytes":  unhex(t, "6c 00000002 01 61 0000000000000001 0000000001000000 00000001 00"),
 	}
 	if _, err := DecodeProposerMessage(good); err != nil {
 		t.Fatalf("good ServerInfo: %v", err)

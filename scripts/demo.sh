@@ -23,6 +23,7 @@ SECONDS_RUN=${DEMO_SECONDS:-10}
 CLIENTS=${DEMO_CLIENTS:-8}
 TENANT=de000000000000000000000000000001
 TIMELINE=de000000000000000000000000000002
+APP=proposer_$TIMELINE # the proposer's default slot and application_name
 
 [ -x "$BIN" ] || { echo "demo: $BIN missing: run make build" >&2; exit 2; }
 [ -x "$PGBIN/initdb" ] || { echo "demo: PostgreSQL 15 not found in $PGBIN (apt-get install -y postgresql-15)" >&2; exit 2; }
@@ -83,7 +84,7 @@ unix_socket_directories = '$WORK'
 wal_level = replica
 max_wal_senders = 10
 max_replication_slots = 10
-synchronous_standby_names = 'proposer'
+synchronous_standby_names = '$APP'
 wal_keep_size = '1GB'
 CONF
 pg "$PGBIN/pg_ctl" -D "$WORK/primary" -l "$WORK/primary.log" -w start >/dev/null
@@ -99,12 +100,18 @@ listening() { (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null; }
 for a in "${SKADDRS[@]}"; do wait_until 15 "safekeeper $a" listening "$a"; done
 say "3 safekeepers listening: ${SKADDRS[*]}"
 
+# The timeline is created once; the proposer never creates one (a mistyped
+# id must not fork the WAL). Its slot and application_name default to
+# proposer_<timeline id>: synchronous_standby_names above names it.
+"$BIN" timeline create --upstream "host=127.0.0.1 port=$PPORT user=postgres" \
+  --safekeepers "$(IFS=,; echo "${SKADDRS[*]}")" --tenant-id $TENANT --timeline-id $TIMELINE >"$WORK/create.log" 2>&1 \
+  || { cat "$WORK/create.log"; exit 1; }
+say "timeline $TENANT/$TIMELINE created on the 3 safekeepers"
 "$BIN" propose --upstream "host=127.0.0.1 port=$PPORT user=postgres" \
-  --safekeepers "$(IFS=,; echo "${SKADDRS[*]}")" --tenant-id $TENANT --timeline-id $TIMELINE \
-  --slot proposer --application-name proposer >"$WORK/proposer.log" 2>&1 &
+  --safekeepers "$(IFS=,; echo "${SKADDRS[*]}")" --tenant-id $TENANT --timeline-id $TIMELINE >"$WORK/proposer.log" 2>&1 &
 PROPOSER=$!
 PIDS+=($PROPOSER)
-proposer_sync() { [ "$(psql_p -c "select state||'/'||sync_state from pg_stat_replication where application_name='proposer'")" = streaming/sync ]; }
+proposer_sync() { [ "$(psql_p -c "select state||'/'||sync_state from pg_stat_replication where application_name='$APP'")" = streaming/sync ]; }
 wait_until 60 "the proposer to stream as the synchronous standby" proposer_sync
 START_LSN=$(psql_p -c "select pg_current_wal_flush_lsn()")
 say "proposer streaming; primary WAL at $START_LSN; commits now wait for 2 of 3 safekeepers"
@@ -206,14 +213,13 @@ psql_s() { pg "$PGBIN/psql" -h 127.0.0.1 -p "$SPORT" -U postgres -d postgres -XA
 promoted() { [ "$(psql_s -c "select pg_is_in_recovery()")" = f ]; }
 wait_until 60 "the promotion" promoted
 NEW_TLI=$(psql_s -c "select substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)::int")
-psql_s -c "alter system set synchronous_standby_names = 'proposer'" -c "select pg_reload_conf()" >/dev/null
+psql_s -c "alter system set synchronous_standby_names = '$APP'" -c "select pg_reload_conf()" >/dev/null
 say "standby promoted: PostgreSQL timeline $NEW_TLI; a proposer protects it on the same safekeepers"
 "$BIN" propose --upstream "host=127.0.0.1 port=$SPORT user=postgres" \
-  --safekeepers "$(IFS=,; echo "${SKADDRS[*]}")" --tenant-id $TENANT --timeline-id $TIMELINE \
-  --slot proposer --application-name proposer >"$WORK/proposer2.log" 2>&1 &
+  --safekeepers "$(IFS=,; echo "${SKADDRS[*]}")" --tenant-id $TENANT --timeline-id $TIMELINE >"$WORK/proposer2.log" 2>&1 &
 PROPOSER=$!
 PIDS+=($PROPOSER)
-proposer2_sync() { [ "$(psql_s -c "select state||'/'||sync_state from pg_stat_replication where application_name='proposer'")" = streaming/sync ]; }
+proposer2_sync() { [ "$(psql_s -c "select state||'/'||sync_state from pg_stat_replication where application_name='$APP'")" = streaming/sync ]; }
 wait_until 90 "the proposer to stream as the new primary's synchronous standby" proposer2_sync
 (cd "$WORK" && pg "$PGBIN/pgbench" -n -h 127.0.0.1 -p "$SPORT" -U postgres -c 4 -j 2 -T 3 -f "$WORK/ledger.sql" postgres >"$WORK/ledger2.out" 2>&1) \
   || { cat "$WORK/ledger2.out"; exit 1; }

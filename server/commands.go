@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/proto/replcmd"
@@ -79,7 +80,7 @@ func (c *replConn) handle(q string) bool {
 		c.pc.SendEmptyQueryResponse()
 		return c.done(nil)
 	case replcmd.StartWALPush:
-		return c.srv.runPush(c.pc, c.ids, c.claims, c.log)
+		return c.srv.runPush(c.pc, cmd, c.ids, c.claims, c.log)
 	case replcmd.SQL:
 		if c.physical {
 			return c.fail(pgwire.Errorf(pgwire.FeatureNotSupported, "cannot execute SQL commands in WAL sender for physical replication"))
@@ -125,7 +126,10 @@ func (c *replConn) timelineHistory(cmd replcmd.TimelineHistory) bool {
 	if err != nil {
 		return c.fail(err)
 	}
-	st, _ := tl.Status()
+	st, err := c.walStarted(tl)
+	if err != nil {
+		return c.fail(err)
+	}
 	content, ok := []byte(nil), false
 	switch {
 	case cmd.TLI == st.PgTimeline && len(st.PgHistory) > 0:
@@ -144,12 +148,56 @@ func (c *replConn) timelineHistory(cmd replcmd.TimelineHistory) bool {
 	return c.done(c.pc.SendRows(cols, [][][]byte{{text(name), content}}, "TIMELINE_HISTORY"))
 }
 
+// noWALWait bounds how long a reader's command waits for a timeline that
+// holds no WAL yet to get its start: created (by `timeline create` or a
+// greeting), its first proposer not elected yet. The election follows a
+// proposer's greeting within milliseconds, so a reader racing it is served;
+// a timeline whose proposer has not started is refused after this.
+const noWALWait = 2 * time.Second
+
+// walStarted returns the timeline's published state once it holds WAL
+// (timeline_start_lsn is set by its first ProposerElected), waiting up to
+// noWALWait. A timeline that still holds none is 57P03 (cannot_connect_now,
+// PostgreSQL's answer while a server starts up), which pg_receivewal and a
+// standby's walreceiver retry by themselves: never a position it does not
+// have (0/0), which pg_receivewal would ask for and be refused.
+func (c *replConn) walStarted(tl *timeline) (acceptor.State, error) {
+	deadline := time.NewTimer(noWALWait)
+	defer deadline.Stop()
+	for {
+		st, changed := tl.Status()
+		if st.TimelineStartLSN != 0 {
+			return st, nil
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			c.log.Debug("refused a reader: the timeline holds no WAL yet")
+			return st, errNoWALYet(tl.key)
+		case <-c.srv.stopCtx.Done():
+			return st, errShutdown
+		}
+	}
+}
+
+// errNoWALYet is the refusal of a reader's command on a timeline that
+// holds no WAL yet.
+func errNoWALYet(key proto.TimelineKey) error {
+	e := pgwire.Errorf(pgwire.CannotConnectNow, "timeline %s holds no WAL yet", key)
+	e.Detail = "It exists, but no proposer has been elected on it: its WAL starts at the first election."
+	e.Hint = "Retry once its proposer streams; pg_receivewal and standbys retry by themselves."
+	return e
+}
+
 func (c *replConn) identifySystem() bool {
 	tl, err := c.timeline()
 	if err != nil {
 		return c.fail(err)
 	}
-	st, _ := tl.Status()
+	st, err := c.walStarted(tl)
+	if err != nil {
+		return c.fail(err)
+	}
 	cols := []pgwire.Column{pgwire.TextColumn("systemid"), pgwire.Int4Column("timeline"), pgwire.TextColumn("xlogpos"), pgwire.TextColumn("dbname")}
 	// xlogpos is where pg_receivewal starts without a slot or files: never
 	// below the timeline's first byte (there is nothing there to serve; a

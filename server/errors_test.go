@@ -121,7 +121,7 @@ func TestCreateTimelineOnFullDiskIs53100(t *testing.T) {
 		// What bbolt returns when the file cannot grow.
 		return nil, fmt.Errorf("storage: create timeline: %w", &os.PathError{Op: "write", Path: "safekeeper.db", Err: syscall.ENOSPC})
 	}})
-	q, err := proposer.Dial(testCtx(t), proposer.DialConfig{Addr: s.Addr().String(), TenantID: tTenant, TimelineID: tTimeline})
+	q, err := proposer.Dial(testCtx(t), proposer.DialConfig{AllowTimelineCreation: true, Addr: s.Addr().String(), TenantID: tTenant, TimelineID: tTimeline})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func TestTimelineAndSlotLimits(t *testing.T) {
 	newTestPush(t, addr, proto.ID{0xbb, 1}, 1, hist1(tStart), tStart)
 	newTestPush(t, addr, proto.ID{0xbb, 2}, 1, hist1(tStart), tStart)
 	ctx := testCtx(t)
-	c, err := proposer.Dial(ctx, proposer.DialConfig{Addr: addr, TenantID: tTenant, TimelineID: proto.ID{0xbb, 3}})
+	c, err := proposer.Dial(ctx, proposer.DialConfig{AllowTimelineCreation: true, Addr: addr, TenantID: tTenant, TimelineID: proto.ID{0xbb, 3}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func TestStateChangesLoggedOnce(t *testing.T) {
 	p2.heartbeat()
 	// A stale candidate: refused.
 	ctx := testCtx(t)
-	c, err := proposer.Dial(ctx, proposer.DialConfig{Addr: addr, TenantID: tTenant, TimelineID: tTimeline})
+	c, err := proposer.Dial(ctx, proposer.DialConfig{AllowTimelineCreation: true, Addr: addr, TenantID: tTenant, TimelineID: tTimeline})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -163,7 +163,7 @@ func newTestPush2(t *testing.T, addr string, at lsn, content []byte) *testPush {
 func dialPush(t *testing.T, addr string) (*testPush, error) {
 	t.Helper()
 	ctx := testCtx(t)
-	c, err := proposer.Dial(ctx, proposer.DialConfig{Addr: addr, TenantID: tTenant, TimelineID: tTimeline})
+	c, err := proposer.Dial(ctx, proposer.DialConfig{AllowTimelineCreation: true, Addr: addr, TenantID: tTenant, TimelineID: tTimeline})
 	if err != nil {
 		return nil, err
 	}

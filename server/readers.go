@@ -93,6 +93,13 @@ type replState struct {
 
 	kick chan struct{} // wakes the retention goroutine; capacity 1
 
+	// tombstones are the dropped slots (slotsync.go), with when they were
+	// dropped; slotGen counts the changes of the persistent slots and the
+	// tombstones, slotChanged is closed and replaced at each.
+	tombstones  map[tombKey]time.Time
+	slotGen     uint64
+	slotChanged chan struct{}
+
 	maxSlots int                    // Config.MaxSlots; 0: no limit
 	refused  *prometheus.CounterVec // nil in tests that build one alone
 }
@@ -106,10 +113,18 @@ func (r *replState) setTLI(tli uint32) {
 }
 
 func newReplState(store *storage.Timeline, tli uint32, log *slog.Logger) (*replState, error) {
-	r := &replState{store: store, tli: tli, log: log, readers: map[*walReader]struct{}{}, slots: map[string]*slotState{}, kick: make(chan struct{}, 1)}
+	r := &replState{store: store, tli: tli, log: log, readers: map[*walReader]struct{}{}, slots: map[string]*slotState{}, kick: make(chan struct{}, 1),
+		tombstones: map[tombKey]time.Time{}}
 	slots, err := store.Slots()
 	if err != nil {
 		return nil, err
+	}
+	tombs, err := store.SlotTombstones()
+	if err != nil {
+		return nil, err
+	}
+	for _, ts := range tombs {
+		r.tombstones[tombKey{ts.Name, ts.Incarnation}] = ts.DroppedAt
 	}
 	for _, s := range slots {
 		saved := s.RestartLSN
@@ -194,6 +209,9 @@ func (r *replState) onStatus(rd *walReader, m pgwire.StandbyStatusUpdate) {
 	if s != nil && s.active == rd.connID {
 		if lsn := min(m.Flush, rd.position()); lsn > s.RestartLSN && !s.invalidated {
 			s.RestartLSN, s.RestartTLI = lsn, r.tli
+			if !s.temporary {
+				r.slotsChangedLocked()
+			}
 			if !s.temporary && time.Since(s.savedAt) >= slotSaveInterval {
 				cp := s.Slot
 				save = &cp

@@ -21,9 +21,31 @@ import (
 const supportedPgMajor = 15
 
 // timelineFor returns the running timeline named by m, opening it from disk
-// or creating it (atomically, rule 1) if it is new.
-func (s *Server) timelineFor(m *proto.ServerInfo) (*timeline, error) {
-	return s.openTimeline(proto.TimelineKey{TenantID: m.TenantID, TimelineID: m.TimelineID}, m)
+// or, if it is new and create is set (START_WAL_PUSH's
+// allow_timeline_creation), creating it (atomically, rule 1). A timeline
+// that is not stored and may not be created is errNoTimeline's refusal.
+func (s *Server) timelineFor(m *proto.ServerInfo, create bool) (*timeline, error) {
+	key := proto.TimelineKey{TenantID: m.TenantID, TimelineID: m.TimelineID}
+	if !create {
+		t, err := s.openTimeline(key, nil)
+		var pe *pgwire.Error
+		if errors.As(err, &pe) && pe.Code == pgwire.UndefinedObject {
+			return nil, errNoTimeline(pe)
+		}
+		return t, err
+	}
+	return s.openTimeline(key, m)
+}
+
+// errNoTimeline is the refusal of a greeting that names a timeline this
+// safekeeper does not hold when its START_WAL_PUSH did not allow creating
+// it: undefined_object, as PostgreSQL refuses a missing slot, keeping the
+// open's own message (it may say the timeline is being deleted).
+func errNoTimeline(open *pgwire.Error) *pgwire.Error {
+	e := *open
+	e.Detail = "START_WAL_PUSH did not allow timeline creation (allow_timeline_creation false)."
+	e.Hint = "Check the tenant and timeline ids; a new timeline is created by a proposer allowed to create it."
+	return &e
 }
 
 // timelineByKey returns the running timeline key, opening it from disk like

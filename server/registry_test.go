@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
@@ -83,7 +85,7 @@ func TestSlowTimelineOpenDoesNotStopOthers(t *testing.T) {
 	if _, err := c.Exec(quick, "TIMELINE_STATUS").ReadAll(); err != nil {
 		t.Fatalf("TIMELINE_STATUS of another timeline while one opens: %v", err)
 	}
-	q, err := proposer.Dial(quick, proposer.DialConfig{Addr: addr, TenantID: tTenant, TimelineID: fast})
+	q, err := proposer.Dial(quick, proposer.DialConfig{AllowTimelineCreation: true, Addr: addr, TenantID: tTenant, TimelineID: fast})
 	if err != nil {
 		t.Fatalf("START_WAL_PUSH while another timeline opens: %v", err)
 	}
@@ -187,4 +189,83 @@ func shutdownInBackground(t *testing.T, s *Server) <-chan error {
 	}()
 	waitFor(t, "shutdown to begin", s.isStopping)
 	return stopped
+}
+
+// TestGreetingCreatesTimelineOnlyWhenAllowed: a greeting creates a
+// timeline the safekeeper does not hold only if its START_WAL_PUSH allows
+// it. With (allow_timeline_creation false) it is FATAL 42704 naming the
+// timeline, and nothing is stored: a mistyped id must not start a timeline.
+// Allowed, and with no option at all (the WAL push protocol's rule 1 as
+// version 1 states it), the greeting creates it. Once stored, a greeting
+// not allowed to create finds it.
+func TestGreetingCreatesTimelineOnlyWhenAllowed(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	addr := s.Addr().String()
+	info := func(tl proto.ID) *proto.ServerInfo {
+		return &proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018, SystemID: tSysID, TenantID: tTenant,
+			TimelineID: tl, PgTimeline: 1, WalSegSize: tSeg, ProposerUUID: proto.ID{0xcc, 1}, WalEnd: tStart}
+	}
+	greet := func(tl proto.ID, allow bool) (*proto.SafeKeeperInfo, error) {
+		ctx := testCtx(t)
+		c, err := proposer.Dial(ctx, proposer.DialConfig{AllowTimelineCreation: allow, Addr: addr, TenantID: tTenant, TimelineID: tl})
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		if err := c.Send(info(tl)); err != nil {
+			return nil, err
+		}
+		m, err := c.Recv(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return m.(*proto.SafeKeeperInfo), nil
+	}
+	stored := func() []proto.TimelineKey {
+		keys, err := s.db.Timelines()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+
+	typo := proto.ID{0xbb, 0xee}
+	_, err := greet(typo, false)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42704" || pe.Severity != "FATAL" ||
+		!strings.Contains(pe.Message, proto.TimelineKey{TenantID: tTenant, TimelineID: typo}.String()) || !strings.Contains(pe.Detail, "allow_timeline_creation") {
+		t.Fatalf("greeting a timeline not stored, creation not allowed: %v (%+v); want FATAL 42704 naming it", err, pe)
+	}
+	if keys := stored(); len(keys) != 0 {
+		t.Fatalf("the refused greeting stored %v", keys)
+	}
+
+	if _, err := greet(tTimeline, true); err != nil {
+		t.Fatalf("greeting allowed to create: %v", err)
+	}
+	if _, err := greet(tTimeline, false); err != nil {
+		t.Fatalf("greeting a stored timeline, creation not allowed: %v", err)
+	}
+
+	// No option: version 1's START_WAL_PUSH creates.
+	c := rawConnect(t, addr)
+	c.write(rawQuery("START_WAL_PUSH\x00"))
+	if _, ok := c.recv().(*pgproto3.CopyBothResponse); !ok {
+		t.Fatal("START_WAL_PUSH without options: no CopyBothResponse")
+	}
+	third := proto.ID{0xbb, 0xef}
+	payload := info(third).Encode(nil)
+	b, _ := (&pgproto3.CopyData{Data: payload}).Encode(nil)
+	c.write(b)
+	if m, ok := c.recv().(*pgproto3.CopyData); !ok || len(m.Data) == 0 || m.Data[0] != 'I' {
+		t.Fatalf("greeting after START_WAL_PUSH without options: got %+v, want SafeKeeperInfo", m)
+	}
+	want := map[proto.TimelineKey]bool{{TenantID: tTenant, TimelineID: tTimeline}: true, {TenantID: tTenant, TimelineID: third}: true}
+	keys := stored()
+	for _, k := range keys {
+		delete(want, k)
+	}
+	if len(keys) != 2 || len(want) != 0 {
+		t.Fatalf("stored timelines %v; want %s and %s", keys, tTimeline, third)
+	}
 }

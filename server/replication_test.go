@@ -83,7 +83,7 @@ type testPush struct {
 func newTestPush(t *testing.T, addr string, tl proto.ID, term uint64, hist proto.TermHistory, start lsn) *testPush {
 	t.Helper()
 	ctx := testCtx(t)
-	c, err := proposer.Dial(ctx, proposer.DialConfig{Addr: addr, TenantID: tTenant, TimelineID: tl})
+	c, err := proposer.Dial(ctx, proposer.DialConfig{AllowTimelineCreation: true, Addr: addr, TenantID: tTenant, TimelineID: tl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -945,4 +945,92 @@ func TestReportsPastWhatWasSent(t *testing.T) {
 	if row := readSlotRow(t, s, "s"); !strings.HasPrefix(row, "physical,"+end.String()+",") {
 		t.Fatalf("slot %q: want restart_lsn clamped to %s, what was sent", row, end)
 	}
+}
+
+// TestReaderRacingANewTimelinesElectionNeverGetsNoWAL: a reader that asks
+// a timeline just created (a proposer's greeting) for IDENTIFY_SYSTEM,
+// TIMELINE_HISTORY or START_REPLICATION before its proposer is elected is
+// served once the election set the timeline's start — never xlogpos 0/0,
+// which pg_receivewal would then ask for and be refused ("requested WAL
+// segment 000000010000000000000000 has already been removed"). Raced many
+// times, with the reader's command sent at once after the greeting. A
+// timeline whose proposer never comes refuses them with 57P03 (retried by
+// pg_receivewal and walreceivers), after a short wait.
+func TestReaderRacingANewTimelinesElectionNeverGetsNoWAL(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	addr := s.Addr().String()
+	const rounds = 40
+	for i := range rounds {
+		tl := proto.ID{0xbb, 0x30, byte(i)}
+		p := newGreetedPush(t, addr, tl)
+		opts := fmt.Sprintf("-c tenant_id=%s -c timeline_id=%s", tTenant, tl)
+		type answer struct {
+			xlogpos string
+			err     error
+		}
+		got := make(chan answer, 1)
+		go func() {
+			ctx := testCtx(t)
+			host, port, _ := strings.Cut(addr, ":")
+			c, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=tester sslmode=disable replication=true options='%s'", host, port, opts))
+			if err != nil {
+				got <- answer{err: err}
+				return
+			}
+			defer c.Close(context.Background())
+			res, err := c.Exec(ctx, "IDENTIFY_SYSTEM").ReadAll()
+			if err != nil {
+				got <- answer{err: err}
+				return
+			}
+			got <- answer{xlogpos: string(res[0].Rows[0][2])}
+		}()
+		p.elect(1, hist1(tStart), tStart)
+		a := <-got
+		if a.err != nil || a.xlogpos != tStart.String() {
+			t.Fatalf("round %d: IDENTIFY_SYSTEM racing the election: xlogpos %q, %v; want the timeline start %s", i, a.xlogpos, a.err, tStart)
+		}
+	}
+
+	// A timeline created, its proposer never elected: 57P03 for each.
+	idle := proto.ID{0xbb, 0x31}
+	newGreetedPush(t, addr, idle)
+	c := replConnect(t, addr, false, fmt.Sprintf("-c tenant_id=%s -c timeline_id=%s", tTenant, idle))
+	for _, q := range []string{"IDENTIFY_SYSTEM", "TIMELINE_HISTORY 2", "START_REPLICATION 0/0"} {
+		began := time.Now()
+		_, err := exec(t, c, q)
+		pe := wantCode(t, err, pgwire.CannotConnectNow)
+		if !strings.Contains(pe.Message, "holds no WAL yet") || time.Since(began) < noWALWait {
+			t.Fatalf("%s on a timeline never elected: %q after %v; want 57P03 holds no WAL yet after %v", q, pe.Message, time.Since(began), noWALWait)
+		}
+	}
+}
+
+// newGreetedPush greets the server for a new timeline tl (creating it) and
+// returns the stream, not yet voted for.
+func newGreetedPush(t *testing.T, addr string, tl proto.ID) *testPush {
+	t.Helper()
+	ctx := testCtx(t)
+	c, err := proposer.Dial(ctx, proposer.DialConfig{AllowTimelineCreation: true, Addr: addr, TenantID: tTenant, TimelineID: tl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	p := &testPush{t: t, ctx: ctx, c: c}
+	p.send(&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018, SystemID: tSysID, TenantID: tTenant,
+		TimelineID: tl, PgTimeline: 1, WalSegSize: tSeg, ProposerUUID: proto.ID{0xcc, 1}, WalEnd: tStart})
+	p.recv()
+	return p
+}
+
+// elect wins the vote in term and sends ProposerElected at start.
+func (p *testPush) elect(term uint64, hist proto.TermHistory, start lsn) {
+	p.t.Helper()
+	p.ballot = proto.Ballot{Term: term, UUID: proto.ID{0xcc, byte(term)}}
+	p.pos = start
+	p.send(&proto.RequestVote{Candidate: p.ballot})
+	p.recv()
+	p.recv()
+	p.send(&proto.ProposerElected{Term: term, StartStreamingAt: start, TimelineStartLSN: hist[0].StartLSN, History: hist})
+	p.gen = xlogtest.NewGenerator(start, tSeg, 1, tSysID)
 }

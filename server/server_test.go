@@ -77,8 +77,8 @@ func TestOldDataDirAdoptsNodeID(t *testing.T) {
 
 	s := startTestServer(t, dir, func(c *Config) { c.NodeID = 5 })
 	c := replConnect(t, s.Addr().String(), false, "")
-	if row := oneRow(t, must(exec(t, c, "IDENTIFY_SYSTEM")), nil, "systemid", "timeline", "xlogpos", "dbname"); row[0] != fmt.Sprint(tSysID) {
-		t.Fatalf("IDENTIFY_SYSTEM %q: the old timeline is not served", row)
+	if res := must(exec(t, c, "TIMELINE_STATUS")); len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][11]) != fmt.Sprint(tSysID) {
+		t.Fatalf("TIMELINE_STATUS %v: the old timeline is not served", res)
 	}
 	shutdown(t, s)
 	_, err = New(Config{NodeID: 1, ListenPG: "127.0.0.1:0", DataDir: dir, UnsafeNoFsync: true})
@@ -376,7 +376,7 @@ func TestTimelineOpensReadOnlyWhenStorageCannotWrite(t *testing.T) {
 	}
 
 	// A greeting while storage still fails: the storage error, not a hang.
-	q, err := proposer.Dial(testCtx(t), proposer.DialConfig{Addr: addr, TenantID: tTenant, TimelineID: tTimeline})
+	q, err := proposer.Dial(testCtx(t), proposer.DialConfig{AllowTimelineCreation: true, Addr: addr, TenantID: tTenant, TimelineID: tTimeline})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,9 @@ func (r *replState) invalidateSlot(name string, at proto.LSN) bool {
 	}
 	s.RestartLSN, s.invalidated = 0, true
 	save := !s.temporary
+	if save {
+		r.slotsChangedLocked()
+	}
 	cp := s.Slot
 	r.mu.Unlock()
 	if save {
@@ -68,6 +71,7 @@ func (r *replState) createSlot(s storage.Slot, temporary bool, conn uint64) erro
 		return e
 	}
 	if !temporary {
+		s.Incarnation = newIncarnation()
 		if err := r.store.CreateSlot(s); err != nil {
 			if errors.Is(err, storage.ErrSlotExists) {
 				return pgwire.Errorf(pgwire.DuplicateObject, "replication slot %q already exists", s.Name)
@@ -76,6 +80,9 @@ func (r *replState) createSlot(s storage.Slot, temporary bool, conn uint64) erro
 		}
 	}
 	r.slots[s.Name] = &slotState{Slot: s, temporary: temporary, owner: conn, saved: s.RestartLSN, savedAt: time.Now()}
+	if !temporary {
+		r.slotsChangedLocked()
+	}
 	return nil
 }
 
@@ -90,9 +97,20 @@ func (r *replState) dropSlot(name string) error {
 		return errSlotActive(name, s.active)
 	}
 	if !s.temporary {
-		if err := r.store.DropSlot(name); err != nil && !errors.Is(err, storage.ErrNoSlot) {
+		// The tombstone goes to the other safekeepers (slotsync.go), so
+		// their copies are dropped too.
+		now := time.Now()
+		ts := storage.SlotTombstone{Name: name, Incarnation: s.Incarnation, DroppedAt: now}
+		u := storage.SlotUpdate{Drop: []string{name}, PutTombstones: []storage.SlotTombstone{ts},
+			DropTombstones: r.expiredTombstonesLocked(now, 1)}
+		if err := r.store.UpdateSlots(u); err != nil {
 			return pgwire.Errorf(pgwire.IoError, "could not drop replication slot %q: %w", name, err)
 		}
+		for _, old := range u.DropTombstones {
+			delete(r.tombstones, tombKey{old.Name, old.Incarnation})
+		}
+		r.tombstones[tombKey{name, s.Incarnation}] = now
+		r.slotsChangedLocked()
 	}
 	delete(r.slots, name)
 	r.kickRetention()

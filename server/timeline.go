@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -171,6 +172,13 @@ func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
 	timer.Stop()
 	defer timer.Stop()
 	var persist <-chan time.Time // the timer's channel while it is armed
+	var slotChange <-chan struct{}
+	var slotTick <-chan time.Time
+	defer func() {
+		if o.slotTimer != nil {
+			o.slotTimer.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -180,6 +188,8 @@ func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
 		case <-persist:
 			persist = nil
 			o.act(sess.Persist())
+		case <-slotChange:
+		case <-slotTick:
 		case ev := <-t.in:
 			o.handle(ev)
 		drain:
@@ -199,6 +209,7 @@ func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
 			timer.Reset(t.persistEvery)
 			persist = timer.C
 		}
+		slotChange, slotTick = o.slotWait()
 	}
 }
 
@@ -211,6 +222,76 @@ type owner struct {
 	// release, and payloads their messages' buffers.
 	cost     int64
 	payloads [][]byte
+
+	// slotConns are the connections that sync slots (slotsync.go), with
+	// the slot table generation each was sent last; slotNext is when the
+	// next report may go, slotTimer waits for it.
+	slotConns map[acceptor.ConnID]*pushConn
+	slotSent  map[acceptor.ConnID]uint64
+	slotNext  time.Time
+	slotTimer *time.Timer
+}
+
+// slotWait reports slot tables to the connections that sync slots and did
+// not get the current one, at most every slotReportInterval, and returns
+// what the owner waits on next: the next change of the table, or the time
+// the next report may go (nil, nil when no connection syncs slots).
+func (o *owner) slotWait() (<-chan struct{}, <-chan time.Time) {
+	if len(o.slotConns) == 0 {
+		return nil, nil
+	}
+	gen, changed := o.t.repl.slotsGen()
+	behind := false
+	for id := range o.slotConns {
+		if o.slotSent[id] != gen {
+			behind = true
+			break
+		}
+	}
+	if !behind {
+		return changed, nil
+	}
+	if wait := time.Until(o.slotNext); wait > 0 {
+		if o.slotTimer == nil {
+			o.slotTimer = time.NewTimer(wait)
+		} else {
+			o.slotTimer.Reset(wait)
+		}
+		return nil, o.slotTimer.C
+	}
+	tbl, gen := o.t.repl.slotTable()
+	for id, c := range o.slotConns {
+		if o.slotSent[id] != gen {
+			c.send(&proto.SafeKeeperSlots{SlotTable: tbl})
+			o.slotSent[id] = gen
+		}
+	}
+	o.slotNext = time.Now().Add(slotReportInterval)
+	_, changed = o.t.repl.slotsGen()
+	return changed, nil
+}
+
+// syncSlotsWith starts reporting slot tables to c, whose greeting was just
+// answered: its first table goes now, right after the answer.
+func (o *owner) syncSlotsWith(c *pushConn) {
+	if o.slotConns == nil {
+		o.slotConns, o.slotSent = map[acceptor.ConnID]*pushConn{}, map[acceptor.ConnID]uint64{}
+	}
+	tbl, gen := o.t.repl.slotTable()
+	c.send(&proto.SafeKeeperSlots{SlotTable: tbl})
+	o.slotConns[c.id], o.slotSent[c.id] = c, gen
+}
+
+// applySlots folds in a merged slot table a proposer sent on c.
+func (o *owner) applySlots(c *pushConn, m *proto.Slots) {
+	if !c.syncSlots {
+		c.fail(fmt.Errorf("%w: Slots on a WAL push stream that did not ask for sync_replication_slots", acceptor.ErrProtocol))
+		return
+	}
+	if err := o.t.repl.applySlots(m.SlotTable, o.t.store.RemovedUpTo()); err != nil {
+		o.t.log.Warn("could not store the replication slots copied from the other safekeepers; the proposer sends them again", "err", err)
+		delete(o.slotSent, c.id) // our table goes again, so the proposer sees what we hold
+	}
 }
 
 // release gives the WAL bytes of the events handled so far back to the
@@ -241,6 +322,8 @@ func (o *owner) handle(ev event) {
 		o.conns[c.id] = c
 		o.act(o.sess.End(c.id))
 		delete(o.conns, c.id)
+		delete(o.slotConns, c.id)
+		delete(o.slotSent, c.id)
 		c.enqueue(*ev.end)
 		o.t.pushMu.Lock()
 		if o.t.push.conn == c.id {
@@ -253,6 +336,10 @@ func (o *owner) handle(ev event) {
 		return // its writer gave up (an error, or a proposer that stopped reading)
 	}
 	o.conns[c.id] = c
+	if m, ok := ev.msg.(*proto.Slots); ok {
+		o.applySlots(c, m) // not the session's: slots are no part of the consensus
+		return
+	}
 	wasBroken := o.sess.Broken()
 	// Appends change no term, vote or timeline and never truncate: only
 	// the other messages pay for a copy of the state to compare with.
@@ -280,6 +367,9 @@ func (o *owner) handle(ev event) {
 		o.t.pushMu.Unlock()
 	}
 	o.act(r)
+	if _, greeting := ev.msg.(*proto.ServerInfo); greeting && c.syncSlots && !r.Ends(c.id) {
+		o.syncSlotsWith(c)
+	}
 }
 
 // logChanges logs, once each, the state changes a message made that an

@@ -11,6 +11,7 @@ import (
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/proto/replcmd"
 	"github.com/safekeeper/safekeeper/server/auth"
 )
 
@@ -29,6 +30,12 @@ type pushConn struct {
 	log    *slog.Logger
 	opts   startupIDs   // tenant/timeline named in the startup options, if any
 	claims *auth.Claims // the token's, when auth is on
+	// create: the greeting may create the timeline (START_WAL_PUSH's
+	// allow_timeline_creation, true when the option is absent).
+	create bool
+	// syncSlots: the stream carries slot tables (START_WAL_PUSH's
+	// sync_replication_slots; slotsync.go).
+	syncSlots bool
 
 	id    acceptor.ConnID // the connection's name in its timeline's session
 	since time.Time       // when the stream started
@@ -200,10 +207,11 @@ func (c *pushConn) write(it outItem, buf *[]byte) error {
 // runPush runs a START_WAL_PUSH stream until the proposer ends it (CopyDone:
 // the connection returns to query mode and ok is true), an error ends it, or
 // the connection drops.
-func (s *Server) runPush(pc *pgwire.Conn, ids startupIDs, claims *auth.Claims, log *slog.Logger) (ok bool) {
+func (s *Server) runPush(pc *pgwire.Conn, cmd replcmd.StartWALPush, ids startupIDs, claims *auth.Claims, log *slog.Logger) (ok bool) {
 	id := acceptor.ConnID(s.connSeq.Add(1))
 	c := &pushConn{
 		srv: s, pc: pc, remote: pc.RemoteAddr().String(), log: log.With("conn", uint64(id)), opts: ids, claims: claims,
+		create: cmd.AllowTimelineCreation, syncSlots: cmd.SyncReplicationSlots,
 		id: id, wake: make(chan struct{}, 1), finished: make(chan struct{}), since: time.Now(),
 	}
 	if err := pc.StartCopyBoth(); err != nil {
@@ -345,7 +353,7 @@ func (c *pushConn) readOne() (outItem, proto.Message, []byte) {
 			}
 		}
 		if err == nil {
-			tl, err = c.srv.timelineFor(si)
+			tl, err = c.srv.timelineFor(si, c.create)
 		}
 		if err == nil {
 			if err = tl.bind(c.pc); err == nil {

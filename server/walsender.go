@@ -127,6 +127,9 @@ func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 	if err != nil {
 		return c.fail(err)
 	}
+	if _, err := c.walStarted(tl); err != nil {
+		return c.fail(err)
+	}
 	// Another PostgreSQL timeline than the current one: checked before
 	// COPY, as the walsender does (an ancestor is served up to its end; a
 	// start at its end gets the next timeline at once).

@@ -35,6 +35,8 @@ when WAL may be removed are the acceptor's and the server's decisions.
 	        <u64 BE LSN> -> chunk WAL bytes starting at that LSN
 	    slots/                    bucket, optional (see slots.go)
 	      <slot name> -> slot record
+	    slot_tombstones/          bucket, optional: the slots dropped
+	      <slot name> 0 <u64 BE incarnation> -> tombstone record
 
 Extent and chunk keys are the big-endian LSN of their first byte (an
 extent's key is its first chunk's), so cursor order is LSN order and a read
@@ -71,10 +73,11 @@ The control record, all integers big-endian:
 A decoder refuses a wrong magic, an unknown version, a CRC mismatch or a
 length that does not match n, with an error wrapping ErrCorrupt.
 
-The node record (node.go, magic "SKND") and the slot records (slots.go,
-magic "SKSL") are framed the same way: magic, version u32, a body of their
+The node record (node.go, magic "SKND"), the slot records (slots.go,
+magic "SKSL", version 2; version 1 is still read) and the tombstone records
+(magic "SKST") are framed the same way: magic, version u32, a body of their
 own, crc32c u32 over the bytes before it. The framing has one home,
-record.go, which checks length, magic, version and CRC for all three;
+record.go, which checks length, magic, version and CRC for all of them;
 each record's file keeps only its body layout.
 
 # Durability order

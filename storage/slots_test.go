@@ -2,12 +2,17 @@ package storage
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
@@ -31,18 +36,19 @@ func slotTestTimeline(t *testing.T, path string) (*DB, *Timeline) {
 }
 
 func TestSlotGoldenBytes(t *testing.T) {
-	got := encodeSlot(nil, &Slot{Name: "x", RestartLSN: 0x1_0000_2000, RestartTLI: 3})
-	const want = "534b534c" + "00000001" + "0000000100002000" + "00000003"
+	slot := Slot{Name: "x", RestartLSN: 0x1_0000_2000, RestartTLI: 3, Incarnation: 0x0102030405060708}
+	got := encodeSlot(nil, &slot)
+	const want = "534b534c" + "00000002" + "0000000100002000" + "00000003" + "0102030405060708"
 	if hex.EncodeToString(got[:len(got)-4]) != want {
 		t.Fatalf("encoding %x, want %s + crc", got, want)
 	}
 	back, err := decodeSlot("x", got)
-	if err != nil || back != (Slot{Name: "x", RestartLSN: 0x1_0000_2000, RestartTLI: 3}) {
+	if err != nil || back != slot {
 		t.Fatalf("decode: %+v, %v", back, err)
 	}
 	damage := map[string]func(b []byte) []byte{
 		"magic":     func(b []byte) []byte { b[0] ^= 1; return b },
-		"version":   func(b []byte) []byte { b[7] = 2; return b },
+		"version":   func(b []byte) []byte { b[7] = 3; return b },
 		"crc":       func(b []byte) []byte { b[10] ^= 0x80; return b },
 		"truncated": func(b []byte) []byte { return b[:len(b)-1] },
 		"long":      func(b []byte) []byte { return append(b, 0) },
@@ -55,32 +61,72 @@ func TestSlotGoldenBytes(t *testing.T) {
 	}
 }
 
-// goldenSlot is the slot record of Slot{"x", 0/100002000, 3}, field by field;
-// the CRC-32C was computed independently (bitwise, polynomial 0x82F63B78).
-// Changing the encoding must fail this test: bump the slot record version and
-// keep a decoder for the old version instead.
-const goldenSlot = "534b534c" + // magic "SKSL"
-	"00000001" + // version 1
-	"0000000100002000" + // restart_lsn
-	"00000003" + // restart_tli
-	"f65b5a86" // crc32c
+// goldenSlot is the slot record of Slot{"x", 0/100002000, 3, incarnation
+// 0x0102030405060708}, field by field, and goldenSlotV1 version 1's record
+// of it (no incarnation), as builds before slots were copied between
+// safekeepers wrote it; the CRC-32Cs were computed independently (bitwise,
+// polynomial 0x82F63B78). Changing the encoding must fail this test: bump
+// the slot record version and keep a decoder for the old version instead.
+const (
+	goldenSlot = "534b534c" + // magic "SKSL"
+		"00000002" + // version 2
+		"0000000100002000" + // restart_lsn
+		"00000003" + // restart_tli
+		"0102030405060708" + // incarnation
+		"69989c60" // crc32c
+	goldenSlotV1 = "534b534c" + // magic "SKSL"
+		"00000001" + // version 1
+		"0000000100002000" + // restart_lsn
+		"00000003" + // restart_tli
+		"f65b5a86" // crc32c
+	// goldenTombstone is the tombstone record of a slot dropped at
+	// unix microsecond 0x0005fa0b3c1e4000.
+	goldenTombstone = "534b5354" + // magic "SKST"
+		"00000001" + // version 1
+		"0005fa0b3c1e4000" + // dropped_at
+		"b0f98413" // crc32c
+)
 
 func TestSlotRecordGoldenCRC(t *testing.T) {
 	want, _ := hex.DecodeString(goldenSlot)
-	s := Slot{Name: "x", RestartLSN: 0x1_0000_2000, RestartTLI: 3}
+	s := Slot{Name: "x", RestartLSN: 0x1_0000_2000, RestartTLI: 3, Incarnation: 0x0102030405060708}
 	if got := encodeSlot(nil, &s); !bytes.Equal(got, want) {
 		t.Fatalf("encodeSlot:\n got %x\nwant %x", got, want)
 	}
 	if got := encodeSlot([]byte("prefix"), &s); !bytes.Equal(got[6:], want) {
 		t.Fatalf("encodeSlot with a non-empty dst: %x", got[6:])
 	}
+	// Version 1 reads as incarnation 0.
+	v1, _ := hex.DecodeString(goldenSlotV1)
+	if back, err := decodeSlot("x", v1); err != nil || back != (Slot{Name: "x", RestartLSN: 0x1_0000_2000, RestartTLI: 3}) {
+		t.Fatalf("decode of a version 1 record: %+v, %v", back, err)
+	}
+	if got := encodeSlotV1(nil, &s); !bytes.Equal(got, v1) {
+		t.Fatalf("encodeSlotV1:\n got %x\nwant %x", got, v1)
+	}
+	wantTS, _ := hex.DecodeString(goldenTombstone)
+	ts := SlotTombstone{Name: "x", Incarnation: 9, DroppedAt: time.UnixMicro(0x0005fa0b3c1e4000)}
+	if got := encodeTombstone(nil, &ts); !bytes.Equal(got, wantTS) {
+		t.Fatalf("encodeTombstone:\n got %x\nwant %x", got, wantTS)
+	}
+	if back, err := decodeTombstone(tombstoneKey("x", 9), wantTS); err != nil || !back.DroppedAt.Equal(ts.DroppedAt) || back.Name != "x" || back.Incarnation != 9 {
+		t.Fatalf("decodeTombstone: %+v, %v", back, err)
+	}
+	for name, key := range map[string][]byte{"no separator": []byte("x"), "short incarnation": []byte("x\x00\x01")} {
+		if _, err := decodeTombstone(key, wantTS); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("tombstone key %s: %v, want ErrCorrupt", name, err)
+		}
+	}
 }
 
 // FuzzDecodeSlot: the decoder never panics, every error wraps ErrCorrupt,
-// and whatever it accepts re-encodes to the same bytes.
+// and whatever it accepts re-encodes, in the version it was read in, to the
+// same bytes.
 func FuzzDecodeSlot(f *testing.F) {
-	golden, _ := hex.DecodeString(goldenSlot)
-	f.Add(golden)
+	for _, g := range []string{goldenSlot, goldenSlotV1} {
+		b, _ := hex.DecodeString(g)
+		f.Add(b)
+	}
 	f.Add([]byte("SKSL"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := decodeSlot("x", b)
@@ -93,10 +139,93 @@ func FuzzDecodeSlot(f *testing.F) {
 		if s.Name != "x" {
 			t.Fatalf("decoded name %q, want %q", s.Name, "x")
 		}
-		if re := encodeSlot(nil, &s); !bytes.Equal(re, b) {
+		re := encodeSlot(nil, &s)
+		if b[7] == 1 {
+			re = encodeSlotV1(nil, &s)
+		}
+		if !bytes.Equal(re, b) {
 			t.Fatalf("re-encoding differs:\n in %x\nout %x", b, re)
 		}
 	})
+}
+
+// FuzzDecodeTombstone: likewise for tombstone records and their keys.
+func FuzzDecodeTombstone(f *testing.F) {
+	b, _ := hex.DecodeString(goldenTombstone)
+	f.Add(tombstoneKey("x", 9), b)
+	f.Fuzz(func(t *testing.T, key, b []byte) {
+		ts, err := decodeTombstone(key, b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		if re := encodeTombstone(nil, &ts); !bytes.Equal(re, b) {
+			t.Fatalf("re-encoding differs:\n in %x\nout %x", b, re)
+		}
+		if rk := tombstoneKey(ts.Name, ts.Incarnation); !bytes.Equal(rk, key) {
+			t.Fatalf("key re-encoding differs:\n in %x\nout %x", key, rk)
+		}
+	})
+}
+
+// TestSlotUpdatesAndTombstonesSurviveReopen: UpdateSlots stores puts,
+// drops and tombstones in one transaction, and they are there after a
+// reopen; a version 1 record stored by an older build is read with
+// incarnation 0 and rewritten as version 2 by a put.
+func TestSlotUpdatesAndTombstonesSurviveReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "safekeeper.db")
+	db, tl := slotTestTimeline(t, path)
+	// As an older build left it: a version 1 record.
+	if err := db.bolt.Update(func(tx *bolt.Tx) error {
+		sb, err := tx.Bucket(bucketTimelines).Bucket(tl.key[:]).CreateBucketIfNotExists(bucketSlots)
+		if err != nil {
+			return err
+		}
+		return sb.Put([]byte("old"), encodeSlotV1(nil, &Slot{RestartLSN: 0x3000000, RestartTLI: 1}))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.UnixMicro(time.Now().UnixMicro())
+	if err := tl.UpdateSlots(SlotUpdate{
+		Put:           []Slot{{Name: "a", RestartLSN: 0x1000000, RestartTLI: 1, Incarnation: 11}, {Name: "b", Incarnation: 12}},
+		PutTombstones: []SlotTombstone{{Name: "a", Incarnation: 10, DroppedAt: at}, {Name: "z", Incarnation: 1, DroppedAt: at}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.UpdateSlots(SlotUpdate{Drop: []string{"b", "never"}, PutTombstones: []SlotTombstone{{Name: "b", Incarnation: 12, DroppedAt: at}},
+		DropTombstones: []SlotTombstone{{Name: "z", Incarnation: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.UpdateSlots(SlotUpdate{Put: []Slot{{Name: "Bad"}}}); !errors.Is(err, ErrBadState) {
+		t.Fatalf("a bad slot name: %v, want ErrBadState", err)
+	}
+	db.Close()
+	db, tl = slotTestTimeline(t, path)
+	defer db.Close()
+	slots, err := tl.Slots()
+	want := []Slot{{Name: "a", RestartLSN: 0x1000000, RestartTLI: 1, Incarnation: 11}, {Name: "old", RestartLSN: 0x3000000, RestartTLI: 1}}
+	if err != nil || !reflect.DeepEqual(slots, want) {
+		t.Fatalf("slots after reopen: %+v, %v; want %+v", slots, err, want)
+	}
+	tss, err := tl.SlotTombstones()
+	if err != nil || len(tss) != 2 || tss[0].Name != "a" || tss[0].Incarnation != 10 || !tss[0].DroppedAt.Equal(at) ||
+		tss[1].Name != "b" || tss[1].Incarnation != 12 {
+		t.Fatalf("tombstones after reopen: %+v, %v", tss, err)
+	}
+	if err := tl.UpdateSlots(SlotUpdate{Put: []Slot{{Name: "old", RestartLSN: 0x3000000, RestartTLI: 1, Incarnation: 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.bolt.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketTimelines).Bucket(tl.key[:]).Bucket(bucketSlots).Get([]byte("old"))
+		if binary.BigEndian.Uint32(v[4:]) != 2 {
+			return fmt.Errorf("rewritten record is version %d", binary.BigEndian.Uint32(v[4:]))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestSlotsSurviveReopen: a slot's creation, update and drop are durable

@@ -39,7 +39,8 @@ import (
 //   - every metric the Grafana dashboards (contrib/grafana/*.json: panel
 //     and template-variable queries) and the Prometheus rules
 //     (contrib/prometheus/*-alerts.yml) reference is exported by those
-//     running safekeepers' /metrics, with a timeline in place; histogram
+//     running safekeepers' /metrics, with a timeline in place, or by the
+//     proposer unit's (its --listen-http, which the unit sets); histogram
 //     series (_bucket, _sum, _count) need a histogram of that name. Names
 //     from elsewhere (Prometheus' up, node_exporter's) must be listed in
 //     externalMetrics.
@@ -79,18 +80,23 @@ func TestContribFilesAgainstRealProcesses(t *testing.T) {
 		sks, pgAddrs, httpAddrs = append(sks, sk), append(pgAddrs, pgAddr), append(httpAddrs, httpAddr)
 	}
 
-	// The proposer, with /etc/safekeeper/proposer.env filled in.
-	args := unitCommand(t, filepath.Join(sysd, "safekeeper-proposer.service"), "", map[string]string{
+	// The proposer, with /etc/safekeeper/proposer.env filled in, after the
+	// timeline was created as docs/operations.md says.
+	site := map[string]string{
 		"UPSTREAM":    fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
 		"SAFEKEEPERS": strings.Join(pgAddrs, ","),
 		"TENANT_ID":   "c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c1",
 		"TIMELINE_ID": "c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c2",
-	})
+		"LISTEN_HTTP": "127.0.0.1:0", // the address it got is in its log
+	}
+	args := unitCommand(t, filepath.Join(sysd, "safekeeper-proposer.service"), "", site)
 	if args[0] != "propose" {
 		t.Fatalf("safekeeper-proposer.service runs %q, want propose", args[0])
 	}
-	appName := flagValue(t, args, "--application-name")
+	harness.CreateTimeline(t, site["UPSTREAM"], pgAddrs, site["TENANT_ID"], site["TIMELINE_ID"])
+	appName := "proposer_" + site["TIMELINE_ID"] // the default
 	prop := harness.StartProcess(t, "proposer", args...)
+	propHTTP := listeningHTTP(t, prop)
 	harness.WaitFor(t, 20*time.Second, "the proposer unit to stream to the primary as "+appName, func() bool {
 		if exited, code := prop.Exited(); exited {
 			t.Fatalf("the proposer unit exited %d: %v", code, args)
@@ -120,7 +126,20 @@ func TestContribFilesAgainstRealProcesses(t *testing.T) {
 		})
 		families = append(families, mf)
 	}
+	// And the proposer's, once it reported the commit to the primary.
+	harness.WaitFor(t, 15*time.Second, "safekeeper_proposer_flush_lsn of the proposer unit to reach the commit", func() bool {
+		c := scrape(t, propHTTP)["safekeeper_proposer_flush_lsn"]
+		return c != nil && len(c.Metric) == 1 && c.Metric[0].GetGauge().GetValue() >= committed
+	})
 	exported := families[0]
+	for name, f := range scrape(t, propHTTP) {
+		if g, ok := exported[name]; ok && g.GetType() != f.GetType() {
+			t.Fatalf("%s is a %v on the safekeepers, a %v on the proposer", name, g.GetType(), f.GetType())
+		}
+		if _, ok := exported[name]; !ok {
+			exported[name] = f
+		}
+	}
 
 	t.Run("grafana", func(t *testing.T) {
 		files, _ := filepath.Glob(filepath.Join(root, "contrib", "grafana", "*.json"))
@@ -627,7 +646,7 @@ func checkExpr(t *testing.T, where, expr string, exported map[string]*dto.Metric
 		}
 		fam, ok := family(n, exported)
 		if !ok {
-			t.Errorf("%s: metric %s is not exported by safekeeper run (%q)", where, n, expr)
+			t.Errorf("%s: metric %s is not exported by safekeeper run or propose (%q)", where, n, expr)
 			continue
 		}
 		used = append(used, fam)

@@ -2,6 +2,8 @@ package test
 
 import (
 	"fmt"
+	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +76,7 @@ func TestProposerSlotHoldsWALForALaggingSafekeeper(t *testing.T) {
 	prop := harness.StartProcess(t, "proposer", "propose",
 		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
 		"--safekeepers", strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ","),
-		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String(),
+		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String(), "--create",
 		"--slot", "proposer", "--application-name", "proposer")
 	flushOf := func(sk *harness.Safekeeper) (flush, commit proto.LSN) {
 		_, flush, commit = skTimelineOf(t, sk, tenant(1), tl)
@@ -144,4 +146,107 @@ func TestProposerSlotHoldsWALForALaggingSafekeeper(t *testing.T) {
 		f, _ := flushOf(sks[2])
 		return f >= end
 	})
+}
+
+// TestMistypedTimelineIDIsRefusedNotCreated: `propose` never creates a
+// timeline unless told to. The timeline is created once (`safekeeper
+// timeline create`, which may run twice); the proposer started without
+// --create protects it. Restarted with the last hex digit of
+// --timeline-id changed, it exits 4 at once, naming the ids, the
+// safekeepers that do not hold that timeline and --create, and nothing is
+// created anywhere: no timeline on a safekeeper, no slot on the primary
+// (the slot and application_name default to proposer_<timeline id>, so two
+// timelines never share them). A safekeeper whose disk was replaced is
+// given the timeline by the proposer's greeting, because the others hold
+// it. `timeline create` naming another cluster's system id exits 4.
+func TestMistypedTimelineIDIsRefusedNotCreated(t *testing.T) {
+	pg := pgtest.Start(t, pgtest.Options{WALSegSizeMB: 1})
+	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
+	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
+	upstream := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port)
+	tl := proto.ID{0xbb, 0x20, 0x01}
+	typo := proto.ID{0xbb, 0x20, 0x01}
+	typo[15] ^= 0x01 // the last hex digit
+	for range 2 {
+		code, out, stderr := runCLI(t, "timeline", "create", "--upstream", upstream, "--safekeepers", strings.Join(addrs, ","),
+			"--tenant-id", tenant(1).String(), "--timeline-id", tl.String())
+		if code != 0 || strings.Count(out, "holds timeline "+tenant(1).String()+"/"+tl.String()) != 3 {
+			t.Fatalf("timeline create: exit %d\n%s%s", code, out, stderr)
+		}
+	}
+	slots := func() string {
+		return pg.Exec(t, "select coalesce(string_agg(slot_name, ',' order by slot_name), '') from pg_replication_slots")
+	}
+
+	prop := harness.StartProcess(t, "proposer", "propose", "--upstream", upstream, "--safekeepers", strings.Join(addrs, ","),
+		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String())
+	app := "proposer_" + tl.String()
+	harness.WaitFor(t, 60*time.Second, "the proposer to stream as "+app, func() bool {
+		if exited, code := prop.Exited(); exited {
+			t.Fatalf("proposer exited %d:\n%s", code, prop.Log())
+		}
+		out, err := pg.Query(t.Context(), "select state from pg_stat_replication where application_name = '"+app+"'")
+		return err == nil && out == "streaming"
+	})
+	if got := slots(); got != app {
+		t.Fatalf("slots on the primary: %q, want the default %q", got, app)
+	}
+
+	// A replaced disk: safekeeper 3 comes back empty and gets the timeline
+	// from the proposer's greeting (its peers hold it), then the WAL.
+	sks[2].Kill()
+	if err := os.RemoveAll(sks[2].DataDir); err != nil {
+		t.Fatal(err)
+	}
+	sks[2].Start()
+	pg.Exec(t, "create table typo_t(x int); insert into typo_t select generate_series(1, 1000)")
+	end, err := proto.ParseLSN(pg.Exec(t, "select pg_current_wal_flush_lsn()"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 60*time.Second, "the replaced safekeeper to hold the timeline's WAL", func() bool {
+		_, flush, _ := skTimelineOf(t, sks[2], tenant(1), tl)
+		return flush >= end
+	})
+	if err := prop.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	mistyped := harness.StartProcess(t, "mistyped", "propose", "--upstream", upstream, "--safekeepers", strings.Join(addrs, ","),
+		"--tenant-id", tenant(1).String(), "--timeline-id", typo.String())
+	harness.WaitFor(t, 30*time.Second, "the mistyped proposer to exit", func() bool {
+		exited, _ := mistyped.Exited()
+		return exited
+	})
+	_, code := mistyped.Exited()
+	log := mistyped.Log()
+	last := strings.TrimSpace(log[strings.LastIndex(strings.TrimRight(log, "\n"), "\n")+1:])
+	if code != 4 || !strings.Contains(last, tenant(1).String()+"/"+typo.String()) || !strings.Contains(last, "--create") ||
+		!strings.Contains(last, "--timeline-id") {
+		t.Fatalf("propose with a mistyped --timeline-id: exit %d, last line %q; want exit 4 naming the ids and --create\n%s", code, last, log)
+	}
+	for _, a := range addrs {
+		if !strings.Contains(last, a) {
+			t.Errorf("the refusal does not name safekeeper %s: %q", a, last)
+		}
+	}
+	for _, sk := range sks {
+		resp, err := http.Get("http://" + sk.HTTPAddr + "/v1/tenant/" + tenant(1).String() + "/timeline/" + typo.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("safekeeper %d: the mistyped timeline answers %d, want 404: it was created", sk.ID, resp.StatusCode)
+		}
+	}
+	if got := slots(); got != app {
+		t.Fatalf("slots on the primary after the mistyped start: %q, want only %q", got, app)
+	}
+
+	code, out, stderr := runCLI(t, "timeline", "create", "--system-id", "42", "--safekeepers", strings.Join(addrs, ","),
+		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String())
+	if code != 4 || !strings.Contains(out+stderr, "22023") {
+		t.Fatalf("timeline create for another cluster's timeline: exit %d; want 4 and the safekeepers' 22023\n%s%s", code, out, stderr)
+	}
 }

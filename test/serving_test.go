@@ -101,7 +101,7 @@ func (f *walFeeder) connect() {
 	t := f.t
 	t.Helper()
 	f.ctx = harness.Context(t, 3*time.Minute)
-	c, err := proposer.Dial(f.ctx, proposer.DialConfig{Addr: f.sk.Addr, TenantID: svTenant, TimelineID: svTimeline, ApplicationName: "svproposer"})
+	c, err := proposer.Dial(f.ctx, proposer.DialConfig{AllowTimelineCreation: true, Addr: f.sk.Addr, TenantID: svTenant, TimelineID: svTimeline, ApplicationName: "svproposer"})
 	if err != nil {
 		t.Fatal(err)
 	}

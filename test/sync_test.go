@@ -217,8 +217,8 @@ func TestSyncDoesNotCreateTimelines(t *testing.T) {
 	}
 
 	stdout, stderr, code := sync()
-	if code != 1 || stdout != "" {
-		t.Fatalf("sync of a timeline no safekeeper holds: exit %d, stdout %q, want exit 1 and nothing printed\n%s", code, stdout, stderr)
+	if code != 4 || stdout != "" {
+		t.Fatalf("sync of a timeline no safekeeper holds: exit %d, stdout %q, want exit 4 (refused for good) and nothing printed\n%s", code, stdout, stderr)
 	}
 	for _, want := range []string{tenant(1).String() + "/" + proto.ID{0xbb, 2}.String(), sks[0].Addr, sks[1].Addr, sks[2].Addr, "--create"} {
 		if !strings.Contains(stderr, want) {

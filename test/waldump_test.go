@@ -69,45 +69,32 @@ func pgWaldump(t *testing.T, pg *pgtest.Cluster, start, end proto.LSN, extra ...
 	return out.String()
 }
 
-// compareDumps checks ours against pg_waldump's, record by record: lsn,
-// prev, rmgr, rec and tot length, the record type's name and the block
-// references. It returns the number of records compared; the range must
-// hold records with block references, and with images if wantFPW.
-func compareDumps(t *testing.T, what string, ours, theirs []byte, wantFPW bool) int {
+// sameDump checks that ours is pg_waldump's output byte for byte and, on
+// a mismatch, fails with the first differing lines. It returns the records
+// compared; the range must hold records with block references, and with
+// images if wantFPW.
+func sameDump(t *testing.T, what, ours, theirs string, wantFPW bool) []xlogtest.WaldumpRecord {
 	t.Helper()
-	a, err := xlogtest.ParseWaldump(ours)
+	if d := xlogtest.FirstDiff("wal dump", ours, "pg_waldump", theirs); d != "" {
+		t.Fatalf("%s: wal dump's output is not pg_waldump's: %s", what, d)
+	}
+	recs, err := xlogtest.ParseWaldump([]byte(ours))
 	if err != nil {
 		t.Fatal(err)
-	}
-	b, err := xlogtest.ParseWaldump(theirs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(a) == 0 || len(a) != len(b) {
-		t.Fatalf("%s: wal dump printed %d records, pg_waldump %d", what, len(a), len(b))
 	}
 	blk, fpw := 0, 0
-	for i := range a {
-		x, y := a[i], b[i]
-		if refs := strings.Join(y.Blkrefs(), "; "); refs != "" {
+	for _, r := range recs {
+		if refs := strings.Join(r.Blkrefs(), "; "); refs != "" {
 			blk++
 			if strings.Contains(refs, "FPW") {
 				fpw++
 			}
 		}
-		xName, _, _ := strings.Cut(x.Desc, " ")
-		yName, _, _ := strings.Cut(y.Desc, " ")
-		xName, yName = strings.TrimSuffix(xName, ","), strings.TrimSuffix(yName, ",")
-		if x.Start != y.Start || x.Prev != y.Prev || x.Rmgr != y.Rmgr || x.RecLen != y.RecLen || x.TotLen != y.TotLen ||
-			xName != yName || strings.Join(x.Blkrefs(), "; ") != strings.Join(y.Blkrefs(), "; ") {
-			t.Fatalf("%s: record %d differs:\nwal dump:   %+v\npg_waldump: %+v", what, i, x, y)
-		}
 	}
-	if blk == 0 || (wantFPW && fpw == 0) {
-		t.Fatalf("%s: %d records, %d with block references, %d with images: the range does not test them", what, len(a), blk, fpw)
+	if len(recs) == 0 || blk == 0 || (wantFPW && fpw == 0) {
+		t.Fatalf("%s: %d records, %d with block references, %d with images: the range does not test them", what, len(recs), blk, fpw)
 	}
-	t.Logf("%s: first record: %s", what, bytes.SplitN(ours, []byte("\n"), 2)[0])
-	return len(a)
+	return recs
 }
 
 var statsRow = regexp.MustCompile(`(?m)^(\S+)\s+\d+ \(.*$`)
@@ -124,28 +111,31 @@ func statsRows(out string) []string {
 }
 
 // TestWALDumpMatchesPgWaldump is the acceptance check of `wal dump`: a real
-// PostgreSQL 15 primary under pgbench streams through the proposer into
-// three safekeepers until more than one whole 16 MiB segment past the
-// timeline's start is committed; then `wal dump` over the range, read from
-// a running safekeeper (--http) and from a stopped one's data directory,
-// prints what pg_waldump prints on the primary's pg_wal (record LSNs, prev
-// links, rec/tot lengths, rmgr names, record types, block references), also
-// from a --start that is no record boundary; --stats equals pg_waldump
-// --stats row for row; a running safekeeper's data directory is refused at
-// once, naming --http; and one flipped byte in a stored record is reported
-// as a CRC failure at that record's LSN, exit 1.
+// PostgreSQL 15 primary under pgbench (and a checkpoint, VACUUM, index
+// splits and page deletions, subtransactions, prepared and aborted
+// transactions, a database created and dropped, a WAL switch) streams
+// through the proposer into three safekeepers until more than one whole
+// 16 MiB segment past the timeline's start is committed; then `wal dump`
+// over the range, read from a running safekeeper (--http) and from a
+// stopped one's data directory, prints byte for byte what pg_waldump prints
+// on the primary's pg_wal (every line: LSNs as %X/%08X, lengths, record
+// types, whole descriptions, block references), also from a --start that is
+// no record boundary; --stats equals pg_waldump --stats byte for byte; a
+// running safekeeper's data directory is refused at once, naming --http;
+// and one flipped byte in a stored record is reported as a CRC failure at
+// that record's LSN, exit 1.
 func TestWALDumpMatchesPgWaldump(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL 15 and pgbench")
 	}
 	began := time.Now()
 	elapsed := func() time.Duration { return time.Since(began).Round(100 * time.Millisecond) }
-	pg := pgtest.Start(t, pgtest.Options{Conf: []string{"wal_keep_size = '1GB'"}})
+	pg := pgtest.Start(t, pgtest.Options{Conf: []string{"wal_keep_size = '1GB'", "max_prepared_transactions = 2"}})
 	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
 	prop := harness.StartProcess(t, "proposer", "propose",
 		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
 		"--safekeepers", strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ","),
-		"--tenant-id", dumpTenant.String(), "--timeline-id", dumpTimeline.String(),
+		"--tenant-id", dumpTenant.String(), "--timeline-id", dumpTimeline.String(), "--create",
 		"--slot", "proposer", "--application-name", "proposer")
 	var tlStart proto.LSN
 	harness.WaitFor(t, 60*time.Second, "the timeline on safekeeper 1", func() bool {
@@ -162,6 +152,32 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 		pg.Run(t, "pgbench", append(append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres"}, args...), "postgres")...)
 	}
 	pgbench("-i", "-s", "2", "-q")
+	// Besides pgbench's own records, the record types of a checkpoint,
+	// VACUUM (pruning, freezing, a truncated heap, deleted index pages),
+	// index page splits, subtransactions (more than 64: ASSIGNMENT),
+	// prepared transactions, an abort, a dropped table, a database
+	// created and dropped, a sequence, a logical message, a restore point
+	// and a WAL switch: a few seconds.
+	pg.Exec(t, `CHECKPOINT;
+		CREATE TABLE split(id int PRIMARY KEY, pad text);
+		INSERT INTO split SELECT g, repeat('x', 40) FROM generate_series(1, 20000) g;
+		DO $$ BEGIN FOR i IN 1..70 LOOP BEGIN INSERT INTO split VALUES (100000 + i, 'sub'); EXCEPTION WHEN OTHERS THEN NULL; END; END LOOP; END $$;
+		BEGIN; INSERT INTO split VALUES (200001, 'prepared'); PREPARE TRANSACTION 'sk_commit';
+		COMMIT PREPARED 'sk_commit';
+		BEGIN; CREATE TABLE gone(x int); SAVEPOINT s; INSERT INTO gone VALUES (1); PREPARE TRANSACTION 'sk_abort';
+		ROLLBACK PREPARED 'sk_abort';
+		BEGIN; INSERT INTO split VALUES (200002, 'aborted'); ROLLBACK;
+		CREATE TABLE dropped(x int); DROP TABLE dropped;
+		DELETE FROM split WHERE id BETWEEN 1000 AND 19000;
+		CREATE TABLE emptied(x int); INSERT INTO emptied SELECT generate_series(1, 1000); DELETE FROM emptied;
+		VACUUM split, emptied, pgbench_branches;
+		VACUUM FREEZE pgbench_tellers;
+		CREATE SEQUENCE seq; SELECT nextval('seq');
+		SELECT pg_logical_emit_message(false, 'sk', 'wal dump');
+		SELECT pg_create_restore_point('sk');
+		SELECT pg_switch_wal();`)
+	pg.Exec(t, "CREATE DATABASE copied STRATEGY FILE_COPY")
+	pg.Exec(t, "DROP DATABASE copied")
 	lsnNow := func() proto.LSN {
 		l, err := proto.ParseLSN(pg.Exec(t, "SELECT pg_current_wal_flush_lsn()"))
 		if err != nil {
@@ -169,13 +185,16 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 		}
 		return l
 	}
-	for runs := 0; lsnNow() < target; runs++ {
+	workloadEnd := lsnNow()
+	runs := 0
+	for ; runs < 1 || lsnNow() < target; runs++ {
 		if runs == 30 {
 			t.Fatalf("30 pgbench runs wrote WAL only up to %s, want %s", lsnNow(), target)
 		}
 		pgbench("-n", "-c", "4", "-j", "2", "-t", "500")
 	}
 	primaryEnd := lsnNow()
+	t.Logf("[%v] pgbench -i and the other statements up to %s, %d pgbench runs up to %s", elapsed(), workloadEnd, runs, primaryEnd)
 	var end proto.LSN
 	harness.WaitFor(t, 60*time.Second, "safekeepers to commit the pgbench WAL", func() bool {
 		_, flush, commit := skTimeline(t, sks[0])
@@ -201,8 +220,38 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("wal dump --http: exit %d: %s", code, stderr)
 	}
-	n := compareDumps(t, "--http", []byte(ours), []byte(theirs), true)
-	t.Logf("[%v] --http: %d records equal to pg_waldump's", elapsed(), n)
+	recs := sameDump(t, "--http", ours, theirs, true)
+	t.Logf("[%v] --http: %d records, %d bytes, equal to pg_waldump's", elapsed(), len(recs), len(ours))
+	// The range holds what the workload was for, so that their
+	// descriptions are compared.
+	types := map[string]int{}
+	for _, r := range recs {
+		name, _, _ := strings.Cut(r.Desc, " ")
+		types[r.Rmgr+" "+name]++
+		if r.Rmgr == "Transaction" && strings.Contains(r.Desc, "; subxacts:") {
+			types["Transaction with subxacts"]++
+		}
+		if r.Rmgr == "Transaction" && strings.Contains(r.Desc, "; rels:") && strings.Contains(r.Desc, "dropped stats:") {
+			types["Transaction with rels"]++
+		}
+	}
+	var missing []string
+	for _, want := range []string{"XLOG CHECKPOINT_ONLINE", "XLOG FPI", "XLOG SWITCH", "XLOG RESTORE_POINT",
+		"Transaction COMMIT", "Transaction ABORT", "Transaction ASSIGNMENT", "Transaction PREPARE", "Transaction COMMIT_PREPARED",
+		"Transaction ABORT_PREPARED", "Transaction with subxacts", "Transaction with rels",
+		"Storage CREATE", "Storage TRUNCATE", "Database CREATE_FILE_COPY", "Database DROP",
+		"Standby RUNNING_XACTS", "Standby LOCK", "Standby INVALIDATIONS",
+		"Heap INSERT", "Heap INSERT+INIT", "Heap HOT_UPDATE", "Heap UPDATE", "Heap DELETE", "Heap LOCK", "Heap INPLACE",
+		"Heap2 PRUNE", "Heap2 VACUUM", "Heap2 VISIBLE", "Heap2 FREEZE_PAGE", "Heap2 MULTI_INSERT+INIT",
+		"Btree INSERT_LEAF", "Btree INSERT_UPPER", "Btree SPLIT_R", "Btree VACUUM", "Btree MARK_PAGE_HALFDEAD", "Btree UNLINK_PAGE",
+		"Sequence LOG", "LogicalMessage MESSAGE"} {
+		if types[want] == 0 {
+			missing = append(missing, want)
+		}
+	}
+	if len(missing) > 0 {
+		t.Fatalf("the WAL compared has no %s record: the workload does not test them (%d record types: %v)", strings.Join(missing, ", "), len(types), types)
+	}
 
 	// The data directory of a running safekeeper: refused at once.
 	t0 := time.Now()
@@ -223,19 +272,18 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("wal dump --data-dir: exit %d: %s", code, stderr)
 	}
-	n = compareDumps(t, "--data-dir", []byte(ours), []byte(theirs), true)
-	t.Logf("[%v] --data-dir: %d records equal to pg_waldump's over %s..%s (%d segments)", elapsed(), n, tlStart, end,
-		(end-1).SegmentNo(segSize)-tlStart.SegmentNo(segSize)+1)
+	n := len(sameDump(t, "--data-dir", ours, theirs, true))
+	t.Logf("[%v] --data-dir: %d records equal to pg_waldump's over %s..%s (%d segments), %d record types", elapsed(), n, tlStart, end,
+		(end-1).SegmentNo(segSize)-tlStart.SegmentNo(segSize)+1, len(types))
 
-	// A --start inside a record, in mid-segment: both begin at the first
-	// record at or after it.
-	recs, _ := xlogtest.ParseWaldump([]byte(theirs))
+	// A --start inside a record, in mid-segment: both print "first record
+	// is after" and begin at the first record at or after it.
 	mid := recs[len(recs)/2].Start + 3
 	code, ours, stderr = dump("--data-dir", sks[0].DataDir, "--start", mid.String(), "--end", end.String())
 	if code != 0 {
 		t.Fatalf("wal dump --start %s: exit %d: %s", mid, code, stderr)
 	}
-	n = compareDumps(t, "--start "+mid.String(), []byte(ours), []byte(pgWaldump(t, pg, mid, end)), false)
+	n = len(sameDump(t, "--start "+mid.String(), ours, pgWaldump(t, pg, mid, end), false))
 	t.Logf("[%v] --start %s: %d records equal", elapsed(), mid, n)
 
 	// --stats: byte for byte what pg_waldump --stats prints (its header

@@ -39,7 +39,7 @@ func tenant(n byte) proto.ID { return proto.ID{0xaa, n} }
 func dial(t *testing.T, sk *harness.Safekeeper, tl byte) *tp {
 	t.Helper()
 	ctx := harness.Context(t, 60*time.Second)
-	c, err := proposer.Dial(ctx, proposer.DialConfig{Addr: sk.Addr, TenantID: tenant(1), TimelineID: proto.ID{0xbb, tl}, ApplicationName: "testproposer"})
+	c, err := proposer.Dial(ctx, proposer.DialConfig{AllowTimelineCreation: true, Addr: sk.Addr, TenantID: tenant(1), TimelineID: proto.ID{0xbb, tl}, ApplicationName: "testproposer"})
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}

@@ -33,7 +33,9 @@
 // SIGINT. The signal starts Shutdown: stop
 // accepting, make what was received durable, answer it, end every stream,
 // bounded by 30 s; then exit 0. propose and sync run until their work ends
-// or SIGTERM/SIGINT cancels their context (sync also ends at --timeout).
+// or SIGTERM/SIGINT cancels their context (sync also ends at --timeout);
+// propose --listen-http serves the proposer's Stats (Prometheus /metrics,
+// /healthz, /readyz: proposehttp.go) meanwhile.
 // SIGHUP makes run re-read its TLS certificate and auth public keys; it is
 // logged and ignored by propose and sync (and by run without them): its
 // default action would kill the process without a clean shutdown when
@@ -45,7 +47,7 @@
 // # Exit codes
 //
 //	0  success; run and propose after SIGTERM/SIGINT and a clean stop
-//	1  any other error (also sync without a quorum in --timeout, or with no such timeline)
+//	1  any other error (also sync without a quorum in --timeout)
 //	2  usage: a bad or missing flag or argument, an unknown command, a bad
 //	   value (urfave/cli's own parse errors too), run on a data directory
 //	   that belongs to another --id
@@ -54,7 +56,8 @@
 //	4  refused for good (exitPermanent): a restart cannot fix it, an operator
 //	   must act: run on a data directory it cannot use (permission denied,
 //	   not a directory, a read-only file system, a damaged database); propose
-//	   or sync refused by the safekeepers for good (another system id,
+//	   or sync on a timeline no safekeeper holds; propose or sync refused by
+//	   the safekeepers for good (another system id,
 //	   segment size or major version; a primary of an older PostgreSQL
 //	   timeline, which a standby was promoted from; a forked timeline
 //	   history). The systemd units do not restart after 2 or 4

@@ -34,7 +34,8 @@ const exitUsage = 2
 // exitPermanent is the exit code of a refusal for good: a restart cannot
 // fix it; an operator must act. `run` with a data directory it cannot use
 // (permission denied, not a directory, a read-only file system, a damaged
-// database), `propose` refused by the safekeepers for good (another system
+// database), `propose` and `sync` on a timeline no safekeeper holds,
+// `propose` refused by the safekeepers for good (another system
 // id, segment size or major version; a primary of an older PostgreSQL
 // timeline, which a standby was promoted from; a forked timeline history),
 // `sync` refused so. The systemd units name it in

@@ -25,7 +25,7 @@ func proposeCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "propose",
 		Usage:     "stream a PostgreSQL primary's WAL to a quorum of safekeepers (the walproposer)",
-		UsageText: "safekeeper propose --upstream 'host=... port=... user=...' --safekeepers H:P,H:P,H:P --tenant-id HEX --timeline-id HEX [--slot NAME] [--application-name NAME] [--buffer-size 64MiB]",
+		UsageText: "safekeeper propose --upstream 'host=... port=... user=...' --safekeepers H:P,H:P,H:P --tenant-id HEX --timeline-id HEX [--create] [--slot NAME] [--application-name NAME] [--buffer-size 64MiB]",
 		Description: "Connects to the primary as a physical replication client (creating or reusing a\n" +
 			"physical slot), wins an election on the safekeepers, and streams WAL to all of them.\n" +
 			"It reports flush = the quorum commit_lsn, so with synchronous_standby_names naming\n" +
@@ -40,9 +40,18 @@ func proposeCommand() *cli.Command {
 			"connection still open, and waits while one does, so a proposer restarted by its supervisor\n" +
 			"after it was deposed does not depose the new one in turn; one they would refuse for good is\n" +
 			"told so at once, without waiting. SIGHUP is logged and ignored.\n" +
+			"It never creates a timeline unless told to: without --create, a timeline that no\n" +
+			"safekeeper holds (a quorum answers that they do not) ends it with exit 4, naming the ids;\n" +
+			"pass --create once, at a new timeline's first start. Once one safekeeper holds the\n" +
+			"timeline, the others get it at their next greeting (a replaced disk).\n" +
+			"--slot and --application-name default to proposer_<timeline-id>, so proposers of\n" +
+			"different timelines never share the primary's slot or synchronous standby name.\n" +
+			"--listen-http serves Prometheus /metrics (term, commit_lsn, the lag behind the primary,\n" +
+			"each safekeeper link's state), /healthz and /readyz (200 while it streams to a quorum).\n" +
 			"Exit codes: 0 after SIGTERM/SIGINT, 2 usage error, 3 deposed (a higher term appeared on a\n" +
-			"safekeeper; the message names it and who streams to it), 4 refused for good by the\n" +
-			"safekeepers (a restart cannot fix it; an operator must act), 1 any other error.",
+			"safekeeper; the message names it and who streams to it), 4 refused for good (no safekeeper\n" +
+			"holds the timeline, or the safekeepers refuse this primary: a restart cannot fix it; an\n" +
+			"operator must act), 1 any other error.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before: func(c *cli.Context) error {
 			return requireFlags(c, "upstream", "safekeepers", "tenant-id", "timeline-id")
@@ -52,10 +61,12 @@ func proposeCommand() *cli.Command {
 			&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline (required)"},
 			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
 			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)"},
-			&cli.StringFlag{Name: "slot", Value: "proposer", Usage: "physical replication slot on the primary (created with RESERVE_WAL if missing): 1-63 lowercase letters, digits, underscores"},
-			&cli.StringFlag{Name: "application-name", Value: "proposer", Usage: "application_name on the primary (1-63 printable ASCII bytes); name it in synchronous_standby_names"},
+			&cli.BoolFlag{Name: "create", Usage: "create the timeline on the safekeepers if none holds it: a new timeline's first start only"},
+			&cli.StringFlag{Name: "slot", DefaultText: "proposer_<timeline-id>", Usage: "physical replication slot on the primary (created with RESERVE_WAL if missing): 1-63 lowercase letters, digits, underscores"},
+			&cli.StringFlag{Name: "application-name", DefaultText: "proposer_<timeline-id>", Usage: "application_name on the primary (1-63 printable ASCII bytes); name it in synchronous_standby_names"},
 			&cli.StringFlag{Name: "buffer-size", Value: "64MiB", Usage: "in-memory WAL kept for lagging safekeepers (e.g. 64MiB); older WAL is re-read from the primary"},
 			&cli.DurationFlag{Name: "proposer-lease", Value: proposer.DefaultProposerLease, Usage: "wait to campaign while another proposer streamed to the timeline this recently; 0: take over at once (deposing it)"},
+			&cli.StringFlag{Name: "listen-http", Usage: "host:port for the proposer's /metrics, /healthz and /readyz (plain HTTP; e.g. 127.0.0.1:7686); '' (the default) serves none"},
 		}, securityFlags()...),
 		Action: func(c *cli.Context) error {
 			log, tl, err := timelineArgs(c)
@@ -71,11 +82,24 @@ func proposeCommand() *cli.Command {
 			if err := proposer.CheckConnString(c.String("upstream")); err != nil {
 				return usagef("--upstream: %w", err)
 			}
-			if err := checkApplicationName(c.String("application-name")); err != nil {
-				return usagef("--application-name %q: %w", c.String("application-name"), err)
+			slot, appName := c.String("slot"), c.String("application-name")
+			if !c.IsSet("slot") {
+				slot = proposer.DefaultName(timeline)
 			}
-			if err := checkSlotName(c.String("slot")); err != nil {
+			if !c.IsSet("application-name") {
+				appName = proposer.DefaultName(timeline)
+			}
+			if err := checkApplicationName(appName); err != nil {
+				return usagef("--application-name %q: %w", appName, err)
+			}
+			if err := checkSlotName(slot); err != nil {
 				return usagef("--slot: %w", err)
+			}
+			listenHTTP := c.String("listen-http")
+			if listenHTTP != "" {
+				if err := checkListenAddr(listenHTTP); err != nil {
+					return usagef("--listen-http %q: %w", listenHTTP, err)
+				}
 			}
 			lease := c.Duration("proposer-lease")
 			switch {
@@ -91,16 +115,28 @@ func proposeCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			stats := proposer.NewStats(sks)
+			if listenHTTP != "" {
+				stop, err := serveProposerHTTP(log, listenHTTP, stats, tenant, timeline)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			err = proposer.Run(ctx, proposer.Config{
 				Upstream: c.String("upstream"), Safekeepers: sks, TenantID: tenant, TimelineID: timeline,
-				SlotName: c.String("slot"), ApplicationName: c.String("application-name"), Logger: log,
-				BufferSize: bufSize, ProposerLease: lease, Security: sec,
+				SlotName: slot, ApplicationName: appName, Logger: log, Create: c.Bool("create"),
+				BufferSize: bufSize, ProposerLease: lease, Security: sec, Stats: stats,
 			})
 			if errors.Is(err, proposer.ErrDeposed) {
 				return deposedExit(err)
 			}
 			if errors.Is(err, proposer.ErrIncompatible) {
 				return refusedExit(err)
+			}
+			if errors.Is(err, proposer.ErrNoTimeline) {
+				return cli.Exit(fmt.Sprintf("%v; nothing was created: check --tenant-id and --timeline-id "+
+					"(and --safekeepers), or pass --create at a new timeline's first start", err), exitPermanent)
 			}
 			if err == nil {
 				log.Info("stopped")

@@ -53,7 +53,7 @@ func TestHTTPCommandsOverHTTPSWithTokens(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pc, err := proposer.Dial(ctx, proposer.DialConfig{Addr: srv.Addr().String(), TenantID: tenant, TimelineID: timeline,
+	pc, err := proposer.Dial(ctx, proposer.DialConfig{AllowTimelineCreation: true, Addr: srv.Addr().String(), TenantID: tenant, TimelineID: timeline,
 		Security: proposer.Security{SSLMode: "verify-full", SSLRootCert: ca.CertFile, Password: mine}})
 	if err != nil {
 		t.Fatalf("push over verify-full with the tenant's token: %v", err)

@@ -44,7 +44,7 @@ func TestStatusAndTimelineCommands(t *testing.T) {
 	tenant, timeline := proto.ID{0xa1}, proto.ID{0xb2}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pc, err := proposer.Dial(ctx, proposer.DialConfig{Addr: srv.Addr().String(), TenantID: tenant, TimelineID: timeline})
+	pc, err := proposer.Dial(ctx, proposer.DialConfig{AllowTimelineCreation: true, Addr: srv.Addr().String(), TenantID: tenant, TimelineID: timeline})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,13 +27,14 @@ func syncCommand() *cli.Command {
 			"The timeline's system id, version, segment size and TLI are read from the safekeepers\n" +
 			"(TIMELINE_STATUS) unless --system-id is given.\n" +
 			"Sync never creates a timeline by accident: when no safekeeper holds it (a quorum answered\n" +
-			"that they do not), it fails (exit 1) and changes nothing. --create (with --system-id)\n" +
+			"that they do not), it fails (exit 4) and changes nothing. --create (with --system-id)\n" +
 			"initialises a brand-new timeline instead, as a compute does when it starts one; it prints 0/0.\n" +
 			"Sync refuses (exit 1, naming it) while a proposer streams to the timeline: it would depose it\n" +
 			"and the primary's commits would wait; --force runs it anyway.\n" +
-			"Exit codes: 0 success, 1 no quorum within --timeout, no such timeline, a live proposer or another\n" +
-			"error, 2 usage, 3 deposed, 4 refused for good by the safekeepers (--system-id, --pg-version,\n" +
-			"--wal-seg-size or --pg-timeline do not match their timeline: a restart cannot fix it).",
+			"Exit codes: 0 success, 1 no quorum within --timeout, a live proposer or another error, 2 usage,\n" +
+			"3 deposed, 4 refused for good: no such timeline, or the safekeepers refuse the timeline's\n" +
+			"description (--system-id, --pg-version, --wal-seg-size or --pg-timeline do not match theirs;\n" +
+			"a restart cannot fix it).",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "safekeepers", "tenant-id", "timeline-id") },
 		Flags: append([]cli.Flag{jsonFlag(),
@@ -76,7 +77,7 @@ func syncCommand() *cli.Command {
 			})
 			switch {
 			case errors.Is(err, proposer.ErrNoTimeline):
-				return fmt.Errorf("%w; nothing was created: check --tenant-id and --timeline-id, or pass --create (with --system-id) to initialise a new timeline", err)
+				return cli.Exit(fmt.Sprintf("%v; nothing was created: check --tenant-id and --timeline-id, or pass --create (with --system-id) to initialise a new timeline", err), exitPermanent)
 			case errors.Is(err, proposer.ErrNoWAL):
 				log.Info("the timeline has no WAL on a quorum")
 			case errors.Is(err, proposer.ErrDeposed):

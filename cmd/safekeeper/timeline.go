@@ -23,7 +23,7 @@ func timelineCommand() *cli.Command {
 		Name:            "timeline",
 		Usage:           "manage a safekeeper's timelines",
 		OnUsageError:    func(c *cli.Context, err error, _ bool) error { return usageError{err} },
-		Subcommands:     []*cli.Command{timelineListCommand(), timelineShowCommand(), timelineDeleteCommand(), timelinePullCommand()},
+		Subcommands:     []*cli.Command{timelineCreateCommand(), timelineListCommand(), timelineShowCommand(), timelineDeleteCommand(), timelinePullCommand()},
 		HideHelpCommand: true,
 		Action: func(c *cli.Context) error {
 			if c.Args().First() == "help" {
@@ -182,17 +182,34 @@ func pullTimeline(ctx context.Context, c *cli.Context, from, path string, tenant
 	if err := tl.Commit(st); err != nil {
 		return fmt.Errorf("timeline pull: %w (the timeline here is left empty)", err)
 	}
+	// The peer's persistent replication slots, and the tombstones of those
+	// dropped, so a slot survives the loss of this safekeeper's disk.
+	var slots storage.SlotUpdate
+	for _, e := range peer.Slots {
+		if e.Dropped {
+			slots.PutTombstones = append(slots.PutTombstones, storage.SlotTombstone{Name: e.Name, Incarnation: e.Incarnation, DroppedAt: time.Now()})
+		} else {
+			slots.Put = append(slots.Put, storage.Slot{Name: e.Name, Incarnation: e.Incarnation, RestartLSN: e.RestartLSN, RestartTLI: e.RestartTLI})
+		}
+	}
+	if err := tl.UpdateSlots(slots); err != nil {
+		return fmt.Errorf("timeline pull: the WAL and state are in; storing the replication slots failed (the proposer copies them once it streams): %w", err)
+	}
 	if c.Bool("json") {
 		return writeJSONLine(c, map[string]any{"tenant_id": tenant.String(), "timeline_id": timeline.String(), "from": from,
 			"wal_start_lsn": first, "flush_lsn": end, "wal_bytes": uint64(end - first), "term": st.VotedFor.Term, "commit_lsn": st.CommitLSN,
-			"pg_timeline": st.PgTimeline, "pg_history_bytes": len(st.PgHistory)})
+			"pg_timeline": st.PgTimeline, "pg_history_bytes": len(st.PgHistory), "slots": len(slots.Put)})
 	}
 	hist := ""
 	if len(st.PgHistory) > 0 {
 		hist = fmt.Sprintf(" and its history file (%d bytes)", len(st.PgHistory))
 	}
-	fmt.Fprintf(c.App.Writer, "pulled timeline %s/%s from %s: WAL %s..%s (%d bytes), term %d, commit_lsn %s, PostgreSQL timeline %d%s\n",
-		tenant, timeline, from, first, end, uint64(end-first), st.VotedFor.Term, st.CommitLSN, st.PgTimeline, hist)
+	nslots := fmt.Sprintf("%d replication slots", len(slots.Put))
+	if len(slots.Put) == 1 {
+		nslots = "1 replication slot"
+	}
+	fmt.Fprintf(c.App.Writer, "pulled timeline %s/%s from %s: WAL %s..%s (%d bytes), term %d, commit_lsn %s, PostgreSQL timeline %d%s, %s\n",
+		tenant, timeline, from, first, end, uint64(end-first), st.VotedFor.Term, st.CommitLSN, st.PgTimeline, hist, nslots)
 	return nil
 }
 

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -29,14 +28,19 @@ func walDumpCommand() *cli.Command {
 			"      [--start LSN] [--end LSN] [--stats] [--json]",
 		Description: "Reads the timeline's WAL from a stopped safekeeper's data directory (--data-dir, read-only)\n" +
 			"or from a running one's HTTP API (--http, GET .../wal) and prints one line per record as\n" +
-			"PostgreSQL 15's pg_waldump does: resource manager, len (rec/tot) (rec = xl_tot_len less the\n" +
-			"full-page images), tx, lsn, prev, desc (the record type's name, not pg_waldump's whole\n" +
-			"description) and the block references. LSNs print as X/X.\n\n" +
+			"PostgreSQL 15's pg_waldump does, byte for byte: resource manager, len (rec/tot) (rec =\n" +
+			"xl_tot_len less the full-page images), tx, lsn and prev (as pg_waldump, 0/01000028), desc\n" +
+			"(the record type and its description, in pg_waldump's words, times in the local time zone)\n" +
+			"and the block references. Descriptions are decoded for XLOG, Transaction, Storage, CLOG,\n" +
+			"Database, RelMap, Standby, Heap2, Heap, Btree, Sequence and LogicalMessage records; other\n" +
+			"resource managers' records show their type and \"<not decoded>\", a record whose data does\n" +
+			"not fit its type \"<malformed: REASON>\", and the dump goes on.\n\n" +
 			"Every record is checked as PostgreSQL's xlogreader checks it: page headers, xl_tot_len,\n" +
 			"the prev link, the CRC, the block headers. The first bad record ends the dump with one\n" +
 			"line naming its LSN (a CRC mismatch says so) and exit status 1.\n\n" +
 			"Range: --start defaults to the first record the timeline holds; a --start that is not a\n" +
-			"record boundary begins at the first record at or after it (as pg_waldump -s). --end\n" +
+			"record boundary begins at the first record at or after it, after pg_waldump's line \"first\n" +
+			"record is after X/X, at X/X, skipping over N bytes\" (as pg_waldump -s). --end\n" +
 			"defaults to flush_lsn; records that end after --end are not printed.\n\n" +
 			"--stats prints pg_waldump --stats's table instead (count, record size, FPI size, combined\n" +
 			"size per resource manager, with percentages); --json one JSON object per record, or the\n" +
@@ -174,6 +178,9 @@ func walDump(c *cli.Context) error {
 			}
 			if firstRec == proto.InvalidLSN {
 				firstRec = rec.LSN
+				if !jsonOut {
+					skipped(out, from, rec.LSN, info.segSize)
+				}
 			}
 			lastEnd = rec.End
 			switch {
@@ -213,29 +220,38 @@ func walDump(c *cli.Context) error {
 	return out.Flush()
 }
 
-// formatRecord is pg_waldump's line for rec (LSNs as X/X): "rmgr: Heap
-// len (rec/tot):     59/    59, tx:        728, lsn: 0/174B598, prev
-// 0/174B560, desc: INSERT, blkref #0: rel 1663/5/16384 blk 0".
-func formatRecord(rec *xlog.Record) string {
-	fpi := rec.FPILen()
-	var b strings.Builder
-	fmt.Fprintf(&b, "rmgr: %-11s len (rec/tot): %6d/%6d, tx: %10d, lsn: %s, prev %s, desc: %s",
-		xlog.RmgrName(rec.RmID), int(rec.TotLen)-fpi, rec.TotLen, rec.XID, rec.LSN, rec.Prev, xlog.Describe(rec))
-	for _, blk := range rec.Blocks {
-		fmt.Fprintf(&b, ", blkref #%d: rel %s", blk.ID, blk.Rel)
-		if blk.Fork != 0 {
-			fmt.Fprintf(&b, " fork %s", blk.ForkName())
-		}
-		fmt.Fprintf(&b, " blk %d", blk.Block)
-		if blk.Image != nil {
-			if blk.Image.Apply() {
-				b.WriteString(" FPW")
-			} else {
-				b.WriteString(" FPW for WAL verification")
-			}
-		}
+// skipped prints pg_waldump's note that the first record is past the
+// start asked for (a --start inside a record, or the tail of a record
+// continued into the first page), on stdout as pg_waldump does; like it,
+// not for a start at a segment's first byte.
+func skipped(w io.Writer, from, first proto.LSN, segSize uint64) {
+	if first == from || from.SegmentOffset(segSize) == 0 {
+		return
 	}
-	return b.String()
+	n := uint32(first - from)
+	unit := "bytes"
+	if n == 1 {
+		unit = "byte"
+	}
+	fmt.Fprintf(w, "first record is after %s, at %s, skipping over %d %s\n", from, first, n, unit)
+}
+
+// formatRecord is pg_waldump's line for rec, as PostgreSQL 15 prints it:
+// "rmgr: Heap        len (rec/tot):     59/    59, tx:        728, lsn:
+// 0/0174B598, prev 0/0174B560, desc: INSERT off 2 flags 0x00, blkref #0:
+// rel 1663/5/16384 blk 0". Its LSNs are pg_waldump's %X/%08X (the only
+// place the project pads them); the description (xlog.Describe) prints
+// times in the local time zone, as pg_waldump does.
+func formatRecord(rec *xlog.Record) string {
+	return fmt.Sprintf("rmgr: %-11s len (rec/tot): %6d/%6d, tx: %10d, lsn: %s, prev %s, desc: %s%s",
+		xlog.RmgrName(rec.RmID), int(rec.TotLen)-rec.FPILen(), rec.TotLen, rec.XID, waldumpLSN(rec.LSN), waldumpLSN(rec.Prev),
+		xlog.Describe(rec, localTimestamp), xlog.BlockRefs(rec))
+}
+
+// waldumpLSN is an LSN as pg_waldump prints it in its record lines
+// ("%X/%08X": 0/01000028).
+func waldumpLSN(l proto.LSN) string {
+	return fmt.Sprintf("%X/%08X", uint32(l>>32), uint32(l))
 }
 
 type blockJSON struct {
@@ -258,6 +274,7 @@ type dumpRecordJSON struct {
 	RecLen int         `json:"rec_len"`
 	TotLen int         `json:"tot_len"`
 	FPILen int         `json:"fpi_len"`
+	Type   string      `json:"type"`
 	Desc   string      `json:"desc"`
 	Blocks []blockJSON `json:"blocks"`
 }
@@ -265,7 +282,7 @@ type dumpRecordJSON struct {
 func recordJSON(rec *xlog.Record) dumpRecordJSON {
 	fpi := rec.FPILen()
 	j := dumpRecordJSON{LSN: rec.LSN, End: rec.End, Prev: rec.Prev, Rmgr: xlog.RmgrName(rec.RmID), Info: rec.Info, XID: rec.XID,
-		RecLen: int(rec.TotLen) - fpi, TotLen: int(rec.TotLen), FPILen: fpi, Desc: xlog.Describe(rec), Blocks: []blockJSON{}}
+		RecLen: int(rec.TotLen) - fpi, TotLen: int(rec.TotLen), FPILen: fpi, Type: xlog.RecordType(rec), Desc: xlog.Describe(rec, localTimestamp), Blocks: []blockJSON{}}
 	for _, b := range rec.Blocks {
 		bj := blockJSON{ID: b.ID, Rel: b.Rel.String(), Fork: b.ForkName(), Block: b.Block, DataLen: int(b.DataLen)}
 		if b.Image != nil {
@@ -507,3 +524,11 @@ const (
 	walStartHeader = "X-Wal-Start"
 	walEndHeader   = "X-Wal-End"
 )
+
+// localTimestamp is xlog.TimestampFormat in the local time zone (TZ, or
+// /etc/localtime), as pg_waldump prints commit times.
+func localTimestamp(ts int64) string {
+	t := time.Unix(ts/1_000_000+xlog.PostgresEpochUnix, 0).In(time.Local)
+	zone, _ := t.Zone()
+	return fmt.Sprintf("%s.%06d %s", t.Format("2006-01-02 15:04:05"), ts%1_000_000, zone)
+}

@@ -40,8 +40,17 @@ type (
 	}
 	// TimelineStatus is TIMELINE_STATUS (ours).
 	TimelineStatus struct{}
-	// StartWALPush is START_WAL_PUSH (ours): the proposer's stream.
-	StartWALPush struct{}
+	// StartWALPush is START_WAL_PUSH [(option [value] [, ...])] (ours): the
+	// proposer's stream. Options: allow_timeline_creation [bool] — without
+	// it a greeting may create the timeline (the WAL push protocol's rule
+	// 1), so AllowTimelineCreation is true; with false a greeting naming a
+	// timeline this safekeeper does not hold is refused.
+	// sync_replication_slots [bool] (default false) — the stream carries
+	// slot tables both ways (README_PROTO.md).
+	StartWALPush struct {
+		AllowTimelineCreation bool
+		SyncReplicationSlots  bool
+	}
 	// SQL is anything that is not a replication command; Text is the query
 	// as received.
 	SQL struct{ Text string }

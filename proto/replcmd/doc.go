@@ -12,7 +12,7 @@
 //	DROP_REPLICATION_SLOT slot [WAIT]
 //	START_REPLICATION [SLOT slot] [PHYSICAL] X/X [TIMELINE n] [(term 'N')]
 //	TIMELINE_STATUS                             (ours)
-//	START_WAL_PUSH                              (ours; the proposer's stream)
+//	START_WAL_PUSH [(allow_timeline_creation [bool], sync_replication_slots [bool])]  (ours; the proposer's stream)
 //
 // Keywords are case-sensitive upper case, as in PostgreSQL; START_WAL_PUSH is
 // also accepted in any case (proposers have always been served that way).

@@ -275,7 +275,7 @@ func Parse(q string) (Command, error) {
 		return Empty{}, nil
 	}
 	if strings.EqualFold(strings.TrimSpace(strings.TrimSuffix(trimmed, ";")), "START_WAL_PUSH") {
-		return StartWALPush{}, nil
+		return StartWALPush{AllowTimelineCreation: true}, nil
 	}
 	toks, err := scan(q)
 	if err != nil {
@@ -297,7 +297,30 @@ func Parse(q string) (Command, error) {
 	case "TIMELINE_STATUS":
 		cmd = TimelineStatus{}
 	case "START_WAL_PUSH":
-		cmd = StartWALPush{}
+		c := StartWALPush{AllowTimelineCreation: true}
+		if p.acceptPunct("(") {
+			opts, err := p.genericOptions()
+			if err != nil {
+				return nil, err
+			}
+			for k, v := range opts {
+				b, ok := true, true
+				if v != "" {
+					b, ok = parseBool(v)
+				}
+				switch {
+				case k != "allow_timeline_creation" && k != "sync_replication_slots":
+					return nil, invalidErr("unrecognized option: %s", k)
+				case !ok:
+					return nil, invalidErr("%s requires a Boolean value", k)
+				case k == "allow_timeline_creation":
+					c.AllowTimelineCreation = b
+				default:
+					c.SyncReplicationSlots = b
+				}
+			}
+		}
+		cmd = c
 	case "BASE_BACKUP":
 		return nil, unsupported("BASE_BACKUP is not supported by a safekeeper: take base backups from the primary")
 	case "SHOW":

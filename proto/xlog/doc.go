@@ -83,4 +83,20 @@
 // page, records before the position are checked and not returned.
 // rmgr.go holds PostgreSQL 15's resource manager names and the record type
 // names of the common ones (rm_identify), for pg_waldump-style output.
+//
+// # Descriptions
+//
+// Describe (desc.go) is the rest of pg_waldump's line: what PostgreSQL 15's
+// rm_desc functions (src/backend/access/rmgrdesc/*desc.c) print for a
+// record's main data, in their words, and BlockRefs the block references
+// (XLogRecGetBlockRefInfo). The resource managers of a pgbench workload and
+// of initdb are described (Described: XLOG, Transaction, Storage, CLOG,
+// Database, RelMap, Standby, Heap2, Heap, Btree, Sequence, LogicalMessage;
+// desc_*.go), the others get their record type's name and "<not decoded>".
+// The main data is read as the C structs of PostgreSQL 15's headers, at
+// their x86-64 offsets, with every read bounds-checked: data too short for
+// its struct, or counts running past its end, is a *DescError (wrapping
+// ErrMalformedData) and prints as "<malformed: REASON>", where pg_waldump
+// would read past the record. Timestamps print in the location given, as
+// pg_waldump prints them in its local time zone.
 package xlog

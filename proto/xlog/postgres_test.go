@@ -145,10 +145,15 @@ func TestRealPostgresWAL(t *testing.T) {
 		}
 	}
 	// The Reader returns pg_waldump's records: starts, prev links, lengths
-	// (rec = xl_tot_len less the images), rmgr and record type names.
+	// (rec = xl_tot_len less the images), rmgr and record type names; and
+	// the description and block references pg_waldump prints after
+	// "desc: ", whole for the resource managers described (times in the
+	// local zone, which pg_waldump, run by this process, shares), the
+	// record type's name and the block references for the others.
 	r := xlog.NewReader(from, seg)
 	r.Feed(data)
 	types, pairs := map[string]bool{}, map[string]bool{}
+	described := 0
 	for i, w := range recs {
 		rec, ok, err := r.Next()
 		if err != nil || !ok {
@@ -156,9 +161,17 @@ func TestRealPostgresWAL(t *testing.T) {
 		}
 		name, _, _ := strings.Cut(w.Desc, " ")
 		if rec.LSN != w.Start || rec.Prev != w.Prev || int(rec.TotLen) != w.TotLen || int(rec.TotLen)-rec.FPILen() != w.RecLen ||
-			xlog.RmgrName(rec.RmID) != w.Rmgr || xlog.Describe(rec) != name || rec.End != ends[i] {
+			xlog.RmgrName(rec.RmID) != w.Rmgr || xlog.RecordType(rec) != name || rec.End != ends[i] {
 			t.Fatalf("Reader: record %d: %s %s prev %s len %d/%d %s ends %s; pg_waldump: %+v (ends %s)", i, xlog.RmgrName(rec.RmID), rec.LSN, rec.Prev,
-				int(rec.TotLen)-rec.FPILen(), rec.TotLen, xlog.Describe(rec), rec.End, w, ends[i])
+				int(rec.TotLen)-rec.FPILen(), rec.TotLen, xlog.RecordType(rec), rec.End, w, ends[i])
+		}
+		if xlog.Described(rec.RmID) {
+			if got := xlog.Describe(rec, zoned(time.Local)) + xlog.BlockRefs(rec); got != w.Desc {
+				t.Fatalf("record %d at %s: desc\n%s\npg_waldump:\n%s", i, rec.LSN, got, w.Desc)
+			}
+			described++
+		} else if !strings.HasPrefix(w.Desc, xlog.RecordType(rec)+" ") || !strings.HasSuffix(w.Desc, xlog.BlockRefs(rec)) {
+			t.Fatalf("record %d at %s: type %q, block references %q; pg_waldump: %q", i, rec.LSN, xlog.RecordType(rec), xlog.BlockRefs(rec), w.Desc)
 		}
 		types[w.Rmgr] = true
 		pairs[w.Rmgr+"/"+name] = true
@@ -168,7 +181,7 @@ func TestRealPostgresWAL(t *testing.T) {
 			t.Errorf("no %s record in the workload's WAL: its record type names are not checked", rm)
 		}
 	}
-	t.Logf("Reader: %d records as pg_waldump's, %d rmgr/record type pairs", len(recs), len(pairs))
+	t.Logf("Reader: %d records as pg_waldump's (%d with the same whole description), %d rmgr/record type pairs", len(recs), described, len(pairs))
 
 	// Starting at a record end in mid-stream works too.
 	for _, k := range []int{0, len(ends) / 3, len(ends) / 2, len(ends) - 2} {

@@ -363,7 +363,7 @@ func TestIdentify(t *testing.T) {
 		{8, 0x10, "RUNNING_XACTS"}, {2, 0x10, "CREATE"}, {20, 0x00, "Generic"},
 		{0, 0xC0, "UNKNOWN (c0)"}, {13, 0x00, "UNKNOWN (0)"}, {12, 0x20, "INSERT"}, {200, 0x10, "UNKNOWN (10)"},
 	} {
-		if got := xlog.Describe(&xlog.Record{RmID: c.rmid, Info: c.info}); got != c.want {
+		if got := xlog.RecordType(&xlog.Record{RmID: c.rmid, Info: c.info}); got != c.want {
 			t.Errorf("rmgr %d info %#x: %q, want %q", c.rmid, c.info, got, c.want)
 		}
 	}

@@ -57,7 +57,7 @@ var identify = map[uint8]map[uint8]string{
 	// xact: info & XLOG_XACT_OPMASK (0x70); 0x80 is XLOG_XACT_HAS_INFO.
 	rmXact: {
 		0x00: "COMMIT", 0x10: "PREPARE", 0x20: "ABORT", 0x30: "COMMIT_PREPARED",
-		0x40: "ABORT_PREPARED", 0x50: "ASSIGNMENT", 0x60: "INVALIDATIONS",
+		0x40: "ABORT_PREPARED", 0x50: "ASSIGNMENT", 0x60: "INVALIDATION",
 	},
 	rmSmgr:      {0x10: "CREATE", 0x20: "TRUNCATE"},
 	rmClog:      {0x00: "ZEROPAGE", 0x10: "TRUNCATE"},
@@ -72,7 +72,7 @@ var identify = map[uint8]map[uint8]string{
 	},
 	rmHeap: {
 		0x00: "INSERT", 0x80: "INSERT+INIT", 0x10: "DELETE", 0x20: "UPDATE", 0xA0: "UPDATE+INIT",
-		0x30: "TRUNCATE", 0x40: "HOT_UPDATE", 0xC0: "HOT_UPDATE+INIT", 0x50: "CONFIRM",
+		0x30: "TRUNCATE", 0x40: "HOT_UPDATE", 0xC0: "HOT_UPDATE+INIT", 0x50: "HEAP_CONFIRM",
 		0x60: "LOCK", 0x70: "INPLACE",
 	},
 	rmBtree: {
@@ -111,7 +111,7 @@ var identify = map[uint8]map[uint8]string{
 // Identify returns the record type's name as the rmgr's rm_identify does in
 // PostgreSQL 15 (e.g. "CHECKPOINT_ONLINE", "COMMIT", "HOT_UPDATE+INIT"),
 // for the resource managers it knows, and ok false otherwise (pg_waldump
-// then prints "UNKNOWN (%x)").
+// then prints "UNKNOWN (%x)", see RecordType).
 func Identify(rmid, info uint8) (name string, ok bool) {
 	switch rmid {
 	case rmGeneric:
@@ -123,13 +123,4 @@ func Identify(rmid, info uint8) (name string, ok bool) {
 	}
 	name, ok = identify[rmid][info]
 	return name, ok
-}
-
-// Describe returns the start of pg_waldump's "desc:" for r: the record
-// type's name, or "UNKNOWN (%x)" with xl_info & ~XLR_INFO_MASK.
-func Describe(r *Record) string {
-	if name, ok := Identify(r.RmID, r.Info); ok {
-		return name
-	}
-	return fmt.Sprintf("UNKNOWN (%x)", r.Info&XLRRmgrInfoMask)
 }

@@ -80,6 +80,8 @@ type cluster struct {
 	standby  *standby
 	bank     *bank
 	promoted bool
+	// created: the timelines created on the safekeepers (startProposerOn).
+	created map[proto.ID]bool
 }
 
 func startCluster(t *testing.T, o options) *cluster {
@@ -133,10 +135,20 @@ func (c *cluster) startProposer(name, slot string, extra ...string) *harness.Pro
 
 // startProposerOn starts a proposer for timeline (of tenantID), with extra
 // flags of `propose`.
+// The first start on a timeline creates it first (safekeeper timeline
+// create), as an operator does; the proposers never get --create.
 func (c *cluster) startProposerOn(timeline proto.ID, name, slot string, extra ...string) *harness.Process {
 	c.t.Helper()
+	upstream := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", c.pg.Port)
+	if !c.created[timeline] {
+		harness.CreateTimeline(c.t, upstream, strings.Split(c.proposerAddrs(), ","), tenantID.String(), timeline.String())
+		if c.created == nil {
+			c.created = map[proto.ID]bool{}
+		}
+		c.created[timeline] = true
+	}
 	args := append([]string{"--log-level", "debug", "propose",
-		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", c.pg.Port),
+		"--upstream", upstream,
 		"--safekeepers", c.proposerAddrs(),
 		"--tenant-id", tenantID.String(), "--timeline-id", timeline.String(),
 		"--slot", slot, "--application-name", name, "--buffer-size", "1MiB"}, extra...)

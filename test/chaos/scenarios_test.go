@@ -379,7 +379,8 @@ func TestElectedProposerNotDeposedBySameTermVote(t *testing.T) {
 	}
 	ver, _ := strconv.ParseUint(c.pg.Exec(t, "SHOW server_version_num"), 10, 32)
 	ctx := harness.Context(t, 30*time.Second)
-	conn, err := proposer.Dial(ctx, proposer.DialConfig{Addr: c.sks[2].Addr, TenantID: tenantID, TimelineID: timelineID, ApplicationName: "candidate-b"})
+	conn, err := proposer.Dial(ctx, proposer.DialConfig{Addr: c.sks[2].Addr, TenantID: tenantID, TimelineID: timelineID, ApplicationName: "candidate-b",
+		AllowTimelineCreation: true}) // the first greeting of the timeline there
 	if err != nil {
 		t.Fatal(err)
 	}

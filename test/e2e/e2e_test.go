@@ -58,6 +58,10 @@ func startCluster(t *testing.T) *cluster {
 	for _, sk := range c.sks {
 		addrs = append(addrs, sk.Addr)
 	}
+	// As an operator does: the timeline is created once, then the
+	// proposer (without --create) protects the primary.
+	harness.CreateTimeline(t, fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", c.pg.Port), addrs,
+		tenantID.String(), timelineID.String())
 	c.prop = harness.StartProcess(t, "proposer", "--log-level", "debug", "propose",
 		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", c.pg.Port),
 		"--safekeepers", strings.Join(addrs, ","),

@@ -68,8 +68,8 @@ func TestTLSEndToEnd(t *testing.T) {
 	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
 	prop := harness.StartProcess(t, "proposer", "--log-level", "debug", "propose",
 		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
-		"--safekeepers", strings.Join(addrs, ","), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
-		"--safekeeper-sslmode", "verify-full", "--safekeeper-sslrootcert", ca.CertFile, "--token-file", tokenFile)
+		"--safekeepers", strings.Join(addrs, ","), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(), "--create",
+		"--slot", "proposer", "--application-name", "proposer", "--safekeeper-sslmode", "verify-full", "--safekeeper-sslrootcert", ca.CertFile, "--token-file", tokenFile)
 	harness.WaitFor(t, 60*time.Second, "the proposer streaming over TLS as the sync standby", func() bool {
 		if exited, code := prop.Exited(); exited {
 			t.Fatalf("proposer exited %d:\n%s", code, tailString(prop.Log(), 30))

@@ -96,3 +96,21 @@ func tot(n int) uint32 {
 	}
 	return uint32(xlog.SizeOfXLogRecord + 5 + n)
 }
+
+// TestFirstDiff: equal dumps give "", others the first differing line
+// with its number and the two lines before it.
+func TestFirstDiff(t *testing.T) {
+	if d := FirstDiff("a", "x\ny\n", "b", "x\ny\n"); d != "" {
+		t.Fatalf("equal: %q", d)
+	}
+	got := FirstDiff("wal dump", "l1\nl2\nl3\nl4\n", "pg_waldump", "l1\nl2\nl3\nL4\n")
+	want := "first difference at line 4 (wal dump: 5 lines, pg_waldump: 5 lines):\n" +
+		"        2  l2\n        3  l3\n" +
+		"        4  wal dump:   l4\n        4  pg_waldump: L4"
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+	if got := FirstDiff("a", "x", "b", "x\ny"); !strings.Contains(got, "line 2") || !strings.Contains(got, "a: (end of output)") {
+		t.Fatalf("shorter: %s", got)
+	}
+}

@@ -56,8 +56,8 @@ func RunWaldump(ctx context.Context, path, dir string, start, end proto.LSN) (re
 }
 
 // ParseWaldump parses the record lines of pg_waldump's output (or of
-// `safekeeper wal dump`'s, which prints LSNs as X/X instead of X/%08X);
-// other lines are ignored. It uses no regular expression: dumps of a few
+// `safekeeper wal dump`'s, the same lines); LSNs may be padded (X/%08X, as
+// pg_waldump prints them) or not. Other lines are ignored. It uses no regular expression: dumps of a few
 // segments have a hundred thousand lines, parsed under the race detector.
 func ParseWaldump(out []byte) ([]WaldumpRecord, error) {
 	var recs []WaldumpRecord
@@ -169,4 +169,33 @@ func WriteSegments(dir string, tli uint32, segSize uint64, start proto.LSN, data
 		}
 	}
 	return nil
+}
+
+// FirstDiff compares two dumps line by line and returns "" when they are
+// equal, else a report of the first line that differs: its number, up to
+// two equal lines before it, and both versions, labelled nameA and nameB
+// (e.g. "wal dump", "pg_waldump").
+func FirstDiff(nameA, a, nameB, b string) string {
+	if a == b {
+		return ""
+	}
+	la, lb := strings.Split(a, "\n"), strings.Split(b, "\n")
+	i := 0
+	for i < len(la) && i < len(lb) && la[i] == lb[i] {
+		i++
+	}
+	var r strings.Builder
+	fmt.Fprintf(&r, "first difference at line %d (%s: %d lines, %s: %d lines):\n", i+1, nameA, len(la), nameB, len(lb))
+	for j := max(0, i-2); j < i; j++ {
+		fmt.Fprintf(&r, "  %7d  %s\n", j+1, la[j])
+	}
+	line := func(l []string) string {
+		if i < len(l) {
+			return l[i]
+		}
+		return "(end of output)"
+	}
+	w := max(len(nameA), len(nameB)) + 1
+	fmt.Fprintf(&r, "  %7d  %-*s %s\n  %7d  %-*s %s", i+1, w, nameA+":", line(la), i+1, w, nameB+":", line(lb))
+	return r.String()
 }

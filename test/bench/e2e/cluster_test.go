@@ -235,6 +235,8 @@ func (b *bench) startProposer() {
 			addrs = append(addrs, sk.Addr)
 		}
 		b.propLogFrom = 0
+		harness.CreateTimeline(b.t, fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", b.pg.Port), addrs,
+			tenantID.String(), timelineID.String())
 		b.prop = harness.StartProcess(b.t, "proposer", "propose",
 			"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", b.pg.Port),
 			"--safekeepers", strings.Join(addrs, ","),

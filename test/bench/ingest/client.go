@@ -35,7 +35,7 @@ type Client struct {
 // greeting is not sent yet: see Greet or Campaign.
 func Dial(ctx context.Context, addr string, info proto.ServerInfo) (*Client, error) {
 	conn, err := proposer.Dial(ctx, proposer.DialConfig{
-		Addr: addr, TenantID: info.TenantID, TimelineID: info.TimelineID, ApplicationName: "bench-proposer",
+		Addr: addr, TenantID: info.TenantID, TimelineID: info.TimelineID, ApplicationName: "bench-proposer", AllowTimelineCreation: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to safekeeper %s: %w", addr, err)
