@@ -51,28 +51,36 @@ func (c *streamChunk) piece(lsn proto.LSN, max int) (d []byte, skipped, consumed
 	return d, false, lsn+proto.LSN(len(d)) >= end
 }
 
-// streamChunks reads a second replication stream from `from` (up to `to`;
-// 0: without end) of the server at connStr — as a term reader of term when
-// term > 0 — and posts it chunk by chunk, each acknowledged before the next
-// (which paces the stream to its safekeeper), and its failure.
+// streamChunks reads a second replication stream of PostgreSQL timeline
+// tli from `from` (up to `to`; 0: without end) of the server at connStr —
+// as a term reader of term when term > 0 — and posts it chunk by chunk,
+// each acknowledged before the next (which paces the stream to its
+// safekeeper), and its failure. It reports whether it reached `to`.
 func streamChunks(ctx context.Context, peer, connStr, appName string, timeout time.Duration, from, to proto.LSN, tli uint32, term uint64,
-	post func(streamChunk) bool) {
+	post func(streamChunk) bool) (reached bool) {
 	up, err := dialUpstream(ctx, peer, connStr, appName, timeout)
 	if err != nil {
 		post(streamChunk{err: err})
-		return
+		return false
 	}
 	defer up.close()
 	if err := up.startReplicationTerm(ctx, "", from, tli, term); err != nil {
 		post(streamChunk{err: err})
-		return
+		return false
 	}
+	received := from
 	err = up.forward(ctx, from, to, handOff(ctx, func(start proto.LSN, wal []byte, ack chan struct{}) bool {
-		return post(streamChunk{start: start, wal: wal, ack: ack})
+		if !post(streamChunk{start: start, wal: wal, ack: ack}) {
+			return false
+		}
+		received = start + proto.LSN(len(wal))
+		return true
 	}))
 	if err != nil {
 		post(streamChunk{err: err})
+		return false
 	}
+	return to != 0 && received >= to
 }
 
 func (s *driver) startCatchup(ctx context.Context, sk *skState) {
@@ -213,8 +221,25 @@ func (s *driver) runCatchup(ctx context.Context, i, id int, from proto.LSN, peer
 		}
 	}
 	if peer < 0 {
-		streamChunks(ctx, "primary", s.cfg.Upstream, s.cfg.ApplicationName+"_catchup", s.cfg.ConnectTimeout, from, 0, s.ui.Timeline, 0, post)
-		return
+		// From the primary, on the PostgreSQL timeline the WAL at `from`
+		// belongs to, as a standby asks: a promoted primary has its
+		// ancestors' WAL in their timelines' segments, and asked for its own
+		// timeline below the switch point it looks in a segment of its
+		// timeline that does not exist ("requested WAL segment 00000002...
+		// has already been removed" for timeline 1's WAL it holds). An
+		// ancestor's stream ends at its switch point; the next timeline's
+		// follows from there.
+		var ends []proto.PgTimelineEnd
+		if s.ui.Timeline > 1 {
+			ends, _ = proto.ParsePgHistory(s.ui.Timeline, s.ui.History) // one that does not parse: the primary's own timeline throughout
+		}
+		for {
+			tli, end := proto.PgTimelineAt(ends, s.ui.Timeline, from)
+			if !streamChunks(ctx, "primary", s.cfg.Upstream, s.cfg.ApplicationName+"_catchup", s.cfg.ConnectTimeout, from, end, tli, 0, post) {
+				return
+			}
+			from = end
+		}
 	}
 	addr := s.cfg.Safekeepers[peer]
 	host, port, err := splitHostPort(addr)

@@ -15,7 +15,9 @@ import (
 // (withDefaults); Upstream, Safekeepers, TenantID and TimelineID are required.
 type Config struct {
 	// Upstream is the libpq keyword/value (or URL) connection string of the
-	// primary. Run adds replication=true and application_name itself.
+	// primary, with libpq 15's keywords only (CheckConnString; Run refuses
+	// others at once). Run adds replication=true and application_name
+	// itself.
 	Upstream string
 	// Safekeepers are the host:port addresses of all safekeepers of the
 	// timeline; a quorum is ⌊n/2⌋+1 of them.

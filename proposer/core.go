@@ -196,7 +196,7 @@ func (c *Core) Campaign() (proto.Ballot, error) {
 		panic("proposer: Campaign after Elect")
 	}
 	if g := c.Greetings(); g < c.quorum {
-		return proto.Ballot{}, fmt.Errorf("%w: %d greetings, need %d", ErrNoQuorum, g, c.quorum)
+		return proto.Ballot{}, fmt.Errorf("%w: %d greeted, need %d", ErrNoQuorum, g, c.quorum)
 	}
 	c.ballot = proto.Ballot{Term: c.maxTerm + 1, UUID: c.uuid}
 	return c.ballot, nil
@@ -269,7 +269,7 @@ func (c *Core) Elect(upstreamEnd, newTimelineStart proto.LSN) (*Election, error)
 		return c.election, nil
 	}
 	if g := c.Grants(); g < c.quorum {
-		return nil, fmt.Errorf("%w: %d grants, need %d", ErrNoQuorum, g, c.quorum)
+		return nil, fmt.Errorf("%w: %d granted, need %d", ErrNoQuorum, g, c.quorum)
 	}
 	donor := -1
 	var maxCommit proto.LSN

@@ -31,15 +31,19 @@
 //     `safekeeper sync`: its WALSource is copy streams from the donor.
 //
 // Lifecycle of Run: a session connects to the primary (IDENTIFY_SYSTEM,
-// SHOW wal_segment_size / server_version_num, slot), greets every
-// safekeeper, campaigns once a quorum greeted, elects on a quorum of grants,
+// SHOW wal_segment_size / server_version_num), asks every safekeeper for
+// the timeline (TIMELINE_STATUS: a live proposer to wait for, lease.go; a
+// timeline that refuses this primary for good, refusal.go), takes its slot,
+// greets every safekeeper, campaigns once a quorum greeted, elects on a quorum of grants,
 // sends ProposerElected, starts replication and streams. A safekeeper that
 // reconnects is re-greeted, re-granted the same ballot and gets a new
 // ProposerElected. Any primary failure or refused vote ends the session and
 // Run starts a new one, with a higher term, after a backoff; a higher term
-// after the election ends Run with a *DeposedError, and a refusal by the
+// after the election ends Run with a *DeposedError, a refusal by the
 // primary that no retry can heal (authorization, slot name) with a
-// *RejectedError. docs/proposer.md has the reasoning. When Run returns it
+// *RejectedError, and one by so many safekeepers that no quorum is left
+// (another cluster's timeline, an older or forked PostgreSQL timeline) with
+// an *IncompatibleError. docs/proposer.md has the reasoning. When Run returns it
 // logs one "safekeeper link stats" line per safekeeper (linkstats.go): its
 // SafeKeeperResponses and the longest wait for one with a request
 // outstanding, max_response_gap, against the protocol's 100 ms. While it

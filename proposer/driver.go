@@ -40,6 +40,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if err := CheckConnString(cfg.Upstream); err != nil {
+		return err
+	}
 	log := cfg.Logger
 	bo := backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax}
 	var lastTerm, ownTerm uint64
@@ -48,13 +51,8 @@ func Run(ctx context.Context, cfg Config) error {
 	defer func() { logLinkStats(log, cfg.Safekeepers, gaps) }()
 	outage := primaryOutage{log: log}
 	for {
-		if cfg.ProposerLease > 0 {
-			waitLease(ctx, cfg, ownTerm)
-			if ctx.Err() != nil {
-				return nil
-			}
-		}
 		s := newDriver(cfg, lastTerm)
+		s.leaseAbove = ownTerm
 		s.outage = &outage
 		s.createWarned = createWarned
 		err := s.run(ctx)
@@ -157,6 +155,9 @@ type driver struct {
 	// refusals: the safekeepers that refused our ServerInfo for good
 	// (their links stopped); Run ends once no quorum is left.
 	refusals map[int]error
+	// leaseAbove: before the campaign, wait while a proposer of a term
+	// above it streams to the timeline (waitLease; ProposerLease).
+	leaseAbove uint64
 	// missing: the safekeepers whose last answer was that they do not hold
 	// the timeline; Run ends once no quorum is left while none holds it.
 	missing map[int]error
@@ -220,20 +221,10 @@ func (s *driver) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.started = time.Now()
-	up, err := dialUpstream(ctx, "primary", s.cfg.Upstream, s.cfg.ApplicationName, s.cfg.ConnectTimeout)
-	if err != nil {
+	if err := s.connectPrimary(ctx); err != nil {
 		return s.primaryFailed(ctx, err)
 	}
-	s.up = up
-	defer up.close()
-	if s.ui, err = up.identify(ctx); err != nil {
-		return s.primaryFailed(ctx, err)
-	}
-	// The primary answers (Stats; the log says it is back once the session
-	// holds its slot: a primary that answers and then fails at the slot
-	// every time is one outage, not one per attempt).
-	s.stats.primaryConnected(s.ui.XLogPos)
-	s.stats.publishWait(s.stats.waits.truncate(s.ui.XLogPos))
+	defer func() { s.up.close() }()
 	if !s.cfg.Create {
 		// Before anything is created anywhere (the slot on the primary, a
 		// timeline on a safekeeper): a mistyped id ends Run here, with
@@ -242,6 +233,28 @@ func (s *driver) run(ctx context.Context) error {
 			return err
 		}
 	}
+	// Before the campaign, and before the slot: what the primary is
+	// decides whether the safekeepers can take it at all (an old primary
+	// after a failover is refused at once, not after a wait). While it
+	// waits for another proposer, the primary's connection is closed (no
+	// walsender held, no second row in pg_stat_replication); afterwards it
+	// connects again.
+	if s.cfg.ProposerLease > 0 {
+		waited, err := waitLease(ctx, s.cfg, s.leaseAbove, &s.si, func() { s.up.close() })
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if waited {
+			if err := s.connectPrimary(ctx); err != nil {
+				return s.primaryFailed(ctx, err)
+			}
+		}
+	}
+	up := s.up
+	var err error
 	if s.ui.RestartLSN, err = up.ensureSlot(ctx, s.cfg.SlotName); err != nil {
 		return s.primaryFailed(ctx, err)
 	}
@@ -253,11 +266,6 @@ func (s *driver) run(ctx context.Context) error {
 	s.log.Info("connected to primary", "system_id", s.ui.SystemID, "pg_timeline", s.ui.Timeline, "flush", s.ui.XLogPos,
 		"wal_segment_size", s.ui.SegSize, "server_version_num", s.ui.PgVersion, "slot", s.cfg.SlotName, "slot_restart_lsn", s.ui.RestartLSN)
 	s.outage.back(time.Now())
-	s.si = proto.ServerInfo{
-		ProtocolVersion: proto.ProtocolVersion, PgVersion: s.ui.PgVersion, SystemID: s.ui.SystemID,
-		TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID, PgTimeline: s.ui.Timeline,
-		WalSegSize: s.ui.SegSize, ProposerUUID: s.cfg.ProposerUUID, WalEnd: s.ui.XLogPos,
-	}
 	var hist *proto.TimelineHistory
 	if s.ui.Timeline > 1 {
 		hist = &proto.TimelineHistory{PgTimeline: s.ui.Timeline, Content: s.ui.History}
@@ -286,6 +294,32 @@ func (s *driver) run(ctx context.Context) error {
 		s.links.wg.Wait()
 	}()
 	return s.loop(ctx)
+}
+
+// connectPrimary opens the replication connection to the primary
+// (s.up), asks it what it is (s.ui) and describes it to the safekeepers
+// (s.si).
+func (s *driver) connectPrimary(ctx context.Context) error {
+	up, err := dialUpstream(ctx, "primary", s.cfg.Upstream, s.cfg.ApplicationName, s.cfg.ConnectTimeout)
+	if err != nil {
+		return err
+	}
+	if s.ui, err = up.identify(ctx); err != nil {
+		up.close()
+		return err
+	}
+	s.up = up
+	// The primary answers (Stats; the log says it is back once the session
+	// holds its slot: a primary that answers and then fails at the slot
+	// every time is one outage, not one per attempt).
+	s.stats.primaryConnected(s.ui.XLogPos)
+	s.stats.publishWait(s.stats.waits.truncate(s.ui.XLogPos))
+	s.si = proto.ServerInfo{
+		ProtocolVersion: proto.ProtocolVersion, PgVersion: s.ui.PgVersion, SystemID: s.ui.SystemID,
+		TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID, PgTimeline: s.ui.Timeline,
+		WalSegSize: s.ui.SegSize, ProposerUUID: s.cfg.ProposerUUID, WalEnd: s.ui.XLogPos,
+	}
+	return nil
 }
 
 // loop is the owner: the only goroutine that touches the session, the
@@ -417,6 +451,9 @@ func (s *driver) disconnect(sk *skState) {
 func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 	sk := s.sks[ev.sk]
 	if ev.refused {
+		if ev.gen == sk.gen && sk.out != nil { // refused after its greeting (TimelineHistory)
+			s.disconnect(sk)
+		}
 		return s.refused(ev)
 	}
 	if ev.missing {
@@ -493,7 +530,7 @@ func (s *driver) refused(ev skEvent) error {
 	}
 	s.refusals[ev.sk] = ev.err
 	if refusalBlocksQuorum(len(s.refusals), len(s.cfg.Safekeepers)) {
-		return incompatibleError(s.refusals, s.cfg.Safekeepers)
+		return incompatibleError(s.refusals, s.cfg.Safekeepers, &s.si)
 	}
 	s.log.Error("safekeeper refuses this primary for good; not retried, the others go on", "safekeeper", s.cfg.Safekeepers[ev.sk], "err", ev.err)
 	return nil

@@ -7,10 +7,11 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/safekeeper/safekeeper/proto"
 )
 
 // DefaultProposerLease is how recently a proposer must have streamed to a
@@ -25,8 +26,10 @@ var ErrProposerLive = errors.New("proposer: a proposer is streaming to the timel
 
 // ErrIncompatible: so many safekeepers refused the ServerInfo for good —
 // the timeline they hold belongs to another cluster (system id), another
-// PostgreSQL major version or another segment size — that no quorum is
-// possible. Retrying cannot fix it.
+// PostgreSQL major version or another segment size, or it is on a newer
+// PostgreSQL timeline than the primary, or the primary's timeline history
+// forks from it — that no quorum is possible. Retrying cannot fix it. The
+// error is an *IncompatibleError, which says why (refusal.go).
 var ErrIncompatible = errors.New("proposer: the safekeepers' timeline does not match this primary")
 
 // sqlstateInvalidParameterValue is a safekeeper's refusal of a ServerInfo
@@ -34,7 +37,7 @@ var ErrIncompatible = errors.New("proposer: the safekeepers' timeline does not m
 const sqlstateInvalidParameterValue = "22023"
 
 // incompatible reports whether err is a safekeeper's refusal of our
-// ServerInfo (rule 1), which reconnecting cannot fix.
+// ServerInfo (rule 1) or TimelineHistory, which reconnecting cannot fix.
 func incompatible(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == sqlstateInvalidParameterValue
@@ -140,16 +143,11 @@ func (l LiveProposer) String() string {
 // since does not count). Safekeepers that do not answer or do not hold the
 // timeline report none.
 func findLive(ctx context.Context, sc *SyncConfig, above uint64, lease time.Duration) (LiveProposer, bool) {
-	probes := make([]timelineProbe, len(sc.Safekeepers))
-	var wg sync.WaitGroup
-	for i, addr := range sc.Safekeepers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			probes[i] = probeTimeline(ctx, sc, addr)
-		}()
-	}
-	wg.Wait()
+	return liveIn(probeAll(ctx, sc), above, lease)
+}
+
+// liveIn is findLive's answer from the safekeepers' probes.
+func liveIn(probes []timelineProbe, above uint64, lease time.Duration) (LiveProposer, bool) {
 	var best LiveProposer
 	found := false
 	for _, p := range probes {
@@ -161,24 +159,38 @@ func findLive(ctx context.Context, sc *SyncConfig, above uint64, lease time.Dura
 	return best, found
 }
 
-// waitLease returns once no proposer of a term above ours streams to the
-// timeline (findLive), or when ctx ends. A proposer restarted by its
+// waitLease returns nil once no proposer of a term above ours streams to
+// the timeline (findLive), or when ctx ends. A proposer restarted by its
 // supervisor after it was deposed therefore waits for the one that deposed
-// it to stop instead of deposing it in turn.
-func waitLease(ctx context.Context, cfg Config, ours uint64) {
+// it to stop instead of deposing it in turn. It does not wait for a
+// proposer it can never follow: when so many safekeepers hold the timeline
+// in a state that refuses si for good (refusedByProbes: another system id,
+// major version or segment size, or a newer PostgreSQL timeline — si is a
+// primary a standby was promoted from) that no quorum is possible, it
+// returns that *IncompatibleError at once. Before it first waits it calls
+// beforeWait; waited reports whether it did.
+func waitLease(ctx context.Context, cfg Config, ours uint64, si *proto.ServerInfo, beforeWait func()) (waited bool, err error) {
 	sc := SyncConfig{Safekeepers: cfg.Safekeepers, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ConnectTimeout: cfg.ConnectTimeout,
 		Security: cfg.Security}
 	var seen LiveProposer
 	defer cfg.Stats.waitingFor(LiveProposer{}, false)
 	for ctx.Err() == nil {
 		pctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
-		l, ok := findLive(pctx, &sc, ours, cfg.ProposerLease)
+		probes := probeAll(pctx, &sc)
 		cancel()
+		if err := refusedByProbes(probes, si); err != nil {
+			return waited, err
+		}
+		l, ok := liveIn(probes, ours, cfg.ProposerLease)
 		if !ok {
 			if seen.Term != 0 {
 				cfg.Logger.Info("no other proposer streams to the timeline any more; campaigning", "last_seen", seen.String())
 			}
-			return
+			return waited, nil
+		}
+		if !waited {
+			beforeWait()
+			waited = true
 		}
 		if l.Term != seen.Term || l.Addr != seen.Addr {
 			cfg.Logger.Info("another proposer is streaming to the timeline; waiting until it stops before campaigning",
@@ -191,6 +203,7 @@ func waitLease(ctx context.Context, cfg Config, ours uint64) {
 		case <-time.After(min(time.Second, cfg.ProposerLease/4)):
 		}
 	}
+	return waited, nil
 }
 
 // deposedBy fills a *DeposedError's By: who streams to the safekeeper that
@@ -216,18 +229,6 @@ func deposedBy(ctx context.Context, err error, sc SyncConfig) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// incompatibleError is ErrIncompatible with what each safekeeper said.
-func incompatibleError(refusals map[int]error, addrs []string) error {
-	var parts []string
-	for i, addr := range addrs {
-		if err, ok := refusals[i]; ok {
-			parts = append(parts, fmt.Sprintf("%s: %v", addr, err))
-		}
-	}
-	return fmt.Errorf("%w: %d of %d safekeepers refuse it for good, no quorum is possible (%s)",
-		ErrIncompatible, len(refusals), len(addrs), strings.Join(parts, "; "))
 }
 
 // refusalBlocksQuorum reports whether n refusals out of total leave fewer

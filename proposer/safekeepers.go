@@ -27,9 +27,10 @@ type skEvent struct {
 	out     chan []byte           // the new connection's writer queue
 	msg     proto.Message
 	err     error
-	// refused: err is the safekeeper's refusal of our ServerInfo (rule 1:
-	// another cluster, major version or segment size), which no retry can
-	// fix; the link has stopped.
+	// refused: err is the safekeeper's refusal (a *RefusalError) of our
+	// ServerInfo (rule 1: another cluster, major version, segment size or
+	// an older PostgreSQL timeline) or of our TimelineHistory, which no
+	// retry can fix; the link has stopped.
 	refused bool
 	// missing: err is the safekeeper's answer that it does not hold the
 	// timeline, to a greeting that was not allowed to create it. The link
@@ -171,10 +172,10 @@ func (l *skLinks) loop(ctx context.Context, i int) {
 			return
 		}
 		l.noteEnd(i, err)
-		forGood := greetedAt.IsZero() && incompatible(err)
+		forGood := incompatible(err) // at the greeting, or the TimelineHistory after it
 		l.stats.ended(i, err, forGood)
 		if forGood {
-			l.post(ctx, skEvent{sk: i, gen: gen, err: err, refused: true})
+			l.post(ctx, skEvent{sk: i, gen: gen, err: l.refusal(ctx, l.addrs[i], err), refused: true})
 			return
 		}
 		if greetedAt.IsZero() && missingTimeline(err) {

@@ -180,12 +180,16 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 			sk := &y.sks[ev.sk]
 			switch {
 			case ev.refused:
+				if ev.gen == sk.gen && sk.out != nil { // refused after its greeting
+					y.closeLink(ev.sk)
+					y.sess.Disconnected(ev.sk)
+				}
 				if refusals == nil {
 					refusals = map[int]error{}
 				}
 				refusals[ev.sk] = ev.err
 				if refusalBlocksQuorum(len(refusals), len(cfg.Safekeepers)) {
-					return 0, incompatibleError(refusals, cfg.Safekeepers)
+					return 0, incompatibleError(refusals, cfg.Safekeepers, &si)
 				}
 				cfg.Logger.Error("safekeeper refuses the timeline's description for good; not retried", "safekeeper", cfg.Safekeepers[ev.sk], "err", ev.err)
 			case ev.out != nil: // a new, greeted connection

@@ -127,3 +127,33 @@ func PgHistoryPrefix(content []byte, tli uint32) ([]byte, bool) {
 	}
 	return nil, false
 }
+
+// PgTimelineAt is the PostgreSQL timeline the WAL at lsn belongs to, given
+// ends, the parsed history of timeline current, and where that timeline
+// ends (its successor's switch point; 0 for current, which has no end
+// yet). A switch point itself is the first byte of the next timeline, as a
+// walsender asked for the end of a timeline answers with the next one.
+func PgTimelineAt(ends []PgTimelineEnd, current uint32, lsn LSN) (tli uint32, end LSN) {
+	for _, e := range ends {
+		if lsn < e.End {
+			return e.TLI, e.End
+		}
+	}
+	return current, 0
+}
+
+// PgSegmentTimeline is the timeline in the pg_wal name of the segment of
+// segSize bytes holding lsn, given ends, the parsed history of timeline
+// current: the timeline its WAL belongs to, except that the segment holding
+// a switch point has the new timeline's name (the promoted server copies
+// its beginning into the new timeline's file), as PostgreSQL names them
+// and as wal export writes them.
+func PgSegmentTimeline(ends []PgTimelineEnd, current uint32, lsn LSN, segSize uint64) uint32 {
+	seg := lsn.SegmentStart(segSize)
+	for _, e := range ends {
+		if seg < e.End.SegmentStart(segSize) {
+			return e.TLI
+		}
+	}
+	return current
+}

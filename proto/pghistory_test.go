@@ -37,6 +37,44 @@ func TestPgHistoryPrefix(t *testing.T) {
 	}
 }
 
+// TestPgTimelineOfWAL: in timeline 3's history (1 ends at 0/3000158, 2 at
+// 0/5A0B2C8), the WAL below a switch point belongs to the timeline that
+// ended there, the switch point itself to the next; a segment is named for
+// the timeline its WAL belongs to, except the segment of a switch point,
+// which has the new timeline's name.
+func TestPgTimelineOfWAL(t *testing.T) {
+	ends, err := ParsePgHistory(3, []byte(pgHistory3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const seg = 16 << 20
+	for _, c := range []struct {
+		lsn      LSN
+		tli      uint32
+		end      LSN
+		fileName string
+	}{
+		{0x1000000, 1, 0x3000158, "000000010000000000000001"},
+		{0x2FFFFFF, 1, 0x3000158, "000000010000000000000002"},
+		{0x3000000, 1, 0x3000158, "000000020000000000000003"}, // timeline 1's WAL, in the switch segment
+		{0x3000157, 1, 0x3000158, "000000020000000000000003"},
+		{0x3000158, 2, 0x5A0B2C8, "000000020000000000000003"},
+		{0x4FFFFFF, 2, 0x5A0B2C8, "000000020000000000000004"},
+		{0x5A0B2C7, 2, 0x5A0B2C8, "000000030000000000000005"},
+		{0x5A0B2C8, 3, 0, "000000030000000000000005"},
+		{0x9000000, 3, 0, "000000030000000000000009"},
+	} {
+		tli, end := PgTimelineAt(ends, 3, c.lsn)
+		name := SegmentFileName(PgSegmentTimeline(ends, 3, c.lsn, seg), c.lsn, seg)
+		if tli != c.tli || end != c.end || name != c.fileName {
+			t.Errorf("%s: timeline %d ending at %s, segment %s; want %d ending at %s, %s", c.lsn, tli, end, name, c.tli, c.end, c.fileName)
+		}
+	}
+	if tli, end := PgTimelineAt(nil, 1, 0x1000000); tli != 1 || end != 0 {
+		t.Errorf("timeline 1 without a history: %d, %s", tli, end)
+	}
+}
+
 func TestTimelineHistoryRoundTrip(t *testing.T) {
 	m := &TimelineHistory{PgTimeline: 3, Content: []byte(pgHistory3)}
 	got, err := DecodeProposerMessage(m.Encode(nil))

@@ -47,6 +47,12 @@ trap cleanup EXIT
 
 say() { printf '[demo %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
+# stop_job SIGNAL PID: send SIGNAL to the background job PID and reap it at
+# once, its status unreported: bash reports a job a signal ended
+# ("demo.sh: line N: PID Killed  "$BIN" propose ...") when it reaps it,
+# unless a wait whose stderr goes elsewhere reaps it.
+stop_job() { kill "-$1" "$2" 2>/dev/null || true; wait "$2" 2>/dev/null || true; }
+
 # free_port: a port on 127.0.0.1 nothing listens on.
 free_port() {
   local p
@@ -153,7 +159,7 @@ PIDS+=($PROGRESS)
 (cd "$WORK" && pg "$PGBIN/pgbench" -h 127.0.0.1 -p "$PPORT" -U postgres -c "$CLIENTS" -j 2 -T "$SECONDS_RUN" -P 3 -l --log-prefix="$WORK/pgbench_log" postgres) 2>&1 \
   | tee "$WORK/pgbench.out" | grep --line-buffered '^progress' | sed -u 's/^/    pgbench /' \
   || { cat "$WORK/pgbench.out"; exit 1; }
-kill "$PROGRESS" 2>/dev/null || true
+stop_job TERM "$PROGRESS"
 TXNS=$(awk '/number of transactions actually processed/ {split($NF,a,"/"); print a[1]}' "$WORK/pgbench.out")
 FAILED=$(awk '/number of failed transactions/ {print $5}' "$WORK/pgbench.out")
 TPS=$(awk '/^tps/ {print $3; exit}' "$WORK/pgbench.out")
@@ -190,8 +196,8 @@ LEDGER=$!
 ledger_rows() { [ "$(psql_p -c "select count(*) >= 300 from ledger")" = t ]; }
 wait_until 60 "300 ledger rows" ledger_rows
 PMPID=$(head -1 "$WORK/primary/postmaster.pid")
-kill -9 "$PROPOSER" 2>/dev/null || true
-kill -9 "$PMPID" $(pgrep -P "$PMPID") 2>/dev/null || true
+stop_job KILL "$PROPOSER"
+kill -9 "$PMPID" $(pgrep -P "$PMPID") 2>/dev/null || true # not jobs of ours: pg_ctl started them
 wait "$LEDGER" 2>/dev/null || true
 ACK1=$(awk '/number of transactions actually processed/ {split($NF,a,"/"); print a[1]}' "$WORK/ledger1.out")
 say "primary killed -9 with ${ACK1:-0} ledger transactions acknowledged"
@@ -229,8 +235,8 @@ for t in $TLIS; do [ "$t" = "$NEW_TLI" ] || { BADDAY="$BADDAY; a safekeeper is o
 say "$((${ACK1:-0} + ${ACK2:-0})) ledger transactions acknowledged, $ROWS rows on the promoted primary: $BADDAY"
 
 say "stopping the proposer and safekeepers (SIGTERM), exporting WAL from each"
-kill -TERM "$PROPOSER"; wait "$PROPOSER" 2>/dev/null || true
-for i in 1 2 3; do kill -TERM "${PIDS[$((i-1))]}"; wait "${PIDS[$((i-1))]}" 2>/dev/null || true; done
+stop_job TERM "$PROPOSER"
+for i in 1 2 3; do stop_job TERM "${PIDS[$((i-1))]}"; done
 SEGSUM=""
 for i in 1 2 3; do
   out="$WORK/export$i"

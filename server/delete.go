@@ -86,8 +86,11 @@ func (t *timeline) retire(force bool) (users []*pgwire.Conn, gone <-chan struct{
 	t.usersMu.Lock()
 	defer t.usersMu.Unlock()
 	if len(t.users) > 0 && !force {
-		return nil, nil, fmt.Errorf("%w: timeline %s has %d connections (a proposer or readers); end them or delete with force",
-			ErrTimelineBusy, t.key, len(t.users))
+		what := fmt.Sprintf("%d connections (a proposer or readers); end them", len(t.users))
+		if len(t.users) == 1 {
+			what = "1 connection (a proposer or a reader); end it"
+		}
+		return nil, nil, fmt.Errorf("%w: timeline %s has %s or delete with force", ErrTimelineBusy, t.key, what)
 	}
 	t.deleted = true
 	ch := make(chan struct{})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,8 +63,8 @@ func TestDeleteTimeline(t *testing.T) {
 	url := fmt.Sprintf("%s/v1/tenant/%s/timeline/%s", base, tTenant, tTimeline)
 
 	var e map[string]string
-	if code := httpDo(t, "DELETE", url, &e); code != http.StatusConflict || e["code"] != "busy" {
-		t.Fatalf("DELETE with connections: %d %v, want 409 busy", code, e)
+	if code := httpDo(t, "DELETE", url, &e); code != http.StatusConflict || e["code"] != "busy" || !strings.Contains(e["error"], "has 2 connections (a proposer or readers); end them or delete with force") {
+		t.Fatalf("DELETE with connections: %d %v, want 409 busy naming 2 connections", code, e)
 	}
 	if code := httpDo(t, "DELETE", url+"?force=maybe", &e); code != http.StatusBadRequest {
 		t.Fatalf("DELETE ?force=maybe: %d %v, want 400", code, e)
@@ -247,8 +248,8 @@ func TestDeleteTenantWithoutForceIsAllOrNothing(t *testing.T) {
 	}
 	url := fmt.Sprintf("%s/v1/tenant/%s", base, tTenant)
 	var e map[string]string
-	if code := httpDo(t, "DELETE", url, &e); code != http.StatusConflict || e["code"] != "busy" {
-		t.Fatalf("DELETE of the tenant with a reader on %s: %d %v, want 409 busy", busy, code, e)
+	if code := httpDo(t, "DELETE", url, &e); code != http.StatusConflict || e["code"] != "busy" || !strings.Contains(e["error"], "has 1 connection (a proposer or a reader); end it or delete with force") {
+		t.Fatalf("DELETE of the tenant with a reader on %s: %d %v, want 409 busy naming 1 connection", busy, code, e)
 	}
 	var list []timelineSummary
 	if getJSON(t, base+"/v1/tenant/timeline", &list); len(list) != 2 {

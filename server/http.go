@@ -126,13 +126,14 @@ func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
 }
 
 func (a *httpAPI) readyz(w http.ResponseWriter, r *http.Request) {
+	refusal := a.s.walRefusal()
 	switch {
 	case a.s.isStopping():
 		writeError(w, &apiError{http.StatusServiceUnavailable, "shutting_down", "the safekeeper is shutting down"})
 	case a.s.db.CheckWritable() != nil:
 		writeError(w, &apiError{http.StatusServiceUnavailable, "storage", "storage is not writable: " + a.s.db.CheckWritable().Error()})
-	case a.s.disk.tripped.Load():
-		writeError(w, &apiError{http.StatusServiceUnavailable, "disk_full", "the disk circuit breaker refuses new WAL: " + *a.s.disk.why.Load()})
+	case refusal != nil:
+		writeError(w, &apiError{http.StatusServiceUnavailable, "disk_full", "the disk circuit breaker refuses new WAL: " + refusal.why})
 	default:
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	}
@@ -148,6 +149,23 @@ type statusJSON struct {
 	Timelines      int     `json:"timelines"`
 	DiskUsageBytes int64   `json:"disk_usage_bytes"`
 	DiskFreeBytes  uint64  `json:"disk_free_bytes"`
+	// WALRefused is the disk circuit breaker while it refuses new WAL
+	// (53100, /readyz 503); null while WAL is taken.
+	WALRefused *walRefusedJSON `json:"wal_refused"`
+}
+
+// walRefusedJSON is why the disk circuit breaker refuses new WAL.
+type walRefusedJSON struct {
+	// Reason is min_free_disk (the file system's free space, with the free
+	// pages inside the database file, is below --min-free-disk or its auto
+	// reserve) or max_disk_usage (the database file's pages in use reached
+	// --max-disk-usage).
+	Reason string `json:"reason"`
+	// Detail is the reading in words, with the numbers: the 53100
+	// message proposers get.
+	Detail string `json:"detail"`
+	// Since is when the breaker tripped (RFC 3339, UTC).
+	Since time.Time `json:"since"`
 }
 
 func (a *httpAPI) status(w http.ResponseWriter, r *http.Request) {
@@ -159,6 +177,9 @@ func (a *httpAPI) status(w http.ResponseWriter, r *http.Request) {
 	st := statusJSON{ID: a.s.cfg.NodeID, Version: Version, UptimeSeconds: time.Since(a.started).Seconds(),
 		DataDir: a.s.cfg.DataDir, ListenPG: a.s.Addr().String(), ListenHTTP: a.ln.Addr().String(), Timelines: len(keys),
 		DiskUsageBytes: a.s.db.FileSize()}
+	if r := a.s.walRefusal(); r != nil {
+		st.WALRefused = &walRefusedJSON{Reason: r.reason, Detail: r.why, Since: r.since.UTC()}
+	}
 	var fs unix.Statfs_t
 	if unix.Statfs(a.s.cfg.DataDir, &fs) == nil {
 		st.DiskFreeBytes = fs.Bavail * uint64(fs.Bsize)

@@ -89,9 +89,28 @@ func (s *Server) refuseTooMany(nc net.Conn) {
 // diskState is the breaker's last reading.
 type diskState struct {
 	tripped atomic.Bool
-	why     atomic.Pointer[string]
+	// refusal is why the breaker refuses WAL, set before tripped; it stays
+	// after a reset (tripped false), with the last trip's reason.
+	refusal atomic.Pointer[diskRefusal]
 	free    atomic.Uint64
 	checked atomic.Int64 // unix nanoseconds of the last check
+}
+
+// The breaker's reasons, as GET /v1/status names them (wal_refused.reason).
+const (
+	// refusedMinFreeDisk: the file system has less free than the reserve
+	// (--min-free-disk, or its auto value).
+	refusedMinFreeDisk = "min_free_disk"
+	// refusedMaxDiskUsage: the database file's pages in use reached
+	// --max-disk-usage.
+	refusedMaxDiskUsage = "max_disk_usage"
+)
+
+// diskRefusal is why the breaker refuses WAL and since when.
+type diskRefusal struct {
+	reason string // refusedMinFreeDisk or refusedMaxDiskUsage
+	why    string // the numbers, in words (the 53100 message, the log)
+	since  time.Time
 }
 
 // diskRecheck is how old a reading may be when WAL arrives: the breaker
@@ -137,19 +156,25 @@ func (s *Server) checkDisk() {
 	case m > 0:
 		reserve, rule = uint64(m), "--min-free-disk"
 	}
-	why := ""
+	why, reason := "", ""
 	switch {
 	case free < reserve:
+		reason = refusedMinFreeDisk
 		why = fmt.Sprintf("the file system of %s has %d bytes free (with %d free inside the database file), below the reserve of %d (%s)",
 			s.cfg.DataDir, free, reusable, reserve, rule)
 	case s.cfg.MaxDiskUsage > 0 && used >= s.cfg.MaxDiskUsage:
+		reason = refusedMaxDiskUsage
 		why = fmt.Sprintf("the database file holds %d bytes in use (%d free inside it), at --max-disk-usage %d", used, reusable, s.cfg.MaxDiskUsage)
 	}
 	s.disk.free.Store(free)
 	s.disk.checked.Store(time.Now().UnixNano())
 	was := s.disk.tripped.Load()
 	if why != "" {
-		s.disk.why.Store(&why)
+		since := time.Now()
+		if prev := s.disk.refusal.Load(); was && prev != nil {
+			since = prev.since // still tripped: since the first reading that tripped it
+		}
+		s.disk.refusal.Store(&diskRefusal{reason: reason, why: why, since: since})
 	}
 	s.disk.tripped.Store(why != "")
 	switch {
@@ -174,14 +199,23 @@ func (s *Server) watchDisk() {
 	}
 }
 
+// walRefusal is why the disk breaker refuses new WAL, nil while it takes
+// it.
+func (s *Server) walRefusal() *diskRefusal {
+	if !s.disk.tripped.Load() {
+		return nil
+	}
+	return s.disk.refusal.Load()
+}
+
 // walRefused returns the 53100 error for new WAL on tl, or nil.
 func (s *Server) walRefused(tl *timeline) error {
 	if last := s.disk.checked.Load(); time.Now().UnixNano()-last > int64(diskRecheck) && s.disk.checked.CompareAndSwap(last, time.Now().UnixNano()) {
 		s.checkDisk()
 	}
-	if s.disk.tripped.Load() {
+	if r := s.walRefusal(); r != nil {
 		s.metrics.refused.WithLabelValues("disk").Inc()
-		return pgwire.Errorf(pgwire.DiskFull, "could not write WAL: %s", *s.disk.why.Load())
+		return pgwire.Errorf(pgwire.DiskFull, "could not write WAL: %s", r.why)
 	}
 	if limit := s.cfg.MaxTimelineDiskUsage; limit > 0 {
 		end := tl.store.EndLSN()

@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -142,13 +144,31 @@ func TestDiskBreakerCountsFreePagesInsideTheFile(t *testing.T) {
 		}
 		return nil
 	}
+	// walRefused is GET /v1/status's wal_refused: the breaker's reason and
+	// since when, null while WAL is taken.
+	type walRefused struct {
+		Reason, Detail string
+		Since          time.Time
+	}
+	walRefusedOf := func(t *testing.T, base string) *walRefused {
+		t.Helper()
+		var st struct {
+			WALRefused *walRefused `json:"wal_refused"`
+		}
+		if code := getJSON(t, base+"/v1/status", &st); code != http.StatusOK {
+			t.Fatalf("/v1/status: %d", code)
+		}
+		return st.WALRefused
+	}
 	for _, c := range []struct {
-		name  string
-		tweak func(*Config)
-		h     hooks
+		name   string
+		tweak  func(*Config)
+		h      hooks
+		reason string // /v1/status wal_refused.reason while tripped
+		detail string // in its detail
 	}{
-		{"max-disk-usage", func(c *Config) { c.MaxDiskUsage, c.MinFreeDisk = limit, -1 }, hooks{}},
-		{"min-free-disk", func(c *Config) { c.MinFreeDisk = limit }, hooks{statfs: diskOf2Limits}},
+		{"max-disk-usage", func(c *Config) { c.MaxDiskUsage, c.MinFreeDisk = limit, -1 }, hooks{}, "max_disk_usage", "at --max-disk-usage 4194304"},
+		{"min-free-disk", func(c *Config) { c.MinFreeDisk = limit }, hooks{statfs: diskOf2Limits}, "min_free_disk", "below the reserve of 4194304 (--min-free-disk)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := startHookedServer(t, t.TempDir(), func(cfg *Config) {
@@ -161,6 +181,10 @@ func TestDiskBreakerCountsFreePagesInsideTheFile(t *testing.T) {
 			if code := getJSON(t, base+"/readyz", &e); code != http.StatusOK {
 				t.Fatalf("/readyz before any WAL: %d %v", code, e)
 			}
+			if r := walRefusedOf(t, base); r != nil {
+				t.Fatalf("/v1/status before any WAL: wal_refused %+v, want null", r)
+			}
+			before := time.Now()
 			p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)
 			var err error
 			for i := 0; err == nil; i++ {
@@ -174,19 +198,26 @@ func TestDiskBreakerCountsFreePagesInsideTheFile(t *testing.T) {
 			if code := getJSON(t, base+"/readyz", &e); code != http.StatusServiceUnavailable || e["code"] != "disk_full" {
 				t.Fatalf("/readyz with the breaker tripped: %d %v, want 503 disk_full", code, e)
 			}
+			if r := walRefusedOf(t, base); r == nil || r.Reason != c.reason || !strings.Contains(r.Detail, c.detail) ||
+				r.Since.Before(before.Add(-time.Second)) || r.Since.After(time.Now()) {
+				t.Fatalf("/v1/status with the breaker tripped: wal_refused %+v, want reason %s, %q in its detail and a time since the test began", r, c.reason, c.detail)
+			}
 			url := fmt.Sprintf("%s/v1/tenant/%s/timeline/%s?force=true", base, tTenant, tTimeline)
 			if code := httpDo(t, "DELETE", url, nil); code != http.StatusOK {
 				t.Fatalf("DELETE: %d", code)
 			}
 			s.checkDisk() // as watchDisk does every diskCheckInterval
 			if s.disk.tripped.Load() {
-				t.Fatalf("the breaker is still tripped after the delete: %s (file %d bytes, %d reusable)", *s.disk.why.Load(), s.db.FileSize(), s.db.ReusableBytes())
+				t.Fatalf("the breaker is still tripped after the delete: %s (file %d bytes, %d reusable)", s.disk.refusal.Load().why, s.db.FileSize(), s.db.ReusableBytes())
 			}
 			if s.db.FileSize() < size {
 				t.Fatalf("the file shrank from %d to %d bytes: the test no longer checks free pages", size, s.db.FileSize())
 			}
 			if code := getJSON(t, base+"/readyz", &e); code != http.StatusOK {
 				t.Fatalf("/readyz after the delete: %d %v", code, e)
+			}
+			if r := walRefusedOf(t, base); r != nil {
+				t.Fatalf("/v1/status after the delete: wal_refused %+v, want null", r)
 			}
 			p2 := newTestPush(t, addr, proto.ID{0xbb, 2}, 1, hist1(tStart), tStart)
 			if err := tryPush(p2, 32, 8000); err != nil {

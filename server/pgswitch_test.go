@@ -21,7 +21,9 @@ import (
 // missing file; a stream on timeline 1 ends at S with CopyDone and the
 // next-timeline result set (two CommandCompletes), a start at S gets the
 // result set without COPY, a start past S is not in the history; a stream
-// on timeline 2 goes through S; a primary of timeline 1 is refused.
+// on timeline 2 goes through S, and below the timeline's start names the
+// removed segment for timeline 1, whose WAL it is; a primary of timeline 1
+// is refused.
 func TestPgTimelineSwitchServed(t *testing.T) {
 	s := startTestServer(t, t.TempDir(), nil)
 	addr := s.Addr().String()
@@ -88,6 +90,15 @@ func TestPgTimelineSwitchServed(t *testing.T) {
 		t.Fatalf("start past the switch: %q / %q", e.Message, e.Detail)
 	}
 	st.expect("ReadyForQuery")
+
+	// Below the timeline's start, on timeline 2: 58P01 naming the segment
+	// as pg_wal does, for the timeline its WAL belongs to (1), not 2.
+	before := newStream(t, addr)
+	before.start(fmt.Sprintf("START_REPLICATION %s TIMELINE 2", tStart-tSeg))
+	if e := before.expect("ErrorResponse").(*pgproto3.ErrorResponse); e.Code != pgwire.UndefinedFile ||
+		e.Message != "requested WAL segment "+proto.SegmentFileName(1, tStart-tSeg, tSeg)+" has already been removed" {
+		t.Fatalf("timeline 2 below the timeline's start: %s %q, want 58P01 naming timeline 1's segment", e.Code, e.Message)
+	}
 
 	// Timeline 2 from the segment start: through S.
 	t2 := newStream(t, addr)

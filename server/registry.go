@@ -197,7 +197,7 @@ func (s *Server) open(key proto.TimelineKey, create *proto.ServerInfo) (*timelin
 		}
 		if keys, err := s.db.Timelines(); err == nil && len(keys) >= s.cfg.MaxTimelines {
 			s.metrics.refused.WithLabelValues("timelines").Inc()
-			return nil, pgwire.Errorf(pgwire.ConfigurationLimitExceeded, "cannot create timeline %s: this safekeeper holds %d timelines, its --max-timelines", key, len(keys))
+			return nil, pgwire.Errorf(pgwire.ConfigurationLimitExceeded, "cannot create timeline %s: this safekeeper holds %d, its --max-timelines is %d", key, len(keys), s.cfg.MaxTimelines)
 		}
 		if major := create.PgVersion / 10000; major != supportedPgMajor {
 			return nil, fmt.Errorf("%w: PostgreSQL major version %d: this safekeeper decodes PostgreSQL %d WAL only",

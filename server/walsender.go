@@ -52,7 +52,7 @@ func startCheck(st startView, cmd replcmd.StartReplication) error {
 		return pgwire.Errorf(pgwire.InternalError, "requested starting point %s is ahead of the WAL flush position of this server %s", cmd.Start, st.Limit)
 	}
 	if cmd.Start < st.RemovedUpTo || (st.TimelineStart != 0 && cmd.Start < st.TimelineStart.SegmentStart(st.SegSize)) {
-		return errSegmentRemoved(tli, cmd.Start, st.SegSize)
+		return errSegmentRemoved(proto.PgSegmentTimeline(st.PgEnds, st.PgTimeline, cmd.Start, st.SegSize), cmd.Start, st.SegSize)
 	}
 	// A timeline that starts inside a segment is served from the segment's
 	// first byte (stock clients ask for whole segments): before its start,
@@ -69,6 +69,9 @@ type startView struct {
 	RemovedUpTo   proto.LSN
 	TimelineStart proto.LSN
 	SegSize       uint64
+	// PgEnds is the history of PgTimeline: a removed segment is named for
+	// the timeline its WAL belongs to.
+	PgEnds []proto.PgTimelineEnd
 }
 
 // nextChunk returns the end of the next XLogData from pos when the reader may
@@ -169,12 +172,13 @@ func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 		tli = cmd.TLI
 	}
 	firstTLI := st.PgTimeline
+	var pgEnds []proto.PgTimelineEnd
 	if ends, err := proto.ParsePgHistory(st.PgTimeline, st.PgHistory); err == nil {
-		firstTLI = ends[0].TLI
+		firstTLI, pgEnds = ends[0].TLI, ends
 	}
 	w := &walSender{
 		c: c, tl: tl, cmd: cmd, pos: cmd.Start, segSize: uint64(st.WalSegSize), tli: tli, hist: hist,
-		tlStart: st.TimelineStartLSN, firstTLI: firstTLI, sysID: st.SystemID,
+		tlStart: st.TimelineStartLSN, firstTLI: firstTLI, pgTLI: st.PgTimeline, pgEnds: pgEnds, sysID: st.SystemID,
 		rd: &walReader{connID: c.id, slot: cmd.Slot, addr: c.pc.RemoteAddr().String(), appName: c.pc.Params()["application_name"],
 			since: time.Now(), termReader: cmd.HasTerm, start: cmd.Start, lags: newLagTrackerPtr()},
 		replyNow: make(chan struct{}, 1), gotStatus: make(chan struct{}, 1), readerDone: make(chan error, 1),
@@ -211,10 +215,14 @@ type walSender struct {
 	// segment) empty pages of firstTLI and sysID are served.
 	tlStart  proto.LSN
 	firstTLI uint32
-	sysID    uint64
-	rd       *walReader
-	segSize  uint64
-	tli      uint32
+	// pgTLI and pgEnds: the timeline's PostgreSQL timeline and its history
+	// at the start (a removed segment is named for its WAL's timeline).
+	pgTLI   uint32
+	pgEnds  []proto.PgTimelineEnd
+	sysID   uint64
+	rd      *walReader
+	segSize uint64
+	tli     uint32
 
 	pos         proto.LSN // next LSN to send
 	lastRecv    atomic.Int64
@@ -231,6 +239,7 @@ func (w *walSender) view(st acceptor.State) startView {
 	v := startView{
 		PgTimeline: st.PgTimeline, Term: st.VotedFor.Term, Limit: st.CommitLSN,
 		RemovedUpTo: max(st.RemovedUpTo, w.tl.store.RemovedUpTo()), TimelineStart: st.TimelineStartLSN, SegSize: w.segSize,
+		PgEnds: w.pgEnds,
 	}
 	if w.cmd.HasTerm {
 		v.Limit = st.FlushLSN
@@ -468,7 +477,7 @@ func (w *walSender) loop() streamEnd {
 			sent, err := w.send(limit)
 			if err != nil {
 				if errors.Is(err, storage.ErrWALRemoved) {
-					return w.fatal(errSegmentRemoved(w.tli, w.pos, w.segSize))
+					return w.fatal(errSegmentRemoved(proto.PgSegmentTimeline(w.pgEnds, w.pgTLI, w.pos, w.segSize), w.pos, w.segSize))
 				}
 				var pe *pgwire.Error
 				if errors.As(err, &pe) {

@@ -219,7 +219,7 @@ func open(path string, opts Options, hooks testHooks) (*DB, error) {
 		return nil, fmt.Errorf("%w: %s (waited %v)", ErrLocked, path, opts.Timeout)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+		return nil, openError(path, err)
 	}
 	if err := checkFormat(bdb, opts.ReadOnly); err != nil {
 		_ = bdb.Close()
@@ -242,6 +242,21 @@ func open(path string, opts Options, hooks testHooks) (*DB, error) {
 	}
 	db.idle.L = &db.mu
 	return db, nil
+}
+
+// openError is bbolt's error opening path: a file system error as it is
+// (it names the path already: "open X: permission denied"), a file that
+// is not a valid bbolt database as ErrCorrupt, anything else with the
+// path.
+func openError(path string, err error) error {
+	var pe *fs.PathError
+	switch {
+	case errors.As(err, &pe):
+		return fmt.Errorf("storage: %w", err)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrChecksum):
+		return fmt.Errorf("%w: %s: %w", ErrCorrupt, path, err)
+	}
+	return fmt.Errorf("storage: open %s: %w", path, err)
 }
 
 // checkFormat creates the top-level buckets of a new file, or checks the

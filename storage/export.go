@@ -102,14 +102,7 @@ func ExportWithProgress(path string, key proto.TimelineKey, outDir string, uptoA
 	if err := exportHistoryFiles(outDir, st.PgTimeline, st.PgHistory, ends, w); err != nil {
 		return fmt.Errorf("wal export: %w", err)
 	}
-	tliOf := func(seg proto.LSN) uint32 {
-		for _, e := range ends {
-			if seg < e.End.SegmentStart(segSize) {
-				return e.TLI
-			}
-		}
-		return st.PgTimeline
-	}
+	tliOf := func(seg proto.LSN) uint32 { return proto.PgSegmentTimeline(ends, st.PgTimeline, seg, segSize) }
 	buf := make([]byte, segSize)
 	full, partial := 0, 0
 	total := int64(upto - from)

@@ -16,9 +16,10 @@ import (
 
 // TestProposeRefusedForGoodExitsClearly: safekeepers whose timeline belongs
 // to another cluster (another system id) refuse the proposer's ServerInfo;
-// no retry can fix that, so once no quorum is possible `propose` exits 1
-// with one line naming the safekeepers and the mismatch, instead of warning
-// and reconnecting forever.
+// no retry, and no restart, can fix that, so once no quorum is possible
+// `propose` exits 4 (which the unit's RestartPreventExitStatus names) with
+// one line naming the reason, the safekeepers and the mismatch, instead of
+// warning and reconnecting forever.
 func TestProposeRefusedForGoodExitsClearly(t *testing.T) {
 	pg := pgtest.Start(t, pgtest.Options{WALSegSizeMB: 1})
 	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
@@ -33,23 +34,29 @@ func TestProposeRefusedForGoodExitsClearly(t *testing.T) {
 		p.resp()
 		p.c.Close()
 	}
-	prop := harness.StartProcess(t, "proposer", "propose",
-		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
-		"--safekeepers", strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ","),
-		"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String())
-	harness.WaitFor(t, 60*time.Second, "the proposer to give up", func() bool {
-		exited, _ := prop.Exited()
-		return exited
-	})
-	_, code := prop.Exited()
-	log := prop.Log()
-	last := strings.TrimSpace(log[strings.LastIndex(strings.TrimRight(log, "\n"), "\n")+1:])
-	if code != 1 || !strings.Contains(last, "no quorum is possible") || !strings.Contains(last, "system_id") ||
-		!strings.Contains(last, sks[0].Addr) || !strings.Contains(last, sks[1].Addr) {
-		t.Fatalf("propose against another cluster's timeline: exit %d, last line %q; want exit 1 and one line naming both safekeepers and system_id\n%s", code, last, log)
-	}
-	if n := strings.Count(log, "system_id"); n > 4 {
-		t.Errorf("the refusal was logged %d times: retried instead of given up", n)
+	// Seen before the campaign in the safekeepers' TIMELINE_STATUS (the
+	// lease check), and, with --proposer-lease 0, in their refusals of the
+	// greeting (each safekeeper is then asked why).
+	for _, lease := range []string{"10s", "0"} {
+		prop := harness.StartProcess(t, "proposer", "propose", "--proposer-lease", lease,
+			"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
+			"--safekeepers", strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ","),
+			"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String())
+		harness.WaitFor(t, 60*time.Second, "the proposer to give up", func() bool {
+			exited, _ := prop.Exited()
+			return exited
+		})
+		_, code := prop.Exited()
+		log := prop.Log()
+		last := strings.TrimSpace(log[strings.LastIndex(strings.TrimRight(log, "\n"), "\n")+1:])
+		if code != 4 || !strings.HasPrefix(last, "safekeeper: refused: another system id: ") || !strings.Contains(last, "no quorum is possible") ||
+			!strings.Contains(last, "system_id") || !strings.Contains(last, sks[0].Addr) || !strings.Contains(last, sks[1].Addr) {
+			t.Fatalf("--proposer-lease %s: propose against another cluster's timeline: exit %d, last line %q; want exit 4 and one line naming the reason, both safekeepers and system_id\n%s", lease, code, last, log)
+		}
+		t.Logf("--proposer-lease %s: the refusal: %s", lease, last)
+		if n := strings.Count(log, "system_id"); n > 4 {
+			t.Errorf("--proposer-lease %s: the refusal was logged %d times: retried instead of given up", lease, n)
+		}
 	}
 }
 

@@ -47,15 +47,24 @@
 // # Exit codes
 //
 //	0  success; run and propose after SIGTERM/SIGINT and a clean stop
-//	1  any other error (also sync without a quorum in --timeout, or with no such timeline)
+//	1  any other error (also sync without a quorum in --timeout)
 //	2  usage: a bad or missing flag or argument, an unknown command, a bad
 //	   value (urfave/cli's own parse errors too), run on a data directory
 //	   that belongs to another --id
 //	3  deposed: propose or sync met a higher term on a safekeeper; another
 //	   proposer owns the timeline
+//	4  refused for good (exitPermanent): a restart cannot fix it, an operator
+//	   must act: run on a data directory it cannot use (permission denied,
+//	   not a directory, a read-only file system, a damaged database); propose
+//	   or sync on a timeline no safekeeper holds; propose or sync refused by
+//	   the safekeepers for good (another system id,
+//	   segment size or major version; a primary of an older PostgreSQL
+//	   timeline, which a standby was promoted from; a forked timeline
+//	   history). The systemd units do not restart after 2 or 4
+//	   (RestartPreventExitStatus)
 //
 // Every error is one line on stderr, "safekeeper: ..."; report picks the
-// code from the error's type (usageError, cli.ExitCoder).
+// code from the error's type (usageError, permanentError, cli.ExitCoder).
 //
 // Why the boundary sits here: flags, signals, exit codes and the process's
 // stdout and stderr are the only things a command line adds, so they stay

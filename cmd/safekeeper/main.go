@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -29,6 +30,22 @@ import (
 
 // exitUsage is the exit code for bad flags or arguments.
 const exitUsage = 2
+
+// exitPermanent is the exit code of a refusal for good: a restart cannot
+// fix it; an operator must act. `run` with a data directory it cannot use
+// (permission denied, not a directory, a read-only file system, a damaged
+// database), `propose` and `sync` on a timeline no safekeeper holds,
+// `propose` refused by the safekeepers for good (another system
+// id, segment size or major version; a primary of an older PostgreSQL
+// timeline, which a standby was promoted from; a forked timeline history),
+// `sync` refused so. The systemd units name it in
+// RestartPreventExitStatus, next to exitUsage.
+const exitPermanent = 4
+
+// permanentError marks an error a restart cannot fix: exit exitPermanent.
+type permanentError struct{ error }
+
+func (e permanentError) Unwrap() error { return e.error }
 
 func main() {
 	if server.Version == "dev" { // not set by the Makefile's -ldflags (git describe)
@@ -100,10 +117,13 @@ func report(err error, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "safekeeper: %s\n", pgwire.ClientText(err.Error()))
 	var ue usageError
+	var pe permanentError
 	var ec cli.ExitCoder
 	switch {
 	case errors.As(err, &ue):
 		return exitUsage
+	case errors.As(err, &pe):
+		return exitPermanent
 	case errors.As(err, &ec):
 		return ec.ExitCode()
 	}
@@ -444,7 +464,10 @@ func runCommand() *cli.Command {
 		Description: "Listens for PostgreSQL-protocol connections: proposers push WAL with START_WAL_PUSH,\n" +
 			"replication clients read it back. SIGTERM or SIGINT: stop accepting, make received WAL\n" +
 			"durable, answer and close every stream, exit 0. SIGHUP re-reads --tls-cert/--tls-key and\n" +
-			"--auth-public-key (logged and ignored when there are none).",
+			"--auth-public-key (logged and ignored when there are none).\n" +
+			"Exit codes: 0 after SIGTERM/SIGINT, 2 usage error (also a data directory of another --id),\n" +
+			"4 a data directory it cannot use for good (permission denied, not a directory, a read-only\n" +
+			"file system, a damaged database: a restart cannot fix it), 1 any other error.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "id", "data-dir") },
 		Flags: []cli.Flag{
@@ -593,7 +616,7 @@ func runCommand() *cli.Command {
 			}
 			dir := c.String("data-dir")
 			if err := storage.MkdirAllDurable(dir, 0o700); err != nil {
-				return err
+				return dataDirError(dir, err)
 			}
 			if c.Bool("unsafe-no-fsync") {
 				log.Warn("UNSAFE: fsync is off; a crash loses acknowledged WAL")
@@ -615,7 +638,7 @@ func runCommand() *cli.Command {
 				return usageError{err} // the data dir belongs to another --id
 			}
 			if err != nil {
-				return err
+				return dataDirError(dir, err)
 			}
 			reloadMu.Lock()
 			if srv.Reloadable() {
@@ -661,6 +684,28 @@ func runCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// dataDirError is err, from creating or opening the data directory dir
+// (or starting the server on it), as run reports it: a permanentError when
+// the directory cannot be used for a reason a restart cannot fix — a file
+// system error on a path (permission denied, not a directory, a directory
+// where the database file belongs, a read-only file system) or a damaged
+// database (storage.ErrCorrupt). Everything else (a full disk, the
+// database locked by another process, a port in use) may pass by itself
+// and stays exit 1.
+func dataDirError(dir string, err error) error {
+	var pe *fs.PathError
+	unusable := errors.Is(err, storage.ErrCorrupt)
+	if errors.As(err, &pe) {
+		for _, e := range []error{fs.ErrPermission, syscall.ENOTDIR, syscall.EISDIR, syscall.EROFS} {
+			unusable = unusable || errors.Is(pe.Err, e)
+		}
+	}
+	if !unusable {
+		return err
+	}
+	return permanentError{fmt.Errorf("--data-dir %s cannot be used: %w (a restart cannot fix this)", dir, err)}
 }
 
 // checkListenAddr checks a host:port to listen on: the port must be a

@@ -7,9 +7,13 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/safekeeper/safekeeper/proposer"
@@ -112,6 +116,121 @@ func TestRunOnAnotherNodesDataDirExits2(t *testing.T) {
 	}
 }
 
+// TestRunOnAnUnusableDataDirExits4: a data directory run cannot use for a
+// reason a restart cannot fix — not a directory, below a file, a directory
+// where the database file belongs, a damaged database, permission denied —
+// is exit 4 (exitPermanent, which the unit's RestartPreventExitStatus
+// names) with one line naming --data-dir and the cause once ("open X:
+// open X:" was doubled); a database locked by another process may pass by
+// itself and stays exit 1.
+func TestRunOnAnUnusableDataDirExits4(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dbDir := filepath.Join(dir, "dbdir")
+	if err := os.MkdirAll(filepath.Join(dbDir, "safekeeper.db"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	damaged := filepath.Join(dir, "damaged")
+	if err := os.Mkdir(damaged, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(damaged, "safekeeper.db"), bytes.Repeat([]byte("not a database "), 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// runOn returns run's exit code and the last line of its stderr (the
+	// error; the log comes before it).
+	runOn := func(dataDir string) (int, string) {
+		var out, errb bytes.Buffer
+		code := run([]string{"safekeeper", "run", "--id", "1", "--data-dir", dataDir, "--listen-pg", "127.0.0.1:0", "--listen-http", ""}, &out, &errb)
+		return code, lastLine(errb.String())
+	}
+	for _, tc := range []struct{ dataDir, cause string }{
+		{file, "not a directory"},
+		{filepath.Join(file, "sub"), "not a directory"},
+		{dbDir, "open " + filepath.Join(dbDir, "safekeeper.db") + ": is a directory"},
+		{damaged, "corrupt data: " + filepath.Join(damaged, "safekeeper.db") + ": invalid database"},
+	} {
+		code, stderr := runOn(tc.dataDir)
+		if code != exitPermanent || !strings.HasPrefix(stderr, "safekeeper: --data-dir "+tc.dataDir+" cannot be used: ") ||
+			!strings.HasSuffix(stderr, tc.cause+" (a restart cannot fix this)") {
+			t.Errorf("run --data-dir %s: exit %d, stderr %q; want exit %d, a line naming --data-dir and %q", tc.dataDir, code, stderr, exitPermanent, tc.cause)
+		}
+		if strings.Count(stderr, "open ") > 1 {
+			t.Errorf("run --data-dir %s: the path is repeated: %q", tc.dataDir, stderr)
+		}
+	}
+
+	// Locked by another process (a server still stopping): exit 1.
+	locked := filepath.Join(dir, "locked")
+	if err := os.Mkdir(locked, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	db, err := storage.Open(filepath.Join(locked, "safekeeper.db"), storage.Options{UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if code, stderr := runOn(locked); code != 1 || !strings.Contains(stderr, "locked") {
+		t.Errorf("run on a locked database: exit %d, stderr %q; want exit 1", code, stderr)
+	}
+
+	// Permission denied: a directory only its owner may enter, run as
+	// another user (root itself is never denied).
+	base, err := os.MkdirTemp("", "safekeeper-denied-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	noAccess := filepath.Join(base, "owner-only")
+	if err := os.Mkdir(noAccess, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var code int
+	var stderr string
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("running as root needs a postgres user to be denied as: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		// The binary where that user may run it.
+		bin, err := os.ReadFile(harness.Binary(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		exe := filepath.Join(base, "safekeeper")
+		if err := os.WriteFile(exe, bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(exe, "run", "--id", "1", "--data-dir", noAccess, "--listen-pg", "127.0.0.1:0", "--listen-http", "")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+		cmd.Dir = "/"
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Run(); err != nil && cmd.ProcessState == nil {
+			t.Fatal(err)
+		}
+		code, stderr = cmd.ProcessState.ExitCode(), lastLine(errb.String())
+	} else {
+		if err := os.Chmod(noAccess, 0); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Chmod(noAccess, 0o700)
+		code, stderr = runOn(noAccess)
+	}
+	if code != exitPermanent || !strings.Contains(stderr, "--data-dir "+noAccess+" cannot be used: ") || !strings.Contains(stderr, "permission denied (a restart cannot fix this)") ||
+		strings.Count(stderr, "open ") > 1 {
+		t.Errorf("run on a data directory it may not enter: exit %d, stderr %q; want exit %d naming --data-dir and permission denied once", code, stderr, exitPermanent)
+	}
+}
+
 func TestBadValuesAreUsageErrors(t *testing.T) {
 	ids := []string{"--tenant-id", strings.Repeat("a", 32), "--timeline-id", strings.Repeat("b", 32)}
 	propose := append([]string{"propose", "--upstream", "host=127.0.0.1", "--safekeepers", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"}, ids...)
@@ -130,6 +249,14 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 		{append(propose, "--slot", "Bad-Slot"), "--slot"},
 		{append(propose, "--slot", ""), "--slot"},
 		{append(propose, "--slot", strings.Repeat("s", 64)), "--slot"},
+		// A keyword libpq does not know, or one pgx would send to the
+		// primary as a setting: named, not a retry on the default socket.
+		{append([]string{"propose", "--upstream", "hots=127.0.0.1 port=5432", "--safekeepers", "127.0.0.1:1"}, ids...),
+			`--upstream: invalid connection option "hots" (libpq 15 does not know it; did you mean "host"?)`},
+		{append([]string{"propose", "--upstream", "postgresql://postgres@127.0.0.1:5432/postgres?hots=x", "--safekeepers", "127.0.0.1:1"}, ids...),
+			`--upstream: invalid connection option "hots"`},
+		{append([]string{"propose", "--upstream", "host=127.0.0.1 keepalives=1", "--safekeepers", "127.0.0.1:1"}, ids...),
+			`--upstream: connection option "keepalives" is libpq's, but the proposer's PostgreSQL client (pgx) does not support it`},
 		{append(sync, "--system-id", "5", "--pg-timeline", "0"), "--pg-timeline"},
 		{append(sync, "--system-id", "5", "--pg-timeline", "4294967296"), "--pg-timeline"},
 		{append(sync, "--system-id", "5", "--wal-seg-size", "1000"), "--wal-seg-size"},
@@ -457,5 +584,38 @@ func TestEmptyTLSCertIsUnset(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, errb.String(), exitUsage, c.want)
 			}
 		})
+	}
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	return s[strings.LastIndex(s, "\n")+1:]
+}
+
+// TestUnitsDoNotRestartRefusalsForGood: every systemd unit in contrib names
+// exitUsage and exitPermanent in RestartPreventExitStatus, so that systemd
+// does not restart, every RestartSec forever, what a restart cannot fix.
+func TestUnitsDoNotRestartRefusalsForGood(t *testing.T) {
+	units, err := filepath.Glob(filepath.Join("..", "..", "contrib", "systemd", "*.service"))
+	if err != nil || len(units) == 0 {
+		t.Fatalf("no units in contrib/systemd: %v", err)
+	}
+	for _, u := range units {
+		b, err := os.ReadFile(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var codes []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "RestartPreventExitStatus="); ok {
+				codes = append(codes, strings.Fields(v)...)
+			}
+		}
+		for _, want := range []int{exitUsage, exitPermanent} {
+			if !slices.Contains(codes, strconv.Itoa(want)) {
+				t.Errorf("%s: RestartPreventExitStatus %q lacks %d", filepath.Base(u), codes, want)
+			}
+		}
 	}
 }

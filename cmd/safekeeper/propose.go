@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/urfave/cli/v2"
 
 	"github.com/safekeeper/safekeeper/proposer"
@@ -21,11 +20,6 @@ import (
 // exitDeposed is the exit code of `propose` when another proposer took over
 // the timeline with a higher term (docs/proposer.md).
 const exitDeposed = 3
-
-// exitPermanent is the exit code of an error a restart cannot fix: an
-// operator must act (docs/proposer.md). The systemd units name it in
-// RestartPreventExitStatus.
-const exitPermanent = 4
 
 func proposeCommand() *cli.Command {
 	return &cli.Command{
@@ -38,11 +32,14 @@ func proposeCommand() *cli.Command {
 			"--application-name every commit waits until a quorum of safekeepers has it durable.\n" +
 			"Reconnects with backoff, except when the primary refuses it for good (unknown role, wrong\n" +
 			"password, invalid slot name, no such database: exit 1), and when so many safekeepers refuse\n" +
-			"this primary for good (their timeline has another system id, segment size or major version)\n" +
-			"that no quorum is possible (exit 1). Before each campaign it asks the safekeepers whether\n" +
-			"another proposer streamed to the timeline within --proposer-lease over a connection still\n" +
-			"open, and waits while one does, so a proposer restarted by its supervisor after it was deposed\n" +
-			"does not depose the new one in turn. SIGHUP is logged and ignored.\n" +
+			"this primary for good that no quorum is possible (exit 4): their timeline has another system\n" +
+			"id, segment size or major version, or is on a newer PostgreSQL timeline (a standby was\n" +
+			"promoted: this is an old primary; the message says \"refused: older PostgreSQL timeline\"),\n" +
+			"or this primary's timeline history forks from theirs. Before each campaign it asks the\n" +
+			"safekeepers whether another proposer streamed to the timeline within --proposer-lease over a\n" +
+			"connection still open, and waits while one does, so a proposer restarted by its supervisor\n" +
+			"after it was deposed does not depose the new one in turn; one they would refuse for good is\n" +
+			"told so at once, without waiting. SIGHUP is logged and ignored.\n" +
 			"It never creates a timeline unless told to: without --create, a timeline that no\n" +
 			"safekeeper holds (a quorum answers that they do not) ends it with exit 4, naming the ids;\n" +
 			"pass --create once, at a new timeline's first start. Once one safekeeper holds the\n" +
@@ -53,7 +50,8 @@ func proposeCommand() *cli.Command {
 			"each safekeeper link's state), /healthz and /readyz (200 while it streams to a quorum).\n" +
 			"Exit codes: 0 after SIGTERM/SIGINT, 2 usage error, 3 deposed (a higher term appeared on a\n" +
 			"safekeeper; the message names it and who streams to it), 4 refused for good (no safekeeper\n" +
-			"holds the timeline: a restart cannot fix it), 1 any other error.",
+			"holds the timeline, or the safekeepers refuse this primary: a restart cannot fix it; an\n" +
+			"operator must act), 1 any other error.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before: func(c *cli.Context) error {
 			return requireFlags(c, "upstream", "safekeepers", "tenant-id", "timeline-id")
@@ -81,7 +79,7 @@ func proposeCommand() *cli.Command {
 			if err != nil {
 				return usagef("--buffer-size: %w", err)
 			}
-			if _, err := pgconn.ParseConfig(c.String("upstream")); err != nil {
+			if err := proposer.CheckConnString(c.String("upstream")); err != nil {
 				return usagef("--upstream: %w", err)
 			}
 			slot, appName := c.String("slot"), c.String("application-name")
@@ -133,6 +131,9 @@ func proposeCommand() *cli.Command {
 			if errors.Is(err, proposer.ErrDeposed) {
 				return deposedExit(err)
 			}
+			if errors.Is(err, proposer.ErrIncompatible) {
+				return refusedExit(err)
+			}
 			if errors.Is(err, proposer.ErrNoTimeline) {
 				return cli.Exit(fmt.Sprintf("%v; nothing was created: check --tenant-id and --timeline-id "+
 					"(and --safekeepers), or pass --create at a new timeline's first start", err), exitPermanent)
@@ -154,6 +155,23 @@ func deposedExit(err error) error {
 		msg = de.Reason()
 	}
 	return cli.Exit("deposed: "+msg+"; another proposer owns the timeline now", exitDeposed)
+}
+
+// refusedExit is the exit error for a primary the safekeepers refuse for
+// good (proposer.ErrIncompatible): exit 4, with what to do about it.
+func refusedExit(err error) error {
+	var ie *proposer.IncompatibleError
+	if errors.As(err, &ie) {
+		switch ie.Reason {
+		case proposer.RefusedOlderPgTimeline:
+			err = fmt.Errorf("%w; this primary must not write on: bring it back as a standby of the new primary (pg_rewind, or a new base backup: docs/operations.md) and do not run its proposer", err)
+		case proposer.RefusedForkedPgTimeline:
+			err = fmt.Errorf("%w; this primary's history forks from the timeline the safekeepers hold: it must not be protected there", err)
+		case proposer.RefusedSystemID, proposer.RefusedPgVersion, proposer.RefusedSegmentSize:
+			err = fmt.Errorf("%w; check --tenant-id and --timeline-id: they name another cluster's timeline", err)
+		}
+	}
+	return permanentError{err}
 }
 
 // nameDataLen is PostgreSQL's NAMEDATALEN: names hold at most 63 bytes.

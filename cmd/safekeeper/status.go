@@ -234,6 +234,11 @@ func statusCommand() *cli.Command {
 				Timelines      int     `json:"timelines"`
 				DiskUsageBytes int64   `json:"disk_usage_bytes"`
 				DiskFreeBytes  uint64  `json:"disk_free_bytes"`
+				WALRefused     *struct {
+					Reason string    `json:"reason"`
+					Detail string    `json:"detail"`
+					Since  time.Time `json:"since"`
+				} `json:"wal_refused"`
 			}
 			body, err := apiGet(c, "/v1/status", &st)
 			if err != nil {
@@ -252,10 +257,36 @@ func statusCommand() *cli.Command {
 			fmt.Fprintf(w, "listen http\t%s\n", st.ListenHTTP)
 			fmt.Fprintf(w, "timelines\t%d\n", st.Timelines)
 			fmt.Fprintf(w, "disk\t%d MiB used, %d MiB free\n", st.DiskUsageBytes>>20, st.DiskFreeBytes>>20)
+			if r := st.WALRefused; r != nil {
+				fmt.Fprintf(w, "WAL\tREFUSED (53100) since %s (%s ago): %s: %s\n", r.Since.Local().Format(time.RFC3339),
+					time.Since(r.Since).Round(time.Second), refusalRule(r.Reason), r.Detail)
+			} else {
+				fmt.Fprintln(w, "WAL\ttaken")
+			}
 			return w.Flush()
 		},
 	}
 }
+
+// refusalRule says which rule of the disk circuit breaker a
+// wal_refused.reason of GET /v1/status names.
+func refusalRule(reason string) string {
+	switch reason {
+	case "min_free_disk":
+		return "free space below --min-free-disk"
+	case "max_disk_usage":
+		return "--max-disk-usage reached"
+	}
+	return reason
+}
+
+// The header lines of the tables timeline list and timeline show print
+// (docs/operations.md shows them; TestDocsShowOutputAsPrinted compares).
+const (
+	timelineListHeader = "TENANT\tTIMELINE\tTERM\tTLI\tFLUSH\tCOMMIT\tREMOVED UP TO"
+	readersHeader      = "KIND\tADDRESS\tAPPLICATION\tSLOT\tSENT\tWRITE\tFLUSH\tAPPLY\tLAG BYTES\tWRITE LAG\tFLUSH LAG\tREPLAY LAG"
+	slotsHeader        = "NAME\tTEMPORARY\tACTIVE\tRESTART LSN"
+)
 
 func timelineListCommand() *cli.Command {
 	return &cli.Command{
@@ -278,7 +309,7 @@ func timelineListCommand() *cli.Command {
 				return err
 			}
 			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "TENANT\tTIMELINE\tTERM\tTLI\tFLUSH\tCOMMIT\tREMOVED UP TO")
+			fmt.Fprintln(w, timelineListHeader)
 			for _, t := range list {
 				fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%v\t%v\t%v\n", t["tenant_id"], t["timeline_id"], t["term"], t["pg_timeline"], t["flush_lsn"], t["commit_lsn"], t["removed_up_to"])
 			}
@@ -332,7 +363,7 @@ func timelineShowCommand() *cli.Command {
 			fmt.Fprintf(c.App.Writer, "\nreaders: %d\n", len(readers))
 			if len(readers) > 0 {
 				w = tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "KIND\tADDRESS\tAPPLICATION\tSLOT\tSENT\tWRITE\tFLUSH\tAPPLY\tLAG BYTES\tWRITE LAG\tFLUSH LAG\tREPLAY LAG")
+				fmt.Fprintln(w, readersHeader)
 				for _, r := range readers {
 					m, _ := r.(map[string]any)
 					fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%v\t%v\t%v\t%v\t%v\t%s\t%s\t%s\n", m["kind"], m["address"], m["application_name"], orDash(m["slot"]),
@@ -345,7 +376,7 @@ func timelineShowCommand() *cli.Command {
 			fmt.Fprintf(c.App.Writer, "\nslots: %d\n", len(slots))
 			if len(slots) > 0 {
 				w = tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "NAME\tTEMPORARY\tACTIVE\tRESTART LSN")
+				fmt.Fprintln(w, slotsHeader)
 				for _, s := range slots {
 					m, _ := s.(map[string]any)
 					fmt.Fprintf(w, "%v\t%v\t%v\t%v\n", m["slot_name"], m["temporary"], m["active"], m["restart_lsn"])

@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +62,8 @@ func TestStatusAndTimelineCommands(t *testing.T) {
 		return code, out.String(), errb.String()
 	}
 	code, out, stderr := cli("status", "--http", httpAddr)
-	if code != 0 || !strings.Contains(out, "node id") || !strings.Contains(out, "5") || !strings.Contains(out, "timelines") {
+	if code != 0 || !strings.Contains(out, "node id") || !strings.Contains(out, "5") || !strings.Contains(out, "timelines") ||
+		!regexp.MustCompile(`(?m)^WAL +taken$`).MatchString(out) {
 		t.Fatalf("status: exit %d\n%s%s", code, out, stderr)
 	}
 	code, out, _ = cli("status", "--http", httpAddr, "--json")
@@ -160,6 +166,93 @@ func TestAPIErrorAnswerNotJSON(t *testing.T) {
 		msg = errb.String()
 		if code != 1 || !strings.Contains(msg, "serves plain HTTP there") || !strings.Contains(msg, "use --http "+plain) || strings.Count(msg, "\n") != 1 {
 			t.Errorf("%q with https:// against a plain HTTP port: exit %d, stderr %q; want exit 1 saying to use --http %s", cmd, code, msg, plain)
+		}
+	}
+}
+
+// TestStatusNamesTheDiskBreaker: while the disk circuit breaker refuses
+// new WAL, `status` says so on a line of its own with the rule that
+// tripped it, the numbers and since when, and --json has wal_refused with
+// the reason.
+func TestStatusNamesTheDiskBreaker(t *testing.T) {
+	// The new database file alone holds more than 1 byte: tripped at start.
+	srv, err := server.New(server.Config{NodeID: 5, ListenPG: "127.0.0.1:0", ListenHTTP: "127.0.0.1:0", DataDir: t.TempDir(), UnsafeNoFsync: true,
+		MaxDiskUsage: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-served
+	})
+	var out, errb bytes.Buffer
+	code := run([]string{"safekeeper", "status", "--http", srv.HTTPAddr().String()}, &out, &errb)
+	line := regexp.MustCompile(`(?m)^WAL +REFUSED \(53100\) since \S+ \(\d+s ago\): --max-disk-usage reached: the database file holds \d+ bytes in use .*, at --max-disk-usage 1$`)
+	if code != 0 || !line.MatchString(out.String()) {
+		t.Fatalf("status with --max-disk-usage reached: exit %d, want a line matching %s\n%s%s", code, line, out.String(), errb.String())
+	}
+	out.Reset()
+	code = run([]string{"safekeeper", "status", "--json", "--http", srv.HTTPAddr().String()}, &out, &errb)
+	var st struct {
+		WALRefused *struct{ Reason, Detail, Since string } `json:"wal_refused"`
+	}
+	if code != 0 || json.Unmarshal(out.Bytes(), &st) != nil || st.WALRefused == nil || st.WALRefused.Reason != "max_disk_usage" || st.WALRefused.Since == "" {
+		t.Fatalf("status --json with --max-disk-usage reached: exit %d %s", code, out.String())
+	}
+}
+
+// TestDocsShowOutputAsPrinted: the outputs the docs show are the ones the
+// commands print: each table header of timeline list and timeline show as
+// the command prints it, an empty column as "-" (never Go's "<nil>"), and
+// psql -XA (without -t) with its header line and "(N rows)" footer.
+func TestDocsShowOutputAsPrinted(t *testing.T) {
+	docs, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	if err != nil || len(docs) == 0 {
+		t.Fatalf("no docs: %v", err)
+	}
+	docs = append(docs, filepath.Join("..", "..", "README.md"))
+	headers := map[string][]string{}
+	for _, h := range []string{timelineListHeader, readersHeader, slotsHeader} {
+		cols := strings.Split(h, "\t")
+		headers[cols[0]+" "+cols[1]] = cols
+	}
+	psqlNoT := regexp.MustCompile(`psql .*-X?A[^t" ]*c "select`)
+	footer := regexp.MustCompile(`^\(\d+ rows?\)$`)
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(b), "\n")
+		for i, line := range lines {
+			name := fmt.Sprintf("%s:%d", filepath.Base(doc), i+1)
+			if strings.Contains(line, "<nil>") {
+				t.Errorf("%s shows Go's <nil>: %s", name, line)
+			}
+			fields := strings.Fields(line)
+			if len(fields) >= 2 {
+				if want, ok := headers[fields[0]+" "+fields[1]]; ok {
+					if got := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(line), -1); !slices.Equal(got, want) {
+						t.Errorf("%s shows the header %q; the command prints %q", name, got, want)
+					}
+				}
+			}
+			if strings.HasPrefix(line, "$ ") && psqlNoT.MatchString(line) {
+				ok := false
+				for _, out := range lines[i+1:] {
+					if strings.HasPrefix(out, "$ ") || strings.HasPrefix(out, "```") {
+						break
+					}
+					ok = ok || footer.MatchString(out)
+				}
+				if !ok {
+					t.Errorf("%s: psql without -t prints a header and a (N rows) footer, the output shown has none: %s", name, line)
+				}
+			}
 		}
 	}
 }

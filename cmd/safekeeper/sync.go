@@ -32,7 +32,9 @@ func syncCommand() *cli.Command {
 			"Sync refuses (exit 1, naming it) while a proposer streams to the timeline: it would depose it\n" +
 			"and the primary's commits would wait; --force runs it anyway.\n" +
 			"Exit codes: 0 success, 1 no quorum within --timeout, a live proposer or another error, 2 usage,\n" +
-			"3 deposed, 4 no such timeline.",
+			"3 deposed, 4 refused for good: no such timeline, or the safekeepers refuse the timeline's\n" +
+			"description (--system-id, --pg-version, --wal-seg-size or --pg-timeline do not match theirs;\n" +
+			"a restart cannot fix it).",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "safekeepers", "tenant-id", "timeline-id") },
 		Flags: append([]cli.Flag{jsonFlag(),
@@ -80,6 +82,8 @@ func syncCommand() *cli.Command {
 				log.Info("the timeline has no WAL on a quorum")
 			case errors.Is(err, proposer.ErrDeposed):
 				return deposedExit(err)
+			case errors.Is(err, proposer.ErrIncompatible):
+				return permanentError{err}
 			case err != nil:
 				return err
 			}

@@ -35,6 +35,12 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	follower := c.startStandby(c.sks[1]) // follows through timeline 2
 	b.start(4, rng)
 	c.waitAcked(b, 300, "on the first primary")
+	// Safekeeper 3 stops and misses the last of timeline 1: it comes back
+	// after the promotion and catches up across the switch.
+	if err := c.sks[2].Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.waitAcked(b, 100, "on the first primary, with safekeeper 3 down")
 
 	// The primary's host is lost.
 	c.prop.Kill()
@@ -82,6 +88,13 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 		out, err := np.Query(context.Background(), "SELECT state || '/' || sync_state FROM pg_stat_replication WHERE application_name = 'proposer'")
 		return err == nil && out == "streaming/sync"
 	})
+	// Safekeeper 3 returns below the switch point: the proposer catches it
+	// up from the new primary on timeline 1 up to the switch and on
+	// timeline 2 after it, as a standby asks (timeline 1's WAL is in
+	// timeline 1's segments there; asked for on timeline 2, the primary
+	// would answer that a timeline 2 segment has been removed).
+	c.sks[2].Start()
+
 	b2 := &bank{t: t, pg: np, stop: make(chan struct{}), acked: map[int64]proto.LSN{}}
 	b2.ctx, b2.hard = context.WithCancel(context.Background())
 	t.Cleanup(func() { b2.halt(0) })
@@ -101,10 +114,42 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 		t.Errorf("TIMELINE_HISTORY 2 on safekeeper 3 = %q, the new primary's file %q", got, history)
 	}
 
+	// The old primary's host comes back: PostgreSQL starts as the primary of
+	// timeline 1 it was. Its proposer is refused at once — an older
+	// PostgreSQL timeline, exit 4, which the unit does not restart — and
+	// does not wait for the proposer streaming for the promoted primary to
+	// stop (it never would) or touch the old primary's slot.
+	c.pg.Restart(t)
+	if tli := c.pg.Exec(t, "select timeline_id from pg_control_checkpoint()"); tli != "1" {
+		t.Fatalf("the old primary restarted on timeline %s, want 1", tli)
+	}
+	oldStart := time.Now()
+	old := exec.CommandContext(harness.Context(t, 60*time.Second), harness.Binary(t), "propose",
+		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", c.pg.Port),
+		"--safekeepers", c.proposerAddrs(), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
+		"--slot", "proposer", "--application-name", "proposer")
+	var oldLog strings.Builder
+	old.Stdout, old.Stderr = &oldLog, &oldLog
+	old.Run()
+	last := lastLine(oldLog.String(), "safekeeper: ")
+	if code := old.ProcessState.ExitCode(); code != 4 ||
+		!strings.HasPrefix(last, "safekeeper: refused: older PostgreSQL timeline: the safekeepers' timeline is on PostgreSQL timeline 2, this primary on 1") ||
+		!strings.Contains(last, "pg_rewind") || strings.Contains(oldLog.String(), "waiting") {
+		t.Fatalf("the old primary's proposer after %v: exit %d; want exit 4 at once with one line saying refused: older PostgreSQL timeline, and no wait\n%s",
+			time.Since(oldStart).Round(time.Millisecond), code, oldLog.String())
+	}
+	t.Logf("the old primary's proposer, refused in %v: %s", time.Since(oldStart).Round(time.Millisecond), last)
+	c.pg.Stop(t)
+
 	b2.stopAndReport()
 	acked2, _ := b2.snapshot()
 	final := lsnOf(t, next.query(t, "select pg_current_wal_flush_lsn()"))
 	c.waitCommitted(final, 60*time.Second)
+	if log := prop.Log(); !strings.Contains(log, "catching up from a second replication stream") ||
+		strings.Contains(log, "the primary no longer has the WAL a safekeeper needs") {
+		t.Errorf("safekeeper 3 below the switch point: want a catch-up from the new primary, which holds timeline 1's WAL, and no peer catch-up:\n%s",
+			lastLine(log, "trying a peer safekeeper")+"\n"+lastLine(log, "catching up"))
+	}
 	follower.waitReplay(t, final)
 	if tli := follower.query(t, "select received_tli from pg_stat_wal_receiver"); tli != "2" {
 		t.Errorf("the second standby receives timeline %s, want 2", tli)
