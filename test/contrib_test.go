@@ -81,7 +81,7 @@ func TestContribFilesAgainstRealProcesses(t *testing.T) {
 
 	// The proposer, with /etc/safekeeper/proposer.env filled in.
 	args := unitCommand(t, filepath.Join(sysd, "safekeeper-proposer.service"), "", map[string]string{
-		"UPSTREAM":    fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
+		"UPSTREAM":    pg.ConnString(),
 		"SAFEKEEPERS": strings.Join(pgAddrs, ","),
 		"TENANT_ID":   "c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c1",
 		"TIMELINE_ID": "c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c2",

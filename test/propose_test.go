@@ -1,7 +1,6 @@
 package test
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +31,7 @@ func TestProposeRefusedForGoodExitsClearly(t *testing.T) {
 		p.c.Close()
 	}
 	prop := harness.StartProcess(t, "proposer", "propose",
-		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
+		"--upstream", pg.ConnString(),
 		"--safekeepers", strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ","),
 		"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String())
 	harness.WaitFor(t, 60*time.Second, "the proposer to give up", func() bool {
@@ -65,7 +64,7 @@ func TestProposerSlotHoldsWALForALaggingSafekeeper(t *testing.T) {
 	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
 	tl := proto.ID{0xbb, 7}
 	prop := harness.StartProcess(t, "proposer", "propose",
-		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
+		"--upstream", pg.ConnString(),
 		"--safekeepers", strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ","),
 		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String(),
 		"--slot", "proposer", "--application-name", "proposer")

@@ -59,7 +59,7 @@ func startCluster(t *testing.T) *cluster {
 		addrs = append(addrs, sk.Addr)
 	}
 	c.prop = harness.StartProcess(t, "proposer", "--log-level", "debug", "propose",
-		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", c.pg.Port),
+		"--upstream", c.pg.ConnString(),
 		"--safekeepers", strings.Join(addrs, ","),
 		"--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
 		"--slot", "proposer", "--application-name", "proposer", "--buffer-size", "1MiB")
