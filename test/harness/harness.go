@@ -155,16 +155,17 @@ func StartSafekeeper(t testing.TB, id uint64, extra ...string) *Safekeeper {
 // A restart binds Addr and HTTPAddr again. These ports were the kernel's
 // choice for this very process, not numbers probed and handed on, and
 // between a stop and the next start the kernel gives them to nobody else
-// in the usual case: while the old process's connections linger in
-// TIME_WAIT the port stays reserved against outgoing connections, and
-// other tests' servers bind port 0 too, which picks a port with no socket
-// at all. If one was taken all the same (an outgoing connection happened
-// to pick it as its local port once it was wholly free), the process
-// exits with "address already in use"; Start then waits until the port can
-// be bound again (such a connection ends) and starts it once more, within
-// startTimeout. The alternative, a proxy in front of every safekeeper,
-// would make every kill look like a reset instead of a refusal and add a
-// hop to every byte.
+// in the usual case: most restarts follow the stop at once, and while the
+// old process's connections linger in TIME_WAIT (a minute) neither an
+// outgoing connection nor another server's port-0 bind is given the port.
+// Only once it is wholly free can a new socket get it, one chance in the
+// ephemeral range's thousands of ports. If that happened (the process
+// exits with "address already in use"), Start waits until the port can be
+// bound again (an outgoing connection ends) and starts it once more,
+// within startTimeout; a listener that took it fails the test, naming the
+// port. The alternative, a proxy in front of every safekeeper, would make
+// every kill look like a reset instead of a refusal and add a hop to every
+// byte.
 func (sk *Safekeeper) Start() {
 	sk.t.Helper()
 	pg, http := sk.Addr, sk.HTTPAddr
