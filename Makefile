@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/safekeeper
 PKGS    := ./...
 
-.PHONY: build test test-unit demo sim chaos vet fmt bench bench-e2e clean
+.PHONY: build test test-slowest test-unit demo sim chaos vet fmt bench bench-e2e clean
 
 # The version the binary reports (safekeeper version, /v1/status).
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -13,11 +13,22 @@ build:
 
 # Every test: unit, fuzz seed corpora (go test runs them as ordinary tests),
 # real-PostgreSQL and socket-level integration tests, all under the race
-# detector. The integration tests build bin/safekeeper themselves.
+# detector. The integration tests build the safekeeper binary themselves.
+# gotestsum (go.mod's tool directive: `go tool gotestsum`, offline after
+# `go mod download`) runs go test -json and prints a line per test as it
+# ends, then the skipped tests, then every failed test's full output, last;
+# the exit status is go test's. The events go to $(TEST_JSON); on success
+# the slowest tests are listed from it (`make test-slowest` lists them again).
+TEST_JSON ?= bin/test.json
 test: build
 	$(GO) vet $(PKGS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
-	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+	$(GO) tool gotestsum --format testname --jsonfile $(TEST_JSON) -- -race -count=1 -timeout 12m $(PKGS)
+	@$(MAKE) --no-print-directory test-slowest
+
+test-slowest:
+	@echo "slowest tests (from $(TEST_JSON)):"
+	@$(GO) tool gotestsum tool slowest --jsonfile $(TEST_JSON) --num 15 --threshold 0
 
 # The main job on real input: PostgreSQL 15 primary -> proposer -> 3 safekeepers
 # under pgbench, a standby fed by a safekeeper, byte-for-byte checks, a report.

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/test/harness"
 )
 
 // fakePrimary is a primary on 127.0.0.1 that refuses every connection with
@@ -121,12 +122,7 @@ func (h *countHandler) WithGroup(string) slog.Handler      { return h }
 // primary leaves by itself (starting up, shutting down, too many
 // connections) or a refused connection is retried.
 func TestPermanentUpstreamErrorsStopRun(t *testing.T) {
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := closed.Addr().String()
-	closed.Close()
+	refused := harness.RefusedAddr(t) // nobody listens there
 
 	for _, tc := range []struct {
 		name      string

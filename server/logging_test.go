@@ -143,3 +143,35 @@ func TestWALRefusalWarnedOncePerMinute(t *testing.T) {
 		t.Fatalf("%d warnings for %d refusals within a minute, want 1:\n%s", warned, tries, logs.String())
 	}
 }
+
+// TestListeningLineNamesBoundAddresses: asked for port 0, the server logs
+// one "safekeeper listening" line whose pg and http are the addresses it
+// bound (the kernel's ports), which is how tests and operators learn them.
+func TestListeningLineNamesBoundAddresses(t *testing.T) {
+	var logs syncBuffer
+	s := startTestServer(t, t.TempDir(), func(c *Config) {
+		c.ListenHTTP = "127.0.0.1:0"
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	waitFor(t, "the listening line", func() bool { return strings.Contains(logs.String(), `"msg":"safekeeper listening"`) })
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", l)
+		}
+		if m["msg"] == "safekeeper listening" {
+			lines = append(lines, m)
+		}
+	}
+	if len(lines) != 1 {
+		t.Fatalf("%d listening lines, want 1:\n%s", len(lines), logs.String())
+	}
+	pg, http := s.Addr().String(), s.HTTPAddr().String()
+	if strings.HasSuffix(pg, ":0") || strings.HasSuffix(http, ":0") {
+		t.Fatalf("bound addresses %s, %s", pg, http)
+	}
+	if lines[0]["pg"] != pg || lines[0]["http"] != http {
+		t.Fatalf("listening line %v, want pg=%s http=%s", lines[0], pg, http)
+	}
+}

@@ -35,7 +35,7 @@ var (
 	tTimeline = proto.ID{0xbb, 1}
 )
 
-// startTestServer runs a Server in this process on a free port.
+// startTestServer runs a Server in this process on a port it binds itself (port 0).
 func startTestServer(t *testing.T, dir string, tweak func(*Config)) *Server {
 	t.Helper()
 	return startHookedServer(t, dir, tweak, hooks{})

@@ -418,8 +418,15 @@ func (s *Server) isStopping() bool {
 // Meanwhile it opens every stored timeline in the background (openStored),
 // so their metrics are there before any client connects.
 func (s *Server) Serve() error {
-	s.log.Info("safekeeper listening", "addr", s.ln.Addr().String(), "node_id", s.cfg.NodeID, "data_dir", s.cfg.DataDir,
-		"tls", s.certs != nil, "tls_required", s.cfg.TLSRequired)
+	// One line with the addresses bound (the ports the kernel chose when
+	// --listen-pg or --listen-http asked for port 0): tests and operators
+	// read them here. With a certificate the HTTP API speaks HTTPS (tls).
+	where := []any{"pg", s.ln.Addr().String()}
+	if s.http != nil {
+		where = append(where, "http", s.http.addr().String())
+	}
+	s.log.Info("safekeeper listening", append(where, "node_id", s.cfg.NodeID, "data_dir", s.cfg.DataDir,
+		"tls", s.certs != nil, "tls_required", s.cfg.TLSRequired)...)
 	go s.mem.run(s.ctx, s)
 	s.mu.Lock()
 	if !s.isStopping() && !s.hooks.lazyOpen { // openWG only while not stopping: Shutdown waits for it
@@ -433,11 +440,9 @@ func (s *Server) Serve() error {
 	}
 	if s.http != nil {
 		if s.certs != nil {
-			s.log.Info("HTTP API listening (HTTPS)", "addr", s.http.addr().String())
 			s.http.srv.TLSConfig = s.certs.config()
 			go s.http.srv.ServeTLS(s.http.ln, "", "")
 		} else {
-			s.log.Info("HTTP API listening", "addr", s.http.addr().String())
 			go s.http.srv.Serve(s.http.ln)
 		}
 	}

@@ -52,20 +52,29 @@ func TestContribFilesAgainstRealProcesses(t *testing.T) {
 	sysd := filepath.Join(root, "contrib", "systemd")
 	pg := pgtest.Start(t, pgtest.Options{WALSegSizeMB: 1})
 
-	// The safekeepers: safekeeper@1..3, each with the ports a second and
-	// third safekeeper on one host set in /etc/safekeeper/N.env.
+	// The safekeepers: safekeeper@1..3, each with its own ports set in
+	// /etc/safekeeper/N.env, as a second and third safekeeper on one host
+	// have them; here port 0, and the addresses bound are read from each
+	// one's "safekeeper listening" line.
 	var sks []*harness.Process
 	var pgAddrs, httpAddrs []string
 	for i := 1; i <= 3; i++ {
-		pgAddr := "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
-		httpAddr := "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
 		args := unitCommand(t, filepath.Join(sysd, "safekeeper@.service"), strconv.Itoa(i),
-			map[string]string{"LISTEN_PG": pgAddr, "LISTEN_HTTP": httpAddr})
+			map[string]string{"LISTEN_PG": "127.0.0.1:0", "LISTEN_HTTP": "127.0.0.1:0"})
 		replaceStateDir(t, args, filepath.Join(t.TempDir(), "data"))
 		if args[0] != "run" {
 			t.Fatalf("safekeeper@.service runs %q, want run", args[0])
 		}
 		sk := harness.StartProcess(t, fmt.Sprintf("safekeeper-%d", i), args...)
+		var pgAddr, httpAddr string
+		harness.WaitFor(t, 15*time.Second, "safekeeper@"+strconv.Itoa(i)+" listening", func() bool {
+			if exited, code := sk.Exited(); exited {
+				t.Fatalf("safekeeper@%d exited %d at start: %v\n%s", i, code, args, sk.Log())
+			}
+			var ok bool
+			pgAddr, httpAddr, ok = harness.ListenAddrs(sk.Log())
+			return ok
+		})
 		harness.WaitFor(t, 15*time.Second, "safekeeper@"+strconv.Itoa(i)+" ready on "+httpAddr, func() bool {
 			if exited, code := sk.Exited(); exited {
 				t.Fatalf("safekeeper@%d exited %d at start: %v", i, code, args)
@@ -83,7 +92,7 @@ func TestContribFilesAgainstRealProcesses(t *testing.T) {
 	// The proposer, with /etc/safekeeper/proposer.env filled in, after the
 	// timeline was created as docs/operations.md says.
 	site := map[string]string{
-		"UPSTREAM":    fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
+		"UPSTREAM":    pg.ConnString(),
 		"SAFEKEEPERS": strings.Join(pgAddrs, ","),
 		"TENANT_ID":   "c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c1",
 		"TIMELINE_ID": "c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c2",

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -171,7 +170,7 @@ func TestWALFetchServesRestoreCommand(t *testing.T) {
 	// Exit 126, which stops recovery: a timeline no safekeeper holds, no
 	// safekeeper answering, a name that is no WAL file, bad flags.
 	sks[2].Kill()
-	nobody := []string{sks[2].Addr, "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))}
+	nobody := []string{sks[2].Addr, harness.RefusedAddr(t)}
 	for _, tc := range []struct {
 		what     string
 		addrs    []string

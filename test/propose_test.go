@@ -1,7 +1,6 @@
 package test
 
 import (
-	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -39,7 +38,7 @@ func TestProposeRefusedForGoodExitsClearly(t *testing.T) {
 	// greeting (each safekeeper is then asked why).
 	for _, lease := range []string{"10s", "0"} {
 		prop := harness.StartProcess(t, "proposer", "propose", "--proposer-lease", lease,
-			"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
+			"--upstream", pg.ConnString(),
 			"--safekeepers", strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ","),
 			"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String())
 		harness.WaitFor(t, 60*time.Second, "the proposer to give up", func() bool {
@@ -74,7 +73,7 @@ func TestProposerSlotHoldsWALForALaggingSafekeeper(t *testing.T) {
 	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
 	tl := proto.ID{0xbb, 7}
 	prop := harness.StartProcess(t, "proposer", "propose",
-		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
+		"--upstream", pg.ConnString(),
 		"--safekeepers", strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ","),
 		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String(), "--create",
 		"--slot", "proposer", "--application-name", "proposer")
@@ -163,7 +162,7 @@ func TestMistypedTimelineIDIsRefusedNotCreated(t *testing.T) {
 	pg := pgtest.Start(t, pgtest.Options{WALSegSizeMB: 1})
 	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
 	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
-	upstream := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port)
+	upstream := pg.ConnString()
 	tl := proto.ID{0xbb, 0x20, 0x01}
 	typo := proto.ID{0xbb, 0x20, 0x01}
 	typo[15] ^= 0x01 // the last hex digit

@@ -29,7 +29,7 @@ func startProposer(t *testing.T, pg *pgtest.Cluster, sks []*harness.Safekeeper, 
 		addrs = append(addrs, sk.Addr)
 	}
 	args := append([]string{"propose",
-		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
+		"--upstream", pg.ConnString(),
 		"--safekeepers", strings.Join(addrs, ","),
 		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String(), "--create",
 		"--slot", "proposer", "--application-name", "proposer"}, extra...)

@@ -122,7 +122,7 @@ func TestTimelinePullCopiesAWholeTimeline(t *testing.T) {
 		return runCLI(t, "timeline", "pull", "--from", from, "--data-dir", fresh,
 			"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String(), "--timeout", "10s")
 	}
-	if code, _, stderr := pullFresh("127.0.0.1:1"); code != 1 {
+	if code, _, stderr := pullFresh(harness.RefusedAddr(t)); code != 1 {
 		t.Fatalf("pull from an unreachable peer: exit %d: %s", code, stderr)
 	}
 	if _, err := os.Stat(fresh); !os.IsNotExist(err) {

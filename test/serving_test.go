@@ -341,17 +341,18 @@ func (s *standby) query(t *testing.T, sql string) string {
 
 func startStandby(t *testing.T, pg *pgtest.Cluster, sk *harness.Safekeeper) *standby {
 	t.Helper()
-	s := &standby{pg: pg, dir: pgtest.Dir(t, "svtest-"), port: harness.FreePort(t)}
+	// A socket in its own directory only, as the primary's settings
+	// (pgtest.conf, in the backup) say.
+	s := &standby{pg: pg, dir: pgtest.Dir(t, "svtest-"), port: pgtest.Port}
 	s.data, s.sock = filepath.Join(s.dir, "data"), s.dir
-	pg.Run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "-D", s.data, "-X", "stream", "-c", "fast")
+	pg.Run(t, "pg_basebackup", "-h", pg.SocketDir, "-p", strconv.Itoa(pg.Port), "-U", "postgres", "-D", s.data, "-X", "stream", "-c", "fast")
 	host, port := skHostPort(sk)
 	conf := fmt.Sprintf(`
-port = %d
 unix_socket_directories = '%s'
 hot_standby = on
 primary_conninfo = 'host=%s port=%s user=postgres application_name=standby1 options=''%s'''
 wal_retrieve_retry_interval = 1s
-`, s.port, s.sock, host, port, svOptions())
+`, s.sock, host, port, svOptions())
 	f, err := os.OpenFile(filepath.Join(s.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -407,8 +408,8 @@ func TestHotStandbyFedBySafekeeper(t *testing.T) {
 	sb := startStandby(t, pg, sk)
 	f.push()
 
-	pg.Run(t, "pgbench", "-i", "-s", "1", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
-	pg.Run(t, "pgbench", "-n", "-t", "200", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
+	pg.Run(t, "pgbench", "-i", "-s", "1", "-h", pg.SocketDir, "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
+	pg.Run(t, "pgbench", "-n", "-t", "200", "-h", pg.SocketDir, "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
 	sb.waitReplay(t, f.push())
 	if got, want := sb.query(t, accountsQuery), pg.Exec(t, accountsQuery); got != want {
 		t.Fatalf("standby %q, primary %q", got, want)
@@ -420,7 +421,7 @@ func TestHotStandbyFedBySafekeeper(t *testing.T) {
 	sk.Kill()
 	sk.Start()
 	f.connect() // a new term, continuing at the safekeeper's flush_lsn
-	pg.Run(t, "pgbench", "-n", "-t", "200", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
+	pg.Run(t, "pgbench", "-n", "-t", "200", "-h", pg.SocketDir, "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
 	sb.waitReplay(t, f.push())
 	if got, want := sb.query(t, accountsQuery), pg.Exec(t, accountsQuery); got != want {
 		t.Fatalf("after the safekeeper restart: standby %q, primary %q", got, want)
@@ -700,7 +701,7 @@ func TestMidSegmentTimelineServedToStockClients(t *testing.T) {
 	// the safekeeper later, while its replay is inside the timeline's
 	// first segment.
 	sb := startStandby(t, pg, sk)
-	sb.pointAt(t, "127.0.0.1", strconv.Itoa(pg.Port), "")
+	sb.pointAt(t, pg.SocketDir, strconv.Itoa(pg.Port), "")
 	// Start the timeline where the primary's WAL is now, inside a segment.
 	insert := svLSN(t, pg.Exec(t, "select pg_current_wal_insert_lsn()"))
 	if insert.SegmentOffset(pg.WALSegSize) < 2*8192 {

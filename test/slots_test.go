@@ -68,7 +68,7 @@ func TestSlotOnEverySafekeeper(t *testing.T) {
 	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1, "--wal-keep-size", "0"), harness.StartSafekeeper(t, 2, "--wal-keep-size", "0"),
 		harness.StartSafekeeper(t, 3, "--wal-keep-size", "0")}
 	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
-	upstream := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port)
+	upstream := pg.ConnString()
 	ten, tl := tenant(1), proto.ID{0xbb, 0x40}
 	harness.CreateTimeline(t, upstream, addrs, ten.String(), tl.String())
 	prop := harness.StartProcess(t, "proposer", "propose", "--upstream", upstream, "--safekeepers", strings.Join(addrs, ","),

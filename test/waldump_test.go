@@ -133,7 +133,7 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 	pg := pgtest.Start(t, pgtest.Options{Conf: []string{"wal_keep_size = '1GB'", "max_prepared_transactions = 2"}})
 	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
 	prop := harness.StartProcess(t, "proposer", "propose",
-		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
+		"--upstream", pg.ConnString(),
 		"--safekeepers", strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ","),
 		"--tenant-id", dumpTenant.String(), "--timeline-id", dumpTimeline.String(), "--create",
 		"--slot", "proposer", "--application-name", "proposer")
@@ -149,7 +149,7 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 	// At least one whole segment past the one the timeline starts in.
 	target := tlStart.SegmentStart(segSize) + 2*proto.LSN(segSize) + 1<<20
 	pgbench := func(args ...string) {
-		pg.Run(t, "pgbench", append(append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres"}, args...), "postgres")...)
+		pg.Run(t, "pgbench", append(append([]string{"-h", pg.SocketDir, "-p", strconv.Itoa(pg.Port), "-U", "postgres"}, args...), "postgres")...)
 	}
 	pgbench("-i", "-s", "2", "-q")
 	// Besides pgbench's own records, the record types of a checkpoint,

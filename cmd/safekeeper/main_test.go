@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -377,12 +376,7 @@ func TestDeposedMessage(t *testing.T) {
 // TestSyncNamesSafekeepersItCannotReach: an unreachable --safekeepers
 // address is reported as a safekeeper, not as the primary.
 func TestSyncNamesSafekeepersItCannotReach(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := harness.RefusedAddr(t) // nobody listens there
 	var out, errb bytes.Buffer
 	code := run([]string{"safekeeper", "sync", "--safekeepers", addr, "--tenant-id", strings.Repeat("a", 32),
 		"--timeline-id", strings.Repeat("b", 32), "--timeout", "200ms"}, &out, &errb)

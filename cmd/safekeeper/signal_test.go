@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,15 +28,9 @@ func TestSIGHUPIsIgnored(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	bin := harness.Binary(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := l.Addr().String()
-	l.Close()
+	closed := harness.RefusedAddr(t) // nobody listens there
 	_, closedPort, _ := net.SplitHostPort(closed)
-	listenPort := strconv.Itoa(harness.FreePort(t))
-	listen := "127.0.0.1:" + listenPort
+	var listen string // run's, from its log
 	ids := []string{"--tenant-id", strings.Repeat("a", 32), "--timeline-id", strings.Repeat("b", 32)}
 	for _, tc := range []struct {
 		name   string
@@ -48,18 +41,17 @@ func TestSIGHUPIsIgnored(t *testing.T) {
 	}{
 		{
 			name: "run",
-			args: []string{"run", "--id", "1", "--listen-pg", listen, "--listen-http", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data")},
-			ready: func(string) bool {
-				c, err := net.DialTimeout("tcp", listen, time.Second)
-				if err == nil {
-					c.Close()
-				}
-				return err == nil
+			args: []string{"run", "--id", "1", "--listen-pg", "127.0.0.1:0", "--listen-http", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data")},
+			ready: func(log string) bool {
+				var ok bool
+				listen, _, ok = harness.ListenAddrs(log)
+				return ok
 			},
 			serves: func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				c, err := pgconn.Connect(ctx, "host=127.0.0.1 port="+listenPort+" user=test sslmode=disable replication=true")
+				host, port, _ := net.SplitHostPort(listen)
+				c, err := pgconn.Connect(ctx, "host="+host+" port="+port+" user=test sslmode=disable replication=true")
 				if err != nil {
 					t.Fatalf("a new connection after SIGHUP: %v", err)
 				}
@@ -154,14 +146,13 @@ func TestSIGHUPReloadsTLSAndKeys(t *testing.T) {
 	if err := auth.GenerateKeys(priv, pub); err != nil {
 		t.Fatal(err)
 	}
-	listen := "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
 	logPath := filepath.Join(dir, "run.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "run", "--id", "1", "--listen-pg", listen, "--listen-http", "", "--data-dir", filepath.Join(dir, "data"),
+	cmd := exec.Command(bin, "run", "--id", "1", "--listen-pg", "127.0.0.1:0", "--listen-http", "", "--data-dir", filepath.Join(dir, "data"),
 		"--tls-cert", cert, "--tls-key", key, "--auth-public-key", pub)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -169,11 +160,9 @@ func TestSIGHUPReloadsTLSAndKeys(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	harness.WaitFor(t, 15*time.Second, "run listening", func() bool {
-		c, err := net.DialTimeout("tcp", listen, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
+		b, _ := os.ReadFile(logPath)
+		_, _, ok := harness.ListenAddrs(string(b))
+		return ok
 	})
 	cmd.Process.Signal(syscall.SIGHUP)
 	harness.WaitFor(t, 10*time.Second, "both reloads logged", func() bool {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto/xlog/xlogtest"
 	"github.com/safekeeper/safekeeper/server"
 	"github.com/safekeeper/safekeeper/storage"
+	"github.com/safekeeper/safekeeper/test/harness"
 	"github.com/safekeeper/safekeeper/test/pgtest"
 )
 
@@ -261,12 +261,7 @@ func TestWALDumpUsage(t *testing.T) {
 func TestWALDumpCommandLineBeatsEnvironment(t *testing.T) {
 	w := makeDumpWAL(t, 0x1000000)
 	dir := storeTimeline(t, w.start, w.data)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone := ln.Addr().String()
-	ln.Close()
+	gone := harness.RefusedAddr(t) // nobody listens there
 
 	t.Setenv("SAFEKEEPER_HTTP", gone)
 	code, stdout, stderr := runDump(t, "--data-dir", dir)
@@ -467,12 +462,7 @@ func TestWALDumpOverHTTP(t *testing.T) {
 	if code != 1 || !strings.Contains(errb.String(), "does not exist") || strings.Count(strings.TrimSpace(errb.String()), "\n") != 0 {
 		t.Fatalf("unknown timeline over --http: exit %d: %q", code, errb.String())
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone := ln.Addr().String()
-	ln.Close()
+	gone := harness.RefusedAddr(t) // nobody listens there
 	if code, _, stderr := runDump(t, "--http", gone); code != 1 || !strings.Contains(stderr, "cannot reach") {
 		t.Fatalf("unreachable --http: exit %d: %q", code, stderr)
 	}

@@ -42,7 +42,7 @@ END;
 type bank struct {
 	t    *testing.T
 	pg   *pgtest.Cluster
-	port atomic.Int64 // the primary's port: moves with a promotion (0: pg.Port)
+	host atomic.Pointer[string] // the primary's socket directory: moves with a promotion (nil: pg.SocketDir)
 	next atomic.Int64
 	stop chan struct{}
 	hard context.CancelFunc // ends a hung commit at the very end (ambiguous)
@@ -78,11 +78,11 @@ func (b *bank) start(n int, rng *rand.Rand) {
 }
 
 func (b *bank) connect() (*pgconn.PgConn, *atomic.Bool, error) {
-	port := int(b.port.Load())
-	if port == 0 {
-		port = b.pg.Port
+	host := b.pg.SocketDir
+	if h := b.host.Load(); h != nil {
+		host = *h
 	}
-	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable connect_timeout=5", port))
+	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable connect_timeout=5", host, b.pg.Port))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -139,7 +139,7 @@ func (c *cluster) startProposer(name, slot string, extra ...string) *harness.Pro
 // create), as an operator does; the proposers never get --create.
 func (c *cluster) startProposerOn(timeline proto.ID, name, slot string, extra ...string) *harness.Process {
 	c.t.Helper()
-	upstream := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", c.pg.Port)
+	upstream := c.pg.ConnString()
 	if !c.created[timeline] {
 		harness.CreateTimeline(c.t, upstream, strings.Split(c.proposerAddrs(), ","), tenantID.String(), timeline.String())
 		if c.created == nil {
@@ -148,7 +148,7 @@ func (c *cluster) startProposerOn(timeline proto.ID, name, slot string, extra ..
 		c.created[timeline] = true
 	}
 	args := append([]string{"--log-level", "debug", "propose",
-		"--upstream", upstream,
+		"--upstream", c.pg.ConnString(),
 		"--safekeepers", c.proposerAddrs(),
 		"--tenant-id", tenantID.String(), "--timeline-id", timeline.String(),
 		"--slot", slot, "--application-name", name, "--buffer-size", "1MiB"}, extra...)
@@ -402,29 +402,30 @@ func tailString(s string, n int) string {
 }
 
 // standby is a hot standby made by pg_basebackup of the primary whose
-// primary_conninfo points at a safekeeper.
+// primary_conninfo points at a safekeeper. Like the primary it listens only
+// on its Unix socket, in dir (the primary's settings, pgtest.conf, come
+// with the backup).
 type standby struct {
 	pg   *pgtest.Cluster // for PgBin
 	dir  string
 	data string
-	port int
+	port int // names the socket in dir (pgtest.Port)
 }
 
 func (c *cluster) startStandby(sk *harness.Safekeeper) *standby {
 	t := c.t
 	t.Helper()
-	s := &standby{pg: c.run, dir: pgtest.Dir(t, "chaos-"), port: harness.FreePort(t)}
+	s := &standby{pg: c.run, dir: pgtest.Dir(t, "chaos-"), port: pgtest.Port}
 	s.data = filepath.Join(s.dir, "data")
-	c.run.Run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.pg.Port), "-U", "postgres", "-D", s.data, "-X", "stream", "-c", "fast")
+	c.run.Run(t, "pg_basebackup", "-h", c.pg.SocketDir, "-p", strconv.Itoa(c.pg.Port), "-U", "postgres", "-D", s.data, "-X", "stream", "-c", "fast")
 	host, port, _ := strings.Cut(sk.Addr, ":")
 	conf := fmt.Sprintf(`
-port = %d
 unix_socket_directories = '%s'
 hot_standby = on
 synchronous_standby_names = ''
 primary_conninfo = 'host=%s port=%s user=postgres application_name=standby1 options=''-c tenant_id=%s -c timeline_id=%s'''
 wal_retrieve_retry_interval = 1s
-`, s.port, s.dir, host, port, tenantID, timelineID)
+`, s.dir, host, port, tenantID, timelineID)
 	f, err := os.OpenFile(filepath.Join(s.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -195,7 +195,7 @@ func (c *cluster) loseThePrimary() {
 	sb.query(t, "alter system set synchronous_standby_names = 'proposer'")
 	sb.query(t, "select pg_reload_conf()")
 	c.pg = &pgtest.Cluster{Dir: sb.dir, DataDir: sb.data, SocketDir: sb.dir, Port: sb.port, Bin: c.run.Bin, WALSegSize: c.run.WALSegSize}
-	c.bank.port.Store(int64(sb.port))
+	c.bank.host.Store(&sb.dir)
 	c.prop = c.startProposer("proposer", "proposer")
 	c.waitSyncStandby("proposer")
 	c.standby = c.startStandby(c.sks[0])

@@ -3,7 +3,6 @@ package chaos
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,7 +78,7 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	// A proposer protects the new primary on the same safekeepers.
 	np := &pgtest.Cluster{Dir: next.dir, DataDir: next.data, SocketDir: next.dir, Port: next.port, Bin: c.pg.Bin, WALSegSize: c.pg.WALSegSize}
 	prop := harness.StartProcess(t, "proposer2", "--log-level", "debug", "propose",
-		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", next.port),
+		"--upstream", np.ConnString(),
 		"--safekeepers", c.proposerAddrs(), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
 		"--slot", "proposer", "--application-name", "proposer", "--buffer-size", "1MiB")
 	c.prop = prop
@@ -125,7 +124,7 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	}
 	oldStart := time.Now()
 	old := exec.CommandContext(harness.Context(t, 60*time.Second), harness.Binary(t), "propose",
-		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", c.pg.Port),
+		"--upstream", c.pg.ConnString(),
 		"--safekeepers", c.proposerAddrs(), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
 		"--slot", "proposer", "--application-name", "proposer")
 	var oldLog strings.Builder

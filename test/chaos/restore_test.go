@@ -33,7 +33,7 @@ func TestRestoreFromSafekeepersLosesNothing(t *testing.T) {
 
 	restore := pgtest.Dir(t, "restore-")
 	data := filepath.Join(restore, "data")
-	c.pg.Run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.pg.Port), "-U", "postgres", "-D", data, "-X", "none", "-c", "fast")
+	c.pg.Run(t, "pg_basebackup", "-h", c.pg.SocketDir, "-p", strconv.Itoa(c.pg.Port), "-U", "postgres", "-D", data, "-X", "none", "-c", "fast")
 	backupEnd := c.flushLSN()
 
 	b.start(6, rng)
@@ -66,14 +66,13 @@ func TestRestoreFromSafekeepersLosesNothing(t *testing.T) {
 	for _, sk := range c.sks {
 		addrs = append(addrs, sk.Addr)
 	}
-	port := harness.FreePort(t)
+	port := pgtest.Port // the primary's settings came with the backup: a socket only, here in restore
 	logFile := filepath.Join(restore, "fetch.log")
 	conf := fmt.Sprintf(`
-port = %d
 unix_socket_directories = '%s'
 synchronous_standby_names = ''
 restore_command = '%s --log-level debug wal fetch --safekeepers %s --tenant-id %s --timeline-id %s %%f %%p 2>>%s'
-`, port, restore, bin, strings.Join(addrs, ","), tenantID, timelineID, logFile)
+`, restore, bin, strings.Join(addrs, ","), tenantID, timelineID, logFile)
 	appendFile(t, filepath.Join(data, "postgresql.conf"), conf)
 	// -X none leaves pg_wal empty: recovery can only read what it fetches.
 	if ents, _ := os.ReadDir(filepath.Join(data, "pg_wal")); len(ents) > 1 { // archive_status/

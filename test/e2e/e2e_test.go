@@ -60,10 +60,10 @@ func startCluster(t *testing.T) *cluster {
 	}
 	// As an operator does: the timeline is created once, then the
 	// proposer (without --create) protects the primary.
-	harness.CreateTimeline(t, fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", c.pg.Port), addrs,
+	harness.CreateTimeline(t, c.pg.ConnString(), addrs,
 		tenantID.String(), timelineID.String())
 	c.prop = harness.StartProcess(t, "proposer", "--log-level", "debug", "propose",
-		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", c.pg.Port),
+		"--upstream", c.pg.ConnString(),
 		"--safekeepers", strings.Join(addrs, ","),
 		"--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
 		"--slot", "proposer", "--application-name", "proposer", "--buffer-size", "1MiB")

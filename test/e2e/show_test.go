@@ -67,18 +67,17 @@ func TestTimelineShowMatchesPgStatReplication(t *testing.T) {
 
 	// A hot standby from a base backup, streaming from safekeeper 1.
 	dir := pgtest.Dir(t, "showtest-")
-	data, port := filepath.Join(dir, "data"), harness.FreePort(t)
-	c.pg.Run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.pg.Port), "-U", "postgres", "-D", data, "-X", "stream", "-c", "fast")
+	data, port := filepath.Join(dir, "data"), pgtest.Port // a socket in dir only, as the primary's settings say
+	c.pg.Run(t, "pg_basebackup", "-h", c.pg.SocketDir, "-p", strconv.Itoa(c.pg.Port), "-U", "postgres", "-D", data, "-X", "stream", "-c", "fast")
 	host, skPort, _ := strings.Cut(sk.Addr, ":")
 	conf := fmt.Sprintf(`
-port = %d
 unix_socket_directories = '%s'
 hot_standby = on
 hot_standby_feedback = on
 wal_receiver_status_interval = 1s
 synchronous_standby_names = ''
 primary_conninfo = 'host=%s port=%s user=postgres application_name=standby1 options=''-c tenant_id=%s -c timeline_id=%s'''
-`, port, dir, host, skPort, tenantID, timelineID)
+`, dir, host, skPort, tenantID, timelineID)
 	f, err := os.OpenFile(filepath.Join(data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)

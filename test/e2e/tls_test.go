@@ -67,7 +67,7 @@ func TestTLSEndToEnd(t *testing.T) {
 	}
 	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
 	prop := harness.StartProcess(t, "proposer", "--log-level", "debug", "propose",
-		"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", pg.Port),
+		"--upstream", pg.ConnString(),
 		"--safekeepers", strings.Join(addrs, ","), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(), "--create",
 		"--slot", "proposer", "--application-name", "proposer", "--safekeeper-sslmode", "verify-full", "--safekeeper-sslrootcert", ca.CertFile, "--token-file", tokenFile)
 	harness.WaitFor(t, 60*time.Second, "the proposer streaming over TLS as the sync standby", func() bool {
@@ -121,11 +121,11 @@ func TestTLSEndToEnd(t *testing.T) {
 
 	// A hot standby whose primary_conninfo verifies the safekeeper.
 	sdir := pgtest.Dir(t, "tlsstandby-")
-	data, sport := filepath.Join(sdir, "data"), harness.FreePort(t)
-	pg.Run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres", "-D", data, "-X", "stream", "-c", "fast")
-	conf := fmt.Sprintf("\nport = %d\nunix_socket_directories = '%s'\nhot_standby = on\nsynchronous_standby_names = ''\n"+
+	data, sport := filepath.Join(sdir, "data"), pgtest.Port // a socket in sdir only, as the primary's settings say
+	pg.Run(t, "pg_basebackup", "-h", pg.SocketDir, "-p", strconv.Itoa(pg.Port), "-U", "postgres", "-D", data, "-X", "stream", "-c", "fast")
+	conf := fmt.Sprintf("\nunix_socket_directories = '%s'\nhot_standby = on\nsynchronous_standby_names = ''\n"+
 		"primary_conninfo = 'host=%s port=%s user=postgres application_name=standby1 sslmode=verify-full sslrootcert=%s %s password=%s options=''%s'''\n",
-		sport, sdir, host, port, ca.CertFile, noClient, tenantTok, options)
+		sdir, host, port, ca.CertFile, noClient, tenantTok, options)
 	f, err := os.OpenFile(filepath.Join(data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)

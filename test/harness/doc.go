@@ -10,13 +10,20 @@
 //   - The binary (Binary): ./cmd/safekeeper built once per test process
 //     with go build into a temporary directory, or SAFEKEEPER_BIN when set.
 //   - Safekeeper processes (StartSafekeeper): `safekeeper run` with a node
-//     id, a free 127.0.0.1 port (FreePort) and a fresh data directory,
-//     logging at debug level to a file. Start returns once the port accepts
-//     connections and fails the test if the process exits first. Kill is
-//     kill -9, Stop is SIGTERM with a deadline (its exit error is returned),
-//     Restart is kill -9 and Start again on the same port and data
-//     directory: the crash-restart-on-the-same-disk fault. PID names the
-//     running process for what reads /proc (test/bench).
+//     id, --listen-pg and --listen-http on 127.0.0.1 port 0 (the process
+//     binds its own ports and logs them in its "safekeeper listening"
+//     line, which ListenAddrs reads) and a fresh data directory, logging
+//     at debug level to a file. Start returns once that line is logged and
+//     fails the test if the process exits first. Kill is kill -9, Stop is
+//     SIGTERM with a deadline (its exit error is returned), Restart is
+//     kill -9 and Start again on the same data directory and the same
+//     ports, which the first start got from the kernel (Start says why
+//     rebinding them is safe): the crash-restart-on-the-same-disk fault.
+//     PID names the running process for what reads /proc (test/bench).
+//   - Addresses: a test never picks a port by closing a listener and
+//     handing its number on. Servers bind port 0 themselves (the harness
+//     reads what they got); RefusedAddr is an address where nothing
+//     listens, held by a bound socket that never listens.
 //   - Other subcommands (StartProcess): `safekeeper propose`, for one, with
 //     the same Kill/Stop/Log and Exited for its exit code.
 //   - Network faults (StartProxy): a TCP proxy between a client and one
@@ -37,7 +44,7 @@
 // Why the boundary sits here: integration tests must exercise what an
 // operator runs, the binary and its flags, signals and exit codes, not the
 // packages behind it; and every such test needs the same careful parts
-// (free ports, no fixed sleeps, cleanup on failure, faults that look like
-// real ones). The package imports nothing from this module; it knows the
-// binary only by its command line.
+// (ports the servers bind themselves, no fixed sleeps, cleanup on
+// failure, faults that look like real ones). The package imports nothing
+// from this module; it knows the binary only by its command line.
 package harness

@@ -101,23 +101,18 @@ func ModuleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // Safekeeper is one safekeeper process.
 type Safekeeper struct {
-	t        testing.TB
-	ID       uint64
-	Addr     string // 127.0.0.1:port
-	HTTPAddr string // the HTTP API's 127.0.0.1:port
+	t  testing.TB
+	ID uint64
+	// Addr is the PostgreSQL-protocol listener's 127.0.0.1:port and
+	// HTTPAddr the HTTP API's. The first Start asks for port 0 and reads
+	// the ports the process bound from its log (ListenAddrs); every later
+	// Start binds the same ones again, so that clients configured with
+	// them (a proposer's --safekeepers, a standby's primary_conninfo)
+	// find the restarted process. See Start for why that is safe.
+	Addr     string
+	HTTPAddr string
 	DataDir  string
 	LogPath  string
 	Args     []string // extra flags for run
@@ -128,13 +123,18 @@ type Safekeeper struct {
 	err  error // Wait's result once done is closed
 }
 
-// StartSafekeeper starts `safekeeper run` with node id id on a free port
-// and a fresh data directory, and waits until it accepts connections.
+// startTimeout bounds one Start: until the process logs that it listens,
+// including, on a restart, the wait for its ports to be free again.
+const startTimeout = 30 * time.Second
+
+// StartSafekeeper starts `safekeeper run` with node id id, listening on
+// 127.0.0.1 at ports the process binds itself (port 0), and a fresh data
+// directory, and waits until it listens.
 func StartSafekeeper(t testing.TB, id uint64, extra ...string) *Safekeeper {
 	t.Helper()
 	dir := t.TempDir()
 	sk := &Safekeeper{
-		t: t, ID: id, Addr: "127.0.0.1:" + strconv.Itoa(FreePort(t)), HTTPAddr: "127.0.0.1:" + strconv.Itoa(FreePort(t)),
+		t: t, ID: id,
 		DataDir: filepath.Join(dir, "data"), LogPath: filepath.Join(dir, "safekeeper.log"), Args: extra,
 	}
 	t.Cleanup(func() {
@@ -147,25 +147,91 @@ func StartSafekeeper(t testing.TB, id uint64, extra ...string) *Safekeeper {
 	return sk
 }
 
-// Start (re)starts the process on the same port and data directory.
+// Start (re)starts the process on the same data directory and returns once
+// it has logged its "safekeeper listening" line; it fails the test if the
+// process exits first. The first start binds port 0 and sets Addr and
+// HTTPAddr from that line.
+//
+// A restart binds Addr and HTTPAddr again. These ports were the kernel's
+// choice for this very process, not numbers probed and handed on, and
+// between a stop and the next start the kernel gives them to nobody else
+// in the usual case: most restarts follow the stop at once, and while the
+// old process's connections linger in TIME_WAIT (a minute) neither an
+// outgoing connection nor another server's port-0 bind is given the port.
+// Only once it is wholly free can a new socket get it, one chance in the
+// ephemeral range's thousands of ports. If that happened (the process
+// exits with "address already in use"), Start waits until the port can be
+// bound again (an outgoing connection ends) and starts it once more,
+// within startTimeout; a listener that took it fails the test, naming the
+// port. The alternative, a proxy in front of every safekeeper, would make
+// every kill look like a reset instead of a refusal and add a hop to every
+// byte.
 func (sk *Safekeeper) Start() {
 	sk.t.Helper()
-	sk.mu.Lock()
-	if sk.cmd != nil {
+	pg, http := sk.Addr, sk.HTTPAddr
+	first := pg == ""
+	if first {
+		pg, http = "127.0.0.1:0", "127.0.0.1:0"
+	}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		from := fileSize(sk.LogPath)
+		done := sk.launch(pg, http)
+		var gotPG, gotHTTP string
+		exited := false
+		WaitFor(sk.t, time.Until(deadline), fmt.Sprintf("safekeeper %d to log %q", sk.ID, listeningMsg), func() bool {
+			select {
+			case <-done:
+				exited = true
+				return true
+			default:
+			}
+			var ok bool
+			gotPG, gotHTTP, ok = ListenAddrs(readFrom(sk.LogPath, from))
+			return ok
+		})
+		if !exited {
+			if first {
+				sk.Addr, sk.HTTPAddr = gotPG, gotHTTP
+			} else if gotPG != sk.Addr || gotHTTP != sk.HTTPAddr {
+				sk.t.Fatalf("safekeeper %d restarted on %s (HTTP %s), want %s (HTTP %s)", sk.ID, gotPG, gotHTTP, sk.Addr, sk.HTTPAddr)
+			}
+			return
+		}
+		sk.mu.Lock()
+		sk.cmd = nil
+		err := sk.err
 		sk.mu.Unlock()
+		out := readFrom(sk.LogPath, from)
+		if first || !strings.Contains(out, syscall.EADDRINUSE.Error()) {
+			sk.t.Fatalf("safekeeper %d exited at start: %v\n%s", sk.ID, err, tail(sk.LogPath, 30))
+		}
+		sk.t.Logf("safekeeper %d: its address was taken while it was down (%s); starting it again once %s and %s are free",
+			sk.ID, lastLineOf(out), pg, http)
+		WaitFor(sk.t, time.Until(deadline), fmt.Sprintf("safekeeper %d's ports %s and %s to be free again", sk.ID, pg, http), func() bool {
+			return bindable(pg) && (http == "" || bindable(http))
+		})
+	}
+}
+
+// launch starts the process with the given listen addresses; done is
+// closed when it has exited (and sk.err set).
+func (sk *Safekeeper) launch(pg, http string) chan struct{} {
+	sk.t.Helper()
+	sk.mu.Lock()
+	defer sk.mu.Unlock()
+	if sk.cmd != nil {
 		sk.t.Fatalf("safekeeper %d already running", sk.ID)
 	}
 	logf, err := os.OpenFile(sk.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		sk.mu.Unlock()
 		sk.t.Fatal(err)
 	}
 	args := append([]string{"--log-level", "debug", "run", "--id", strconv.FormatUint(sk.ID, 10),
-		"--listen-pg", sk.Addr, "--listen-http", sk.HTTPAddr, "--data-dir", sk.DataDir}, sk.Args...)
+		"--listen-pg", pg, "--listen-http", http, "--data-dir", sk.DataDir}, sk.Args...)
 	cmd := exec.Command(Binary(sk.t), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		sk.mu.Unlock()
 		logf.Close()
 		sk.t.Fatalf("start safekeeper: %v", err)
 	}
@@ -179,20 +245,41 @@ func (sk *Safekeeper) Start() {
 		sk.mu.Unlock()
 		close(done)
 	}()
-	sk.mu.Unlock()
-	WaitFor(sk.t, 15*time.Second, fmt.Sprintf("safekeeper %d listening on %s", sk.ID, sk.Addr), func() bool {
-		select {
-		case <-done:
-			sk.t.Fatalf("safekeeper %d exited at start: %v\n%s", sk.ID, sk.err, tail(sk.LogPath, 30))
-		default:
-		}
-		c, err := net.DialTimeout("tcp", sk.Addr, time.Second)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	})
+	return done
+}
+
+// bindable reports whether a listener could bind addr now (the probe is
+// closed at once; it only tells when a restart may try again).
+func bindable(addr string) bool {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// fileSize is the size of path, 0 if it does not exist.
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// readFrom returns path's contents from offset on.
+func readFrom(path string, offset int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < offset {
+		return ""
+	}
+	return string(b[offset:])
+}
+
+func lastLineOf(s string) string {
+	s = strings.TrimRight(s, "\n")
+	return s[strings.LastIndexByte(s, '\n')+1:]
 }
 
 // Kill sends SIGKILL and waits for the process to be gone. No-op if stopped.
@@ -260,15 +347,24 @@ func (sk *Safekeeper) Log() string {
 // timeout. It is the harness's only way to wait: no fixed sleeps.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !poll(timeout, cond) {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+// poll is WaitFor for any goroutine: it reports whether cond came true
+// within timeout.
+func poll(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	delay := 5 * time.Millisecond
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+			return false
 		}
 		time.Sleep(delay)
 		delay = min(delay*2, 200*time.Millisecond)
 	}
+	return true
 }
 
 // Context returns a context cancelled after d or at the end of the test.

@@ -34,7 +34,7 @@ func (m PartitionMode) String() string {
 // connection; Partition also refuses or blackholes new ones until Heal. It
 // is closed by t.Cleanup. Methods are safe for concurrent use.
 type Proxy struct {
-	// Addr is the address clients dial: 127.0.0.1 and a free port.
+	// Addr is the address clients dial: 127.0.0.1 and the port it bound (port 0).
 	Addr   string
 	target string
 	ln     net.Listener

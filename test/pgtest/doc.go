@@ -1,19 +1,23 @@
 // Package pgtest starts a throwaway PostgreSQL 15 server for tests.
 //
 // It owns one thing: the lifecycle of a scratch cluster (initdb into a
-// private temporary directory, a postgresql.conf listening on 127.0.0.1 at a
-// free port with its unix socket inside that directory, pg_ctl start -w, and a
-// t.Cleanup that stops it with pg_ctl stop -m immediate and removes the
-// directory, even when the test fails). It also finds the PostgreSQL 15
+// private temporary directory, a postgresql.conf listening only on a Unix
+// socket inside that directory, pg_ctl start -w, and a t.Cleanup that stops
+// it with pg_ctl stop -m immediate and removes the directory, even when the
+// test fails). It also finds the PostgreSQL 15
 // binaries (pg_waldump, psql, ...) for tests that only need a tool.
 //
 // The boundary sits here so that the WAL decoder's oracle tests, the
 // proposer's tests and the end-to-end harness share one careful
 // implementation of the fiddly parts: PostgreSQL refuses to run as root (when
 // the test runs as root every PostgreSQL program is run through
-// "runuser -u postgres --" and the directory is chowned to postgres), ports
-// must not be fixed, and nothing may sleep to wait (pg_ctl -w does the
-// waiting). It imports nothing from this module.
+// "runuser -u postgres --" and the directory is chowned to postgres),
+// servers must not compete for ports, and nothing may sleep to wait (pg_ctl
+// -w does the waiting). PostgreSQL cannot bind port 0 and report the port
+// it got, so a test's server listens on no TCP port at all: clients reach
+// it over the socket in its own directory (ConnString, psql -h SocketDir),
+// and the port number (Port, the same for every cluster) only names the
+// socket file. It imports nothing from this module.
 //
 // Lifecycle: Start → Exec/Query/ConnString … → (Stop, or automatic at
 // cleanup). On a failed test the tail of the server log is logged.

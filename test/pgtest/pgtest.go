@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/user"
@@ -27,9 +27,18 @@ const (
 	psqlTimeout   = 60 * time.Second
 )
 
-// startAttempts is how often Start retries with a fresh port when pg_ctl start
-// fails (another process may take the free port between probe and bind).
-const startAttempts = 3
+// Port is the port number of every cluster Start makes without
+// Options.TCP. It names the server's Unix socket (SocketDir/.s.PGSQL.5432),
+// not a TCP port: such servers listen on no TCP address (listen_addresses
+// is empty), and each has a socket directory of its own, so they never
+// compete for a port. A standby or a restored copy made from such a cluster's data
+// directory inherits both settings and needs only a socket directory of
+// its own.
+const Port = 5432
+
+// tcpAttempts bounds how often Start tries another TCP port (Options.TCP)
+// when the server reports the one it was given in use.
+const tcpAttempts = 10
 
 // Options configures Start. The zero value is a replica-level cluster with
 // 16 MiB WAL segments.
@@ -43,6 +52,14 @@ type Options struct {
 	// Conf holds extra postgresql.conf lines, appended after ours (so they
 	// win), e.g. "wal_keep_size = '1GB'".
 	Conf []string
+	// TCP makes the server listen on 127.0.0.1 as well, at Cluster.Port,
+	// for what must use TCP (a benchmark's replication links, which a
+	// socket would flatter). PostgreSQL cannot bind port 0, so Start
+	// gives it a random port outside the kernel's ephemeral range (where
+	// other tests' port-0 listeners and outgoing connections take theirs)
+	// and, if the server says it could not bind it, another, up to 10
+	// times. Without TCP no port is picked at all.
+	TCP bool
 }
 
 // Cluster is a running throwaway PostgreSQL 15 server.
@@ -52,11 +69,13 @@ type Cluster struct {
 	Dir string
 	// DataDir is the cluster's data directory (PGDATA), Dir/data.
 	DataDir string
-	// SocketDir is unix_socket_directories, Dir itself.
+	// SocketDir is unix_socket_directories, Dir itself: the host of every
+	// connection (libpq host=SocketDir, psql -h SocketDir).
 	SocketDir string
 	// LogFile is the server log, Dir/server.log.
 	LogFile string
-	// Port is the TCP port the server listens on at 127.0.0.1.
+	// Port names the server's socket in SocketDir: the package's Port, or
+	// with Options.TCP also the TCP port it listens on at 127.0.0.1.
 	Port int
 	// Bin is the directory of the PostgreSQL 15 programs.
 	Bin string
@@ -131,6 +150,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		DataDir:    filepath.Join(dir, "data"),
 		SocketDir:  dir,
 		LogFile:    filepath.Join(dir, "server.log"),
+		Port:       Port,
 		Bin:        bin,
 		WALSegSize: uint64(segMB) << 20,
 		asPostgres: os.Geteuid() == 0,
@@ -160,31 +180,98 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 
 	for attempt := 1; ; attempt++ {
-		c.Port, err = freePort()
-		if err != nil {
-			t.Fatalf("pgtest: %v", err)
+		if opts.TCP {
+			c.Port = pickPort()
 		}
 		if err := c.writeConf(opts); err != nil {
 			t.Fatalf("pgtest: %v", err)
 		}
+		logFrom := fileSize(c.LogFile)
 		out, err := c.run(pgctlTimeout, "pg_ctl", "-D", c.DataDir, "-l", c.LogFile,
 			"-w", "-t", strconv.Itoa(int(pgctlTimeout/time.Second)-10), "start")
 		if err == nil {
-			break
+			return c
 		}
-		if attempt == startAttempts {
-			t.Fatalf("pgtest: pg_ctl start failed %d times, last: %v\n%s", attempt, err, out)
+		// PostgreSQL's words when it could bind none of listen_addresses.
+		if opts.TCP && attempt < tcpAttempts && strings.Contains(readFrom(c.LogFile, logFrom), "could not create any TCP/IP sockets") {
+			t.Logf("pgtest: port %d is in use; trying another", c.Port)
+			continue
 		}
-		t.Logf("pgtest: pg_ctl start on port %d failed (%v), retrying with another port", c.Port, err)
+		c.logTail(t)
+		t.Fatalf("pgtest: pg_ctl start: %v\n%s", err, out)
 	}
-	return c
 }
 
-// writeConf writes our settings to postgresql.auto.conf-like include file
-// and makes postgresql.conf include it (rewritten on each start attempt).
+// pickPort chooses the TCP port of a start with Options.TCP (a variable
+// so that a test can hand it a port in use).
+var pickPort = randomPort
+
+// randomPort returns a random port from 1024..65535 outside the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range), so that neither a port-0
+// listener nor an outgoing connection can hold it.
+func randomPort() int {
+	lo, hi := 32768, 60999 // Linux's default
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			l, err1 := strconv.Atoi(f[0])
+			h, err2 := strconv.Atoi(f[1])
+			if err1 == nil && err2 == nil && l <= h {
+				lo, hi = l, h
+			}
+		}
+	}
+	type span struct{ first, last int }
+	var spans []span
+	if lo > 1024 {
+		spans = append(spans, span{1024, lo - 1})
+	}
+	if hi < 65535 {
+		spans = append(spans, span{hi + 1, 65535})
+	}
+	if spans == nil { // every port is ephemeral: the retries must do
+		spans = []span{{1024, 65535}}
+	}
+	n := 0
+	for _, s := range spans {
+		n += s.last - s.first + 1
+	}
+	k := rand.IntN(n)
+	for _, s := range spans {
+		if k <= s.last-s.first {
+			return s.first + k
+		}
+		k -= s.last - s.first + 1
+	}
+	panic("pgtest: randomPort: k out of range")
+}
+
+// fileSize is the size of path, 0 if it does not exist.
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// readFrom returns path's contents from offset on.
+func readFrom(path string, offset int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < offset {
+		return ""
+	}
+	return string(b[offset:])
+}
+
+// writeConf writes our settings to an include file, pgtest.conf, and makes
+// postgresql.conf include it.
 func (c *Cluster) writeConf(opts Options) error {
+	listen := "''" // the Unix socket only: no TCP port to pick
+	if opts.TCP {
+		listen = "'127.0.0.1'"
+	}
 	lines := []string{
-		"listen_addresses = '127.0.0.1'",
+		"listen_addresses = " + listen,
 		"port = " + strconv.Itoa(c.Port),
 		"unix_socket_directories = '" + c.SocketDir + "'",
 		"wal_level = " + opts.WALLevel,
@@ -225,8 +312,15 @@ func (c *Cluster) writeConf(opts Options) error {
 }
 
 // ConnString returns a libpq keyword/value connection string for the
-// postgres superuser over TCP.
+// postgres superuser over the server's Unix socket (add replication=true
+// and the like as needed).
 func (c *Cluster) ConnString() string {
+	return fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable", c.SocketDir, c.Port)
+}
+
+// TCPConnString is ConnString over TCP, for a cluster started with
+// Options.TCP.
+func (c *Cluster) TCPConnString() string {
 	return fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable", c.Port)
 }
 
@@ -344,14 +438,4 @@ func chownToPostgres(path string) error {
 		}
 		return os.Lchown(p, uid, gid)
 	})
-}
-
-// freePort asks the kernel for a free TCP port on 127.0.0.1.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -2,6 +2,8 @@ package pgtest
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -38,10 +40,12 @@ func TestStartExecAndCleanup(t *testing.T) {
 		if got := c.Exec(t, "CREATE TABLE x(i int); CHECKPOINT; INSERT INTO x VALUES (1),(2); SELECT sum(i) FROM x"); got != "3" {
 			t.Errorf("multi-statement output = %q, want 3", got)
 		}
-		// ConnString must reach the server over TCP.
-		out, err := c.command(context.Background(), "psql", "-XAtq", "-d", c.ConnString(), "-c", "SELECT inet_server_port()").CombinedOutput()
-		if err != nil || strings.TrimSpace(string(out)) != strconv.Itoa(c.Port) {
-			t.Errorf("psql %q: %q, %v", c.ConnString(), out, err)
+		// ConnString reaches the server over its Unix socket (a socket
+		// connection has no server address), and it listens on no TCP
+		// address at all.
+		out, err := c.command(context.Background(), "psql", "-XAtq", "-d", c.ConnString(), "-c", "SELECT inet_server_addr() IS NULL, current_setting('listen_addresses')").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "t|" {
+			t.Errorf("psql %q: %q, %v; want a socket connection and listen_addresses ''", c.ConnString(), out, err)
 		}
 		if _, err := c.Query(context.Background(), "SELECT * FROM no_such_table"); err == nil {
 			t.Error("Query of a missing table did not fail")
@@ -61,7 +65,7 @@ func TestStartExecAndCleanup(t *testing.T) {
 	if _, err := os.Stat(c.Dir); !os.IsNotExist(err) {
 		t.Errorf("cluster dir %s still exists after cleanup (err=%v)", c.Dir, err)
 	}
-	out, err := c.command(context.Background(), "pg_isready", "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port)).CombinedOutput()
+	out, err := c.command(context.Background(), "pg_isready", "-h", c.SocketDir, "-p", strconv.Itoa(c.Port)).CombinedOutput()
 	if err == nil {
 		t.Errorf("server still accepting connections after cleanup: %s", out)
 	}
@@ -119,5 +123,60 @@ func TestKillRestart(t *testing.T) {
 	c.Restart(t) // running: stops, then starts
 	if got := c.Exec(t, "SELECT i FROM k"); got != "42" {
 		t.Fatalf("after second restart: %q", got)
+	}
+}
+
+// TestTCP: with Options.TCP the server also listens on 127.0.0.1 at Port,
+// outside the ephemeral range; a port in use (held here) makes Start try
+// another, and TCPConnString reaches the server over TCP.
+func TestTCP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	heldPort := held.Addr().(*net.TCPAddr).Port
+	picks := 0
+	pickPort = func() int {
+		picks++
+		if picks == 1 {
+			return heldPort // in use: the server cannot bind it
+		}
+		return randomPort()
+	}
+	t.Cleanup(func() { pickPort = randomPort })
+
+	c := Start(t, Options{TCP: true})
+	if picks != 2 || c.Port == heldPort {
+		t.Fatalf("%d ports picked, started on %d (held: %d); want a second pick", picks, c.Port, heldPort)
+	}
+	out, err := c.command(context.Background(), "psql", "-XAtq", "-d", c.TCPConnString(), "-c", "SELECT inet_server_addr(), inet_server_port()").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "127.0.0.1|"+strconv.Itoa(c.Port) {
+		t.Fatalf("psql %q: %q, %v", c.TCPConnString(), out, err)
+	}
+	if got := c.Exec(t, "SELECT inet_server_addr() IS NULL"); got != "t" {
+		t.Fatalf("Exec is not over the socket: %q", got)
+	}
+}
+
+func TestRandomPortOutsideEphemeralRange(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		t.Skip(err)
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		t.Fatal(err)
+	}
+	if lo <= 1024 && hi >= 65535 {
+		t.Skipf("every port is ephemeral here (%d-%d)", lo, hi)
+	}
+	for range 1000 {
+		if p := randomPort(); p < 1024 || p > 65535 || (p >= lo && p <= hi) {
+			t.Fatalf("randomPort() = %d; ephemeral range %d-%d", p, lo, hi)
+		}
 	}
 }

@@ -177,7 +177,10 @@ func setup(t *testing.T, p params) *bench {
 	b.say("%s: about %.0f minutes", p.command(), math.Ceil(est))
 	b.say("building the safekeeper binary")
 	harness.Binary(t)
-	b.pg = pgtest.Start(t, pgtest.Options{Conf: primaryConf})
+	// TCP: the standbys and the proposer stream from the primary over
+	// loopback TCP, as they would over a network (a Unix socket would
+	// flatter them); the rest uses its socket.
+	b.pg = pgtest.Start(t, pgtest.Options{Conf: primaryConf, TCP: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if b.mon, err = pgx.Connect(ctx, b.pg.ConnString()); err != nil {

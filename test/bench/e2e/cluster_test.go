@@ -71,7 +71,6 @@ type standby struct {
 	dir     string
 	dataDir string
 	logFile string
-	port    int
 	running bool
 }
 
@@ -82,7 +81,6 @@ func (b *bench) newStandby(name string) *standby {
 	s := &standby{b: b, name: name, dir: pgtest.Dir(t, "bench-e2e-"+name+"-")}
 	s.dataDir = filepath.Join(s.dir, "data")
 	s.logFile = filepath.Join(s.dir, "server.log")
-	s.port = harness.FreePort(t)
 	t.Cleanup(func() {
 		if s.running {
 			s.pgctl(90*time.Second, "-m", "immediate", "-w", "stop")
@@ -93,16 +91,18 @@ func (b *bench) newStandby(name string) *standby {
 			}
 		}
 	})
-	out, err := b.runPG(10*time.Minute, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(b.pg.Port), "-U", "postgres",
+	out, err := b.runPG(10*time.Minute, "pg_basebackup", "-h", b.pg.SocketDir, "-p", strconv.Itoa(b.pg.Port), "-U", "postgres",
 		"-D", s.dataDir, "-X", "stream", "-c", "fast", "-C", "-S", name)
 	if err != nil {
 		t.Fatalf("pg_basebackup for standby %s: %v\n%s", name, err, out)
 	}
 	// The backup holds the primary's pgtest.conf (included from
-	// postgresql.conf); replace it with the standby's own.
+	// postgresql.conf); replace it with the standby's own: its Unix socket
+	// only, in its directory (no TCP port to pick), streaming from the
+	// primary over TCP.
 	conf := []string{
-		"listen_addresses = '127.0.0.1'",
-		"port = " + strconv.Itoa(s.port),
+		"listen_addresses = ''",
+		"port = " + strconv.Itoa(pgtest.Port),
 		"unix_socket_directories = '" + s.dir + "'",
 		"wal_level = replica",
 		"max_wal_senders = 10",
@@ -111,7 +111,7 @@ func (b *bench) newStandby(name string) *standby {
 		"logging_collector = off",
 		"log_min_messages = warning",
 		"hot_standby = on",
-		fmt.Sprintf("primary_conninfo = 'host=127.0.0.1 port=%d user=postgres application_name=%s'", b.pg.Port, name),
+		fmt.Sprintf("primary_conninfo = '%s application_name=%s'", b.pg.TCPConnString(), name),
 		"primary_slot_name = '" + name + "'",
 	}
 	conf = append(conf, primaryConf...)
@@ -163,7 +163,7 @@ func (s *standby) pid() int {
 
 // replayLSN asks the standby how far it replayed.
 func (s *standby) replayLSN(ctx context.Context) (proto.LSN, error) {
-	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable connect_timeout=5", s.port))
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable connect_timeout=5", s.dir, pgtest.Port))
 	if err != nil {
 		return 0, err
 	}
@@ -235,10 +235,10 @@ func (b *bench) startProposer() {
 			addrs = append(addrs, sk.Addr)
 		}
 		b.propLogFrom = 0
-		harness.CreateTimeline(b.t, fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", b.pg.Port), addrs,
+		harness.CreateTimeline(b.t, b.pg.TCPConnString(), addrs,
 			tenantID.String(), timelineID.String())
 		b.prop = harness.StartProcess(b.t, "proposer", "propose",
-			"--upstream", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", b.pg.Port),
+			"--upstream", b.pg.TCPConnString(),
 			"--safekeepers", strings.Join(addrs, ","),
 			"--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
 			"--slot", "proposer", "--application-name", "proposer")

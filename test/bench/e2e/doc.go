@@ -43,7 +43,7 @@
 //
 // Why the boundary sits here: a benchmark is not a test of correctness and
 // takes minutes; it reuses test/pgtest and test/harness for the fiddly
-// parts (PostgreSQL as the postgres user, free ports, the binary, cleanup)
+// parts (PostgreSQL as the postgres user, ports, the binary, cleanup)
 // and owns only the measurement. The package holds tests only; this file
 // exists for its documentation.
 package e2e
