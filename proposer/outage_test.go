@@ -251,3 +251,92 @@ func TestRunLogsAnUnreachablePrimaryOnce(t *testing.T) {
 		t.Errorf("the primary is back, but Stats says %s (%q)", snap.State, snap.Reason)
 	}
 }
+
+// TestStandbyAsUpstreamIsNeverProposedFor: a server in recovery (a hot
+// standby: in_hot_standby on at connection start) named as --upstream is
+// not a primary. Run never greets a safekeeper for it — it would win the
+// timeline's term and the real primary's commits would wait — and says why,
+// once, retrying in case the standby is promoted.
+func TestStandbyAsUpstreamIsNeverProposedFor(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var standbyConns atomic.Int32
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			standbyConns.Add(1)
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				be := pgproto3.NewBackend(c, c)
+				if _, err := be.ReceiveStartupMessage(); err != nil {
+					return
+				}
+				be.Send(&pgproto3.ParameterStatus{Name: "in_hot_standby", Value: "on"})
+				serveIdentify(be)
+			}()
+		}
+	}()
+	var greeted atomic.Int32
+	sk := fakeSafekeeper(t, func(n int, c net.Conn, be *pgproto3.Backend) { greeted.Add(1) })
+	host, port, _ := net.SplitHostPort(l.Addr().String())
+	log := newLogRecords()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{
+			Upstream:    "host=" + host + " port=" + port + " user=postgres sslmode=disable",
+			Safekeepers: []string{sk}, TenantID: [16]byte{1}, TimelineID: [16]byte{2},
+			ReconnectMin: time.Millisecond, ReconnectMax: 5 * time.Millisecond, ProposerLease: -1,
+			Create: true, // nothing stops it before the safekeepers but the standby check
+			Logger: slog.New(log),
+		})
+	}()
+	waitUntil(t, 10*time.Second, "Run to try the standby 5 times", func() bool { return standbyConns.Load() >= 5 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	if n := standbyConns.Load(); n < 5 {
+		t.Fatalf("Run connected to the standby %d times in 10 s; want it to retry", n)
+	}
+	if n := greeted.Load(); n != 0 {
+		t.Fatalf("Run connected to a safekeeper %d times for a standby", n)
+	}
+	var warned int
+	log.mu.Lock()
+	recs := append([]slog.Record(nil), *log.recs...)
+	log.mu.Unlock()
+	for _, r := range recs {
+		if r.Message == sessionEndedMsg && r.Level == slog.LevelWarn {
+			warned++
+			r.Attrs(func(a slog.Attr) bool {
+				if a.Key == "err" && !strings.Contains(a.Value.String(), "standby in recovery") {
+					t.Errorf("the warning's error %q does not say the upstream is a standby", a.Value)
+				}
+				return true
+			})
+		}
+	}
+	if warned != 1 {
+		t.Fatalf("%d warnings about the standby; want 1", warned)
+	}
+}
+
+// waitUntil polls cond until it holds or d passes (then the test fails).
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition, with a deadline
+	}
+}

@@ -66,9 +66,22 @@ func (u *upstream) flushPos(ctx context.Context) (proto.LSN, error) {
 	return proto.LSN(is.XLogPos), nil
 }
 
-// identify runs IDENTIFY_SYSTEM and the SHOWs.
+// ErrUpstreamInRecovery: --upstream names a server in recovery (a hot
+// standby), not a primary. Its WAL is the primary's, replayed: a proposer
+// streaming it would win the timeline's term and leave the real primary's
+// proposer waiting, and the primary's commits with it. The session ends
+// before it campaigns; Run retries (a standby being promoted becomes the
+// primary).
+var ErrUpstreamInRecovery = errors.New("proposer: --upstream is a standby in recovery, not a primary: point it at the primary (or promote this server)")
+
+// identify runs IDENTIFY_SYSTEM and the SHOWs. A server in recovery says
+// so at connection start (in_hot_standby, a ParameterStatus of PostgreSQL
+// 14 and later): ErrUpstreamInRecovery.
 func (u *upstream) identify(ctx context.Context) (upstreamInfo, error) {
 	var in upstreamInfo
+	if u.pg.ParameterStatus("in_hot_standby") == "on" {
+		return in, ErrUpstreamInRecovery
+	}
 	is, err := pglogrepl.IdentifySystem(ctx, u.pg)
 	if err != nil {
 		return in, fmt.Errorf("proposer: IDENTIFY_SYSTEM: %w", err)
