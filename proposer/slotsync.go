@@ -10,11 +10,15 @@ import (
 // slotMerge keeps a persistent replication slot created on one safekeeper
 // of the timeline on all of them (README_PROTO.md, "Replication slots on
 // every safekeeper"): each safekeeper reports its slot table
-// (SafeKeeperSlots) after its greeting and whenever it changes; the merge
-// of the last report of every safekeeper goes (Slots) to each one whose
-// own report differs from it and that was not sent that merge already. The
-// safekeeper folds it in and reports again, equal to the merge once it
-// holds everything, and nothing more is sent until something changes.
+// (SafeKeeperSlots) after its greeting and whenever it changes; at each
+// report the merge of the last report of every safekeeper goes (Slots) to
+// each connected one whose own last report differs from it. The safekeeper
+// folds it in and reports again if that changed anything: equal to the
+// merge once it holds everything, and then nothing more is sent to it
+// until something changes. One that cannot take a copy (--max-slots, a
+// temporary slot of the name, a reader still streaming from a slot dropped
+// elsewhere) is sent the merge again at the next report, its own included
+// once what stopped it changed.
 //
 // Merge rules (the safekeeper applies the same, so any order of tables
 // ends in the same state): a slot is known by name and incarnation; a
@@ -26,32 +30,28 @@ import (
 // It is pure (no IO) and owned by the driver's loop.
 type slotMerge struct {
 	reports [][]proto.SlotEntry // per safekeeper, its last report; nil: none yet
-	sent    [][]proto.SlotEntry // per safekeeper, the merge last sent on its current connection
+	fresh   []bool              // per safekeeper: its last report came on its current connection
 }
 
 func newSlotMerge(n int) *slotMerge {
-	return &slotMerge{reports: make([][]proto.SlotEntry, n), sent: make([][]proto.SlotEntry, n)}
+	return &slotMerge{reports: make([][]proto.SlotEntry, n), fresh: make([]bool, n)}
 }
 
-// connected: safekeeper sk has a new connection; nothing was sent on it.
-func (m *slotMerge) connected(sk int) { m.sent[sk] = nil }
+// connected: safekeeper sk has a new connection; it reports right after
+// its greeting, and is sent nothing before.
+func (m *slotMerge) connected(sk int) { m.fresh[sk] = false }
 
-// report records safekeeper sk's table and returns, per safekeeper that
-// is due one, the merge to send it (in the order of sks; a safekeeper
-// counts only if connected(i) says it is).
+// report records safekeeper sk's table and returns, per safekeeper due
+// one, the merge to send it: each connected one (connected(i)) that has
+// reported on its connection and whose last report differs from the merge.
 func (m *slotMerge) report(sk int, t proto.SlotTable, connected func(i int) bool) map[int]proto.SlotTable {
-	m.reports[sk] = sortedEntries(t.Entries)
+	m.reports[sk], m.fresh[sk] = sortedEntries(t.Entries), true
 	merged := mergeSlotTables(m.reports)
 	out := map[int]proto.SlotTable{}
 	for i := range m.reports {
-		if m.reports[i] == nil || !connected(i) {
-			continue // not reported yet on this connection: it will, right after its greeting
+		if m.fresh[i] && connected(i) && !slices.Equal(merged, m.reports[i]) {
+			out[i] = proto.SlotTable{Entries: merged}
 		}
-		if slices.Equal(merged, m.reports[i]) || (m.sent[i] != nil && slices.Equal(merged, m.sent[i])) {
-			continue
-		}
-		m.sent[i] = merged
-		out[i] = proto.SlotTable{Entries: merged}
 	}
 	return out
 }

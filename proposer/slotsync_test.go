@@ -42,10 +42,11 @@ func TestMergeSlotTables(t *testing.T) {
 	}
 }
 
-// TestSlotMergeSendsOnlyWhatIsNew: a merge goes to each connected
-// safekeeper that reported and holds less, once; a safekeeper that reports
-// the merge back is not sent it again; nothing goes to one that has not
-// reported on its connection yet; a reconnected safekeeper gets it again.
+// TestSlotMergeSendsOnlyWhatIsNew: at a report the merge goes to each
+// connected safekeeper that reported and holds less; one that reports the
+// merge back is sent nothing; nothing goes to one that has not reported on
+// its connection yet; one that could not take the merge (it reports the
+// same table again) is sent it again.
 func TestSlotMergeSendsOnlyWhatIsNew(t *testing.T) {
 	m := newSlotMerge(3)
 	up := func(int) bool { return true }
@@ -57,20 +58,21 @@ func TestSlotMergeSendsOnlyWhatIsNew(t *testing.T) {
 	if len(got) != 1 || !reflect.DeepEqual(got[1].Entries, []proto.SlotEntry{a}) {
 		t.Fatalf("safekeeper 1 reported no slots: sent %v, want slot a to safekeeper 1 only", got)
 	}
-	if got := m.report(1, proto.SlotTable{}, up); len(got) != 0 {
-		t.Fatalf("safekeeper 1 reported again before applying: sent %v, want nothing (it was sent the merge)", got)
-	}
 	if got := m.report(1, proto.SlotTable{Entries: []proto.SlotEntry{a}}, up); len(got) != 0 {
 		t.Fatalf("safekeeper 1 reported the merge back: sent %v, want nothing", got)
 	}
-	m.connected(1)
 	if got := m.report(1, proto.SlotTable{}, up); len(got) != 1 {
-		t.Fatalf("safekeeper 1 reconnected with nothing: sent %v, want the merge again", got)
+		t.Fatalf("safekeeper 1 reported without the slot again (it could not take it): sent %v, want the merge again", got)
 	}
+	m.connected(2)
 	a2 := a
 	a2.RestartLSN = 0x200
-	got = m.report(2, proto.SlotTable{Entries: []proto.SlotEntry{a2}}, func(i int) bool { return i != 1 })
-	if len(got) != 1 || got[0].Entries[0].RestartLSN != 0x200 {
-		t.Fatalf("safekeeper 2 reported a higher restart_lsn: sent %v, want it to safekeeper 0 (1 is disconnected)", got)
+	got = m.report(0, proto.SlotTable{Entries: []proto.SlotEntry{a2}}, func(i int) bool { return i != 1 })
+	if len(got) != 0 {
+		t.Fatalf("safekeeper 0 reported a higher restart_lsn: sent %v; want nothing (1 is disconnected, 2 has not reported, 0 holds it)", got)
+	}
+	got = m.report(2, proto.SlotTable{}, up)
+	if len(got) != 2 || got[1].Entries[0].RestartLSN != 0x200 || got[2].Entries[0].RestartLSN != 0x200 {
+		t.Fatalf("safekeeper 2 reported on its new connection: sent %v, want the merge at 0/200 to 1 and 2", got)
 	}
 }

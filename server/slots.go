@@ -28,6 +28,9 @@ type slotState struct {
 	// invalidated: retention found it too far behind (max_slot_wal_keep_size)
 	// and released its WAL; it reserves none again while this server runs.
 	invalidated bool
+	// dropPending: it was dropped on another safekeeper while a reader
+	// streamed from it here; it is dropped when that stream ends.
+	dropPending bool
 }
 
 // invalidateSlot releases slot name's WAL (restart_lsn 0, saved) if its
@@ -133,8 +136,8 @@ func (r *replState) acquireSlot(name string, conn uint64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, ok := r.slots[name]
-	if !ok {
-		return errSlotMissing(name)
+	if !ok || s.dropPending {
+		return errSlotMissing(name) // one dropped on another safekeeper is gone for new streams
 	}
 	if s.active != 0 && s.active != conn {
 		return errSlotActive(name, s.active)
@@ -143,7 +146,8 @@ func (r *replState) acquireSlot(name string, conn uint64) error {
 	return nil
 }
 
-// releaseSlot ends a stream's use of its slot and saves its restart_lsn.
+// releaseSlot ends a stream's use of its slot and saves its restart_lsn;
+// a slot dropped on another safekeeper meanwhile is dropped now.
 func (r *replState) releaseSlot(name string, conn uint64) {
 	r.mu.Lock()
 	s, ok := r.slots[name]
@@ -152,6 +156,15 @@ func (r *replState) releaseSlot(name string, conn uint64) {
 		return
 	}
 	s.active = 0
+	if s.dropPending {
+		r.mu.Unlock()
+		if err := r.dropSlot(name); err != nil {
+			r.log.Warn("could not drop the replication slot dropped on another safekeeper; its next slot table drops it", "slot", name, "err", err)
+			return
+		}
+		r.log.Info("dropped replication slot: dropped on another safekeeper, its stream here ended", "slot", name)
+		return
+	}
 	var save *storage.Slot
 	if !s.temporary && s.RestartLSN != s.saved {
 		cp := s.Slot
@@ -167,10 +180,17 @@ func (r *replState) releaseSlot(name string, conn uint64) {
 // dropTemporary drops the temporary slots of a closing connection.
 func (r *replState) dropTemporary(conn uint64) {
 	r.mu.Lock()
+	dropped := false
 	for name, s := range r.slots {
 		if s.temporary && s.owner == conn {
 			delete(r.slots, name)
+			dropped = true
 		}
+	}
+	if dropped {
+		// The table is reported again: a persistent slot of the name that
+		// another safekeeper holds can now be copied here.
+		r.slotsChangedLocked()
 	}
 	r.mu.Unlock()
 	r.kickRetention()

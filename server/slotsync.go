@@ -114,11 +114,23 @@ func (r *replState) applySlots(t proto.SlotTable, removedUpTo proto.LSN) error {
 	for _, e := range t.Entries {
 		k := tombKey{e.Name, e.Incarnation}
 		if e.Dropped {
+			s := r.slots[e.Name]
+			if s != nil && !s.temporary && s.Incarnation == e.Incarnation && s.active != 0 {
+				// A reader streams from it here: the drop, and its
+				// tombstone, wait until its stream ends (releaseSlot), so
+				// the WAL it has not confirmed stays.
+				if !s.dropPending {
+					s.dropPending = true
+					r.log.Info("replication slot dropped on another safekeeper; dropped here when its stream ends", "slot", e.Name,
+						"active_pid", s.active)
+				}
+				continue
+			}
 			if _, ok := r.tombstones[k]; !ok {
 				newTombs[k] = now
 				u.PutTombstones = append(u.PutTombstones, storage.SlotTombstone{Name: e.Name, Incarnation: e.Incarnation, DroppedAt: now})
 			}
-			if s := r.slots[e.Name]; s != nil && !s.temporary && s.Incarnation == e.Incarnation {
+			if s != nil && !s.temporary && s.Incarnation == e.Incarnation {
 				drop[e.Name] = true
 			}
 			continue

@@ -156,3 +156,53 @@ func TestSlotTablesOnThePushStream(t *testing.T) {
 		t.Fatalf("Slots without sync_replication_slots: %v, want 08P01", err)
 	}
 }
+
+// TestSlotDroppedElsewhereWaitsForItsStreamHere: a slot dropped on
+// another safekeeper while a reader streams from it here is not dropped
+// under the stream (the WAL it has not confirmed stays held): the slot
+// goes, and its tombstone is reported, when the stream ends; a new stream
+// meanwhile gets "does not exist".
+func TestSlotDroppedElsewhereWaitsForItsStreamHere(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), nil)
+	addr := s.Addr().String()
+	p, _ := slotPush(t, addr)
+	p.elect(1, hist1(tStart), tStart)
+	p.push(10, 200, 0)
+	c := newStream(t, addr)
+	must(exec(t, c.c, "CREATE_REPLICATION_SLOT busy PHYSICAL RESERVE_WAL"))
+	busy, ok := entryOf(p.nextSlots(), "busy")
+	if !ok {
+		t.Fatal("slot busy not reported")
+	}
+	c.start("START_REPLICATION SLOT busy " + tStart.String())
+	c.next()
+
+	p.send(&proto.Slots{SlotTable: proto.SlotTable{Entries: []proto.SlotEntry{{Name: "busy", Incarnation: busy.Incarnation, Dropped: true},
+		{Name: "marker", Incarnation: 1, RestartLSN: tStart, RestartTLI: 1}}}})
+	tbl := p.nextSlots() // taken: the marker is in
+	if _, ok := entryOf(tbl, "marker"); !ok {
+		t.Fatalf("report after the merge: %+v, want the marker slot", tbl)
+	}
+	if _, ok := entryOf(tbl, "busy"); !ok {
+		t.Fatalf("the slot a reader streams from was dropped under it: %+v", tbl)
+	}
+	other := replConnect(t, addr, false, "")
+	_, err := exec(t, other, "START_REPLICATION SLOT busy "+tStart.String())
+	wantCode(t, err, pgwire.UndefinedObject)
+
+	c.c.Close(testCtx(t)) // the stream ends
+	for {
+		tbl = p.nextSlots()
+		if _, ok := entryOf(tbl, "busy"); ok {
+			continue
+		}
+		found := false
+		for _, e := range tbl.Entries {
+			found = found || (e.Name == "busy" && e.Dropped && e.Incarnation == busy.Incarnation)
+		}
+		if !found {
+			t.Fatalf("after the stream ended: %+v, want busy's tombstone", tbl)
+		}
+		break
+	}
+}
