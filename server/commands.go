@@ -148,21 +148,29 @@ func (c *replConn) timelineHistory(cmd replcmd.TimelineHistory) bool {
 	return c.done(c.pc.SendRows(cols, [][][]byte{{text(name), content}}, "TIMELINE_HISTORY"))
 }
 
-// noWALWait bounds how long a reader's command waits for a timeline that
-// holds no WAL yet to get its start: created (by `timeline create` or a
-// greeting), its first proposer not elected yet. The election follows a
-// proposer's greeting within milliseconds, so a reader racing it is served;
-// a timeline whose proposer has not started is refused after this.
-const noWALWait = 2 * time.Second
+// noWALWait is how long a reader's command waits for a timeline that holds
+// no WAL yet to get its start (created by `timeline create` or a greeting,
+// its first proposer not elected yet) when wal_sender_timeout is disabled:
+// otherwise it waits wal_sender_timeout, the walsender's own bound on a
+// client waiting for an answer. A reader racing a proposer's first start
+// is served (the election follows the greeting within milliseconds), and
+// pg_receivewal, which gives up for good when its first IDENTIFY_SYSTEM
+// fails, is served if the proposer starts within that time.
+const noWALWait = 60 * time.Second
 
 // walStarted returns the timeline's published state once it holds WAL
 // (timeline_start_lsn is set by its first ProposerElected), waiting up to
-// noWALWait. A timeline that still holds none is 57P03 (cannot_connect_now,
-// PostgreSQL's answer while a server starts up), which pg_receivewal and a
-// standby's walreceiver retry by themselves: never a position it does not
-// have (0/0), which pg_receivewal would ask for and be refused.
+// wal_sender_timeout (noWALWait when disabled). A timeline that still holds
+// none is 57P03 (cannot_connect_now, PostgreSQL's answer while a server
+// starts up), which a standby's walreceiver retries by itself: never a
+// position it does not have (0/0), which pg_receivewal would ask for and be
+// refused.
 func (c *replConn) walStarted(tl *timeline) (acceptor.State, error) {
-	deadline := time.NewTimer(noWALWait)
+	wait := c.srv.cfg.WalSenderTimeout
+	if wait <= 0 {
+		wait = noWALWait
+	}
+	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
 		st, changed := tl.Status()
@@ -185,7 +193,7 @@ func (c *replConn) walStarted(tl *timeline) (acceptor.State, error) {
 func errNoWALYet(key proto.TimelineKey) error {
 	e := pgwire.Errorf(pgwire.CannotConnectNow, "timeline %s holds no WAL yet", key)
 	e.Detail = "It exists, but no proposer has been elected on it: its WAL starts at the first election."
-	e.Hint = "Retry once its proposer streams; pg_receivewal and standbys retry by themselves."
+	e.Hint = "Retry once its proposer streams (a standby retries by itself; pg_receivewal must be started again)."
 	return e
 }
 

@@ -955,9 +955,10 @@ func TestReportsPastWhatWasSent(t *testing.T) {
 // segment 000000010000000000000000 has already been removed"). Raced many
 // times, with the reader's command sent at once after the greeting. A
 // timeline whose proposer never comes refuses them with 57P03 (retried by
-// pg_receivewal and walreceivers), after a short wait.
+// walreceivers), after wal_sender_timeout.
 func TestReaderRacingANewTimelinesElectionNeverGetsNoWAL(t *testing.T) {
-	s := startTestServer(t, t.TempDir(), nil)
+	const wait = 2 * time.Second // wal_sender_timeout: how long a reader waits for the start
+	s := startTestServer(t, t.TempDir(), func(c *Config) { c.WalSenderTimeout = wait })
 	addr := s.Addr().String()
 	const rounds = 40
 	for i := range rounds {
@@ -1000,8 +1001,8 @@ func TestReaderRacingANewTimelinesElectionNeverGetsNoWAL(t *testing.T) {
 		began := time.Now()
 		_, err := exec(t, c, q)
 		pe := wantCode(t, err, pgwire.CannotConnectNow)
-		if !strings.Contains(pe.Message, "holds no WAL yet") || time.Since(began) < noWALWait {
-			t.Fatalf("%s on a timeline never elected: %q after %v; want 57P03 holds no WAL yet after %v", q, pe.Message, time.Since(began), noWALWait)
+		if !strings.Contains(pe.Message, "holds no WAL yet") || time.Since(began) < wait {
+			t.Fatalf("%s on a timeline never elected: %q after %v; want 57P03 holds no WAL yet after %v", q, pe.Message, time.Since(began), wait)
 		}
 	}
 }

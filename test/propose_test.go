@@ -3,6 +3,7 @@ package test
 import (
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -247,5 +248,65 @@ func TestMistypedTimelineIDIsRefusedNotCreated(t *testing.T) {
 		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String())
 	if code != 4 || !strings.Contains(out+stderr, "22023") {
 		t.Fatalf("timeline create for another cluster's timeline: exit %d; want 4 and the safekeepers' 22023\n%s%s", code, out, stderr)
+	}
+}
+
+// TestPgReceiveWALStartedBeforeTheProposerWaitsForIt: pg_receivewal gives
+// up for good when its first IDENTIFY_SYSTEM fails. Started on a timeline
+// just created, before its proposer, it is not told 0/0 nor refused: its
+// IDENTIFY_SYSTEM waits (up to wal_sender_timeout) until the proposer's
+// election gives the timeline its start, and then it streams from there.
+func TestPgReceiveWALStartedBeforeTheProposerWaitsForIt(t *testing.T) {
+	pg := pgtest.Start(t, pgtest.Options{WALSegSizeMB: 1})
+	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
+	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
+	tl := proto.ID{0xbb, 0x21}
+	harness.CreateTimeline(t, pg.ConnString(), addrs, tenant(1).String(), tl.String())
+
+	dir := pgtest.Dir(t, "early-")
+	host, port, _ := strings.Cut(sks[0].Addr, ":")
+	rw := pg.Cmd(harness.Context(t, 2*time.Minute), "pg_receivewal", "-h", host, "-p", port, "-U", "postgres", "-D", dir, "--no-loop",
+		"-d", "options='-c tenant_id="+tenant(1).String()+" -c timeline_id="+tl.String()+"'")
+	var out harness.SyncBuffer
+	rw.Stdout, rw.Stderr = &out, &out
+	if err := rw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- rw.Wait() }()
+	defer rw.Process.Kill()
+	harness.WaitFor(t, 20*time.Second, "pg_receivewal connected to safekeeper 1", func() bool {
+		return scrapeMetric(t, sks[0], "safekeeper_connections", "") >= 1
+	})
+	// The proposer comes later than a reader's quick retry would wait (an
+	// operator starting it after the reader): pg_receivewal must still be
+	// there 3 s on.
+	select {
+	case err := <-exited:
+		t.Fatalf("pg_receivewal gave up before the proposer started: %v\n%s", err, out.String())
+	case <-time.After(3 * time.Second):
+	}
+
+	prop := harness.StartProcess(t, "proposer", "propose", "--upstream", pg.ConnString(), "--safekeepers", strings.Join(addrs, ","),
+		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String())
+	start := proto.LSN(0)
+	harness.WaitFor(t, 60*time.Second, "pg_receivewal to write the timeline's first segment", func() bool {
+		select {
+		case err := <-exited:
+			t.Fatalf("pg_receivewal exited: %v\n%s", err, out.String())
+		default:
+		}
+		if start == 0 {
+			s, _, _ := skTimelineOf(t, sks[0], tenant(1), tl)
+			start = s
+		}
+		_, err := os.Stat(filepath.Join(dir, proto.SegmentFileName(1, start, pg.WALSegSize)+".partial"))
+		return start != 0 && err == nil
+	})
+	if strings.Contains(out.String(), "0/0") {
+		t.Fatalf("pg_receivewal was told 0/0:\n%s", out.String())
+	}
+	if exited, code := prop.Exited(); exited {
+		t.Fatalf("proposer exited %d", code)
 	}
 }
