@@ -272,9 +272,14 @@ func (u *upstream) recv(ctx context.Context) (upstreamMsg, error) {
 			return upstreamMsg{}, fmt.Errorf("proposer: primary: %w", pgconn.ErrorResponseToPgError(m))
 		case *pgproto3.CopyDone:
 			return upstreamMsg{}, errors.New("proposer: primary ended the replication stream")
+		case *pgproto3.CommandComplete:
+			// A walsender ends its stream so when its server shuts down
+			// (WalSndDone: CommandComplete inside COPY mode).
+			return upstreamMsg{}, errors.New("proposer: primary ended the replication stream: it is shutting down")
 		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
 		default:
-			return upstreamMsg{}, fmt.Errorf("proposer: unexpected %T on the replication stream", msg)
+			// The message's protocol name, not the Go type's.
+			return upstreamMsg{}, fmt.Errorf("proposer: unexpected message %s on the replication stream", strings.TrimPrefix(fmt.Sprintf("%T", msg), "*pgproto3."))
 		}
 	}
 }

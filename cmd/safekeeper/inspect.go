@@ -92,6 +92,9 @@ func inspectCommand() *cli.Command {
 					*f.dst = &id
 				}
 			}
+			if err := checkDataDir(c); err != nil {
+				return err
+			}
 			out, err := inspect(c.String("data-dir"), tenant, timeline)
 			if err != nil {
 				return err

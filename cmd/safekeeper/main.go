@@ -513,8 +513,8 @@ func runCommand() *cli.Command {
 			if err := checkListenAddr(c.String("listen-pg")); err != nil {
 				return usagef("--listen-pg %q: %w", c.String("listen-pg"), err)
 			}
-			if c.String("data-dir") == "" {
-				return usagef("--data-dir must name a directory, got an empty string")
+			if err := checkDataDir(c); err != nil {
+				return err
 			}
 			if h := c.String("listen-http"); h != "" {
 				if err := checkListenAddr(h); err != nil {
@@ -773,4 +773,13 @@ func parsePGSize(s string, allowUnlimited bool) (int64, error) {
 		return 0, fmt.Errorf("%q: want %s", s, want)
 	}
 	return n * mult, nil
+}
+
+// checkDataDir refuses an empty --data-dir (SAFEKEEPER_DATA_DIR= in an
+// environment file): it would mean the current directory.
+func checkDataDir(c *cli.Context) error {
+	if strings.TrimSpace(c.String("data-dir")) == "" {
+		return usagef("--data-dir must name a directory, got an empty string")
+	}
+	return nil
 }

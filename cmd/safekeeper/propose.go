@@ -79,8 +79,11 @@ func proposeCommand() *cli.Command {
 			if err != nil {
 				return usagef("--buffer-size: %w", err)
 			}
-			if err := proposer.CheckConnString(c.String("upstream")); err != nil {
-				return usagef("--upstream: %w", err)
+			if bufSize < proto.MaxWALPerRequest {
+				return usagef("--buffer-size %s: want at least 128KiB (one request of WAL)", c.String("buffer-size"))
+			}
+			if err := checkUpstream(c.String("upstream")); err != nil {
+				return err
 			}
 			slot, appName := c.String("slot"), c.String("application-name")
 			if !c.IsSet("slot") {
@@ -262,10 +265,25 @@ func parseSafekeepers(s string) ([]string, error) {
 
 // checkDialAddr checks a host:port to connect to: a host, and a port from
 // 1 to 65535 (0 is only for listening: it picks a free port).
+// checkUpstream checks --upstream as libpq would (proposer.CheckConnString):
+// empty, or a keyword libpq does not know, is a usage error.
+func checkUpstream(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return usagef("--upstream is empty: want the primary's libpq connection string, e.g. 'host=/var/run/postgresql port=5432 user=postgres'")
+	}
+	if err := proposer.CheckConnString(s); err != nil {
+		return usagef("--upstream: %w", err)
+	}
+	return nil
+}
+
 func checkDialAddr(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" {
 		return errors.New("want host:port")
+	}
+	if strings.ContainsFunc(host, func(r rune) bool { return r <= ' ' || r == '\'' || r == '\\' || r == '=' || r == 0x7f }) {
+		return fmt.Errorf("host %q: want a host name or address (no blanks, quotes or '=')", host)
 	}
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
 		return fmt.Errorf("port %q: want a number from 1 to 65535", port)

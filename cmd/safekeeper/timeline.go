@@ -75,6 +75,9 @@ func timelinePullCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if err := checkDataDir(c); err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 			defer cancel()
 			return pullTimeline(ctx, c, c.String("from"), filepath.Join(c.String("data-dir"), "safekeeper.db"), tenant, timeline)

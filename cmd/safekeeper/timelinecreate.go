@@ -52,9 +52,9 @@ func timelineCreateCommand() *cli.Command {
 			switch up := c.String("upstream"); {
 			case up != "" && c.IsSet("system-id"):
 				return usagef("--upstream and --system-id exclude each other: the primary's own identity is read from --upstream")
-			case up != "":
-				if _, err := pgconn.ParseConfig(up); err != nil {
-					return usagef("--upstream: %w", err)
+			case c.IsSet("upstream"):
+				if err := checkUpstream(up); err != nil {
+					return err
 				}
 				for _, f := range []string{"pg-version", "wal-seg-size", "pg-timeline"} {
 					if c.IsSet(f) {
@@ -118,7 +118,7 @@ func timelineCreateCommand() *cli.Command {
 			}
 			switch {
 			case incompatible:
-				return cli.Exit(fmt.Sprintf("a safekeeper holds timeline %s/%s for another cluster (22023): check the ids and --upstream", tl.tenant, tl.timeline), exitPermanent)
+				return cli.Exit(fmt.Sprintf("a safekeeper refuses the description of timeline %s/%s it holds (22023: another cluster, major version, segment size, or an older PostgreSQL timeline; its line above says which): check the ids and --upstream", tl.tenant, tl.timeline), exitPermanent)
 			case err != nil:
 				return err
 			}

@@ -116,6 +116,9 @@ func walDump(c *cli.Context) error {
 	key := proto.TimelineKey{TenantID: tenant, TimelineID: timeline}
 	var src walSource
 	if useDir {
+		if err := checkDataDir(c); err != nil {
+			return err
+		}
 		src, err = openDataDirSource(c.String("data-dir"), key)
 	} else {
 		src, err = openHTTPSource(c, key)

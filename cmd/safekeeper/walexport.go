@@ -67,6 +67,9 @@ func walExportCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if err := checkDataDir(c); err != nil {
+				return err
+			}
 			var upto *proto.LSN // nil: up to commit_lsn
 			if c.IsSet("upto") {
 				l, err := proto.ParseLSN(c.String("upto"))
