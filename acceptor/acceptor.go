@@ -17,7 +17,7 @@ type Config struct {
 }
 
 // Acceptor is the state machine of one timeline on one safekeeper: the
-// acceptor of the WAL push protocol, rules 1–8 of wal-push-protocol.md. It is
+// acceptor of the WAL push protocol, rules 1–8 of README_PROTO.md. It is
 // not safe for concurrent use: one owner goroutine per timeline drives it.
 //
 // Durability order: every method that answers with a decision (a vote, a

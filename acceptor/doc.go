@@ -2,7 +2,7 @@
 // pure state machine: the acceptor of a Paxos-like election whose log is
 // PostgreSQL's WAL (Neon's safekeeper.rs, the walkeeper protocol's acceptor).
 //
-// It owns the rules of wal-push-protocol.md (numbered as there): timeline
+// It owns the rules of README_PROTO.md (numbered as there): timeline
 // checks on ServerInfo (1), strict-term voting with the same ballot
 // re-granted (2), the common point of term histories (3, proto.TermHistory.CommonPoint),
 // ProposerElected with the common-point check, the refusal below commit_lsn

@@ -20,7 +20,7 @@ import (
 var ErrStreamEnded = errors.New("proposer: safekeeper ended the WAL push stream")
 
 // Conn is a proposer's START_WAL_PUSH stream to one safekeeper: the client
-// side of wal-push-protocol.md. Send and Recv may be used from two
+// side of the WAL push protocol (README_PROTO.md). Send and Recv may be used from two
 // goroutines at once (one each); Close from any.
 //
 // Once the stream is in CopyBoth the connection is hijacked from pgconn:

@@ -1,5 +1,5 @@
 // Package proposer is the walproposer: the client side of the WAL push
-// protocol (wal-push-protocol.md), which streams a PostgreSQL primary's WAL
+// protocol (README_PROTO.md), which streams a PostgreSQL primary's WAL
 // to a quorum of safekeepers and reports quorum durability back to the
 // primary as a synchronous standby.
 //

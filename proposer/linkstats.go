@@ -6,7 +6,7 @@ import (
 )
 
 // responseDeadline is the protocol's bound on a safekeeper's silence
-// (wal-push-protocol.md, SafeKeeperResponse): under a steady stream of
+// (README_PROTO.md, SafeKeeperResponse): under a steady stream of
 // requests a response must go out at least every 100 ms.
 const responseDeadline = 100 * time.Millisecond
 

@@ -13,7 +13,7 @@ import (
 
 // slotKeeper holds the primary's physical replication slot at truncate_lsn:
 // the lowest flush_lsn over all safekeepers, i.e. the oldest WAL some
-// safekeeper may still need from the primary (issue 3: the slot advances
+// safekeeper may still need from the primary (the slot advances
 // only to what every safekeeper still behind may need).
 //
 // The replication stream itself runs without the slot: a physical slot in

@@ -1,5 +1,5 @@
 // Package proto is the vocabulary the safekeeper's parts share: the messages
-// of the WAL push protocol (README_PROTO.md, wal-push-protocol.md) with
+// of the WAL push protocol (README_PROTO.md) with
 // their codecs, and the positions and names every layer speaks of.
 //
 // What it owns:

@@ -10,7 +10,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto/replcmd"
 )
 
-// The SQLSTATEs of the WAL push protocol's refusals (wal-push-protocol.md,
+// The SQLSTATEs of the WAL push protocol's refusals (README_PROTO.md,
 // rule 8).
 //
 // Refused votes, ProposerElected refusals and stale-term messages each have

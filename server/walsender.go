@@ -20,7 +20,7 @@ import (
 // Serving WAL to replication clients (pg_receivewal, a PostgreSQL standby,
 // pageserver-style consumers): the commands of proto/replcmd and the
 // START_REPLICATION stream. docs/serving.md describes what each client does
-// and what we answer; replication-clients.md has the wire facts.
+// and what we answer; docs/serving.md has the wire facts.
 
 // Stream limits, as the walsender's (XLOG_BLCKSZ, MAX_SEND_SIZE).
 const (

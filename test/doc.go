@@ -1,5 +1,5 @@
 // Package test holds the socket-level tests of the safekeeper binary: a test
-// proposer, written from wal-push-protocol.md, drives `safekeeper run` over
+// proposer, written from README_PROTO.md, drives `safekeeper run` over
 // loopback (walpush_test.go, failures_test.go); stock replication clients —
 // pg_receivewal, a hot standby, a pglogrepl consumer — read WAL back
 // (serving_test.go); `safekeeper sync` runs against real safekeepers

@@ -356,7 +356,7 @@ func (c *Conn) Ready(params []Param, key *BackendKey) error {
 
 // WalsenderParams returns the 13 ParameterStatus settings a PostgreSQL 15
 // walsender reports after authentication, in the order it sends them
-// (replication-clients.md, section 1). serverVersion should be "15.x..."
+// (docs/serving.md, Connections). serverVersion should be "15.x..."
 // (pg_receivewal picks its commands from it); application_name and
 // session_authorization are taken from the startup parameters. Callers may
 // change entries (for example in_hot_standby) before passing it to Ready.

@@ -42,7 +42,7 @@
 //  4. Streaming. StartCopyBoth, then CopyData both ways: ReadCopy on the
 //     reader side (ErrCopyDone when the client ends its half); SendCopyData,
 //     SendXLogData, SendKeepalive on the writer side; SendCopyDone to end the
-//     server's half. The stream ends as in replication-clients.md section 4:
+//     server's half. The stream ends as docs/serving.md describes:
 //     CopyDone both ways, then CommandComplete(s) and ReadyForQuery; back to
 //     phase 3.
 //  5. End. io.EOF from a read (Terminate, or a close at a message

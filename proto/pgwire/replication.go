@@ -9,7 +9,7 @@ import (
 )
 
 // First payload byte of the replication stream messages carried in CopyData
-// (replication-clients.md section 3, wal-push-protocol.md last section).
+// (docs/serving.md, the stream; README_PROTO.md, Transport).
 const (
 	TagXLogData            = 'w' // server -> client
 	TagPrimaryKeepalive    = 'k' // server -> client

@@ -12,7 +12,7 @@ func TestReplGrammar(t *testing.T) {
 		want Command
 		kind error // ErrSyntax or ErrUnsupported, when want is nil
 	}{
-		// What stock clients send (replication-clients.md section 2).
+		// What stock clients send (docs/serving.md, the command table).
 		{"IDENTIFY_SYSTEM", IdentifySystem{}, nil},
 		{"IDENTIFY_SYSTEM;", IdentifySystem{}, nil},
 		{"  IDENTIFY_SYSTEM ; ", IdentifySystem{}, nil},

@@ -162,7 +162,7 @@ var (
 	doneRe   = regexp.MustCompile(`number of transactions actually processed: (\d+)`)
 )
 
-// TestEndToEnd is the pipeline of issue 3: pgbench through the proposer
+// TestEndToEnd is the whole pipeline: pgbench through the proposer
 // into three safekeepers with one of them killed -9 mid-run, then the
 // durability check (every safekeeper killed -9 at once), then byte-identical
 // WAL on every safekeeper.

@@ -2,7 +2,7 @@
 // server certificates from it, written as PEM files that PostgreSQL's
 // programs (psql, pg_receivewal, a standby's walreceiver) can read when
 // they run as the postgres user: sslmode=verify-full against a CA the
-// test made, as the brief asks, never InsecureSkipVerify.
+// test made, never InsecureSkipVerify: a test that skipped the check would pass with a broken one.
 package tlstest
 
 import (

@@ -1,4 +1,4 @@
-// Package e2e is the end-to-end benchmark (make bench-e2e, issue 9): what
+// Package e2e is the end-to-end benchmark (make bench-e2e): what
 // quorum durability through safekeepers costs a PostgreSQL 15 primary, next
 // to stock synchronous streaming replication, on the same machine, in the
 // same run.

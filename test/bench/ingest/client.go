@@ -15,7 +15,7 @@ import (
 
 // Client is a benchmark proposer on one START_WAL_PUSH stream: greet, vote,
 // ProposerElected, then SafeKeeperRequests with a bounded number in flight
-// (Stream), as walproposer pushes WAL. It speaks wal-push-protocol.md with
+// (Stream), as walproposer pushes WAL. It speaks the WAL push protocol (README_PROTO.md) with
 // proto's message codecs over a proposer.Conn: receives go through it, sends
 // write its socket directly (a request's header and WAL in one writev, the
 // WAL not copied).

@@ -3,7 +3,7 @@
 // and how it scales to many timelines and a reader far behind
 // (TestBenchScale, make bench-scale). Both run the real binary
 // (test/harness), fsync on, with default options, and report next to each
-// figure the target of issue 9 and whether it is met. They write their
+// figure the target set for it and whether it is met. They write their
 // report, with the machine and the exact command, between the markers of
 // docs/performance.md (BENCH_WRITE_DOC=0 skips that).
 //
@@ -14,7 +14,7 @@
 //
 //   - Client (client.go): a benchmark proposer on one START_WAL_PUSH
 //     stream. Greet, Vote and Campaign run the handshake of
-//     wal-push-protocol.md; Stream pushes WAL with a bounded window of
+//     the WAL push protocol (README_PROTO.md); Stream pushes WAL with a bounded window of
 //     unanswered SafeKeeperRequests (walproposer keeps up to 256), writing
 //     several per writev when the window allows and the WAL straight from
 //     the caller's buffer, and checks every response (term, flush_lsn

@@ -165,7 +165,7 @@ func TestBenchIngest(t *testing.T) {
 
 	var rep strings.Builder
 	fmt.Fprintf(&rep, "Run of %s: %s; one safekeeper, one push connection, window %d requests in flight.\n\n", machine.Date, plural(rounds, "round"), *benchWindow)
-	rep.WriteString("**Targets** (issue 9). Medians over the rounds, (min–max) after them; ratios are per round, then the median.\n\n")
+	rep.WriteString("**Targets.** Medians over the rounds, (min–max) after them; ratios are per round, then the median.\n\n")
 	tg := Table{Header: []string{"figure", "measured", "target", "verdict"}}
 	r128 := Median(big.ratio)
 	tg.Add("128 KiB appends: safekeeper / dd dsync rate (same block size)", Spread(big.ratio, 2), "≥ 0.80", Verdict(r128 >= 0.8))

@@ -432,7 +432,7 @@ func TestBenchScale(t *testing.T) {
 
 	var rep strings.Builder
 	fmt.Fprintf(&rep, "Run of %s: %s; one safekeeper; window %d requests in flight per push connection.\n\n", machine.Date, plural(rounds, "round"), *benchWindow)
-	rep.WriteString("**Targets** (issue 9). Medians over the rounds, (min–max) after them; ratios and slowdowns are per round, then the median. MB = 10^6 bytes.\n\n")
+	rep.WriteString("**Targets.** Medians over the rounds, (min–max) after them; ratios and slowdowns are per round, then the median. MB = 10^6 bytes.\n\n")
 	tg := Table{Header: []string{"figure", "measured", "target", "verdict"}}
 	tg.Add(fmt.Sprintf("%d timelines, connections closed: idle RSS (MB), a few seconds after", many), Spread(idle, 1), "≤ 100 MB", Verdict(Median(idle) <= 100))
 	long := agg[many][0]

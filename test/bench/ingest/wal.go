@@ -34,7 +34,7 @@ const RecordMix = "XLOG_NOOP records, seeded: 3 in 4 with 50–300 bytes of data
 // the first record end at or after size).
 func GenerateWAL(size int64) *WAL {
 	g := xlogtest.NewGenerator(TLStart, SegSize, 1, SystemID)
-	rng := rand.New(rand.NewPCG(9, 9)) // issue 9
+	rng := rand.New(rand.NewPCG(9, 9)) // a fixed seed: the same WAL every run
 	w := &WAL{Start: TLStart, Data: make([]byte, 0, size+64<<10)}
 	for int64(len(w.Data)) < size {
 		n := 50 + rng.IntN(251)
