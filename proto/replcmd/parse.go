@@ -290,55 +290,30 @@ func Parse(q string) (Command, error) {
 		return SQL{Text: q}, nil
 	}
 	p := &parser{toks: toks, i: 1}
-	var cmd Command
-	switch toks[0].text {
+	cmd, err := p.command(toks[0].text)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.end(); err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}
+
+// command parses the arguments of the command named by keyword kw (the
+// first token, already taken).
+func (p *parser) command(kw string) (Command, error) {
+	switch kw {
 	case "IDENTIFY_SYSTEM":
-		cmd = IdentifySystem{}
+		return IdentifySystem{}, nil
 	case "TIMELINE_STATUS":
-		cmd = TimelineStatus{}
+		return TimelineStatus{}, nil
 	case "START_WAL_PUSH":
-		c := StartWALPush{AllowTimelineCreation: true}
-		if p.acceptPunct("(") {
-			opts, err := p.genericOptions()
-			if err != nil {
-				return nil, err
-			}
-			for k, v := range opts {
-				b, ok := true, true
-				if v != "" {
-					b, ok = parseBool(v)
-				}
-				switch {
-				case k != "allow_timeline_creation" && k != "sync_replication_slots":
-					return nil, invalidErr("unrecognized option: %s", k)
-				case !ok:
-					return nil, invalidErr("%s requires a Boolean value", k)
-				case k == "allow_timeline_creation":
-					c.AllowTimelineCreation = b
-				default:
-					c.SyncReplicationSlots = b
-				}
-			}
-		}
-		cmd = c
+		return p.startWALPush()
 	case "BASE_BACKUP":
 		return nil, unsupported("BASE_BACKUP is not supported by a safekeeper: take base backups from the primary")
 	case "SHOW":
-		t := p.next()
-		if t.kind != tokIdent && t.kind != tokKeyword {
-			p.i--
-			return nil, p.unexpected()
-		}
-		name := strings.ToLower(t.text)
-		for p.acceptPunct(".") {
-			t := p.next()
-			if t.kind != tokIdent && t.kind != tokKeyword {
-				p.i--
-				return nil, p.unexpected()
-			}
-			name += "." + strings.ToLower(t.text)
-		}
-		cmd = Show{Var: name}
+		return p.show()
 	case "TIMELINE_HISTORY":
 		tli, err := p.uconst()
 		if err != nil {
@@ -347,101 +322,160 @@ func Parse(q string) (Command, error) {
 		if tli == 0 {
 			return nil, invalidErr("invalid timeline %d", tli)
 		}
-		cmd = TimelineHistory{TLI: tli}
+		return TimelineHistory{TLI: tli}, nil
 	case "READ_REPLICATION_SLOT":
 		s, err := p.slotName()
 		if err != nil {
 			return nil, err
 		}
-		cmd = ReadSlot{Slot: s}
+		return ReadSlot{Slot: s}, nil
 	case "DROP_REPLICATION_SLOT":
 		s, err := p.slotName()
 		if err != nil {
 			return nil, err
 		}
-		cmd = DropSlot{Slot: s, Wait: p.acceptKeyword("WAIT")}
+		return DropSlot{Slot: s, Wait: p.acceptKeyword("WAIT")}, nil
 	case "CREATE_REPLICATION_SLOT":
-		c := CreateSlot{}
-		if c.Slot, err = p.slotName(); err != nil {
-			return nil, err
-		}
-		c.Temporary = p.acceptKeyword("TEMPORARY")
-		if p.isKeyword("LOGICAL") {
-			return nil, unsupported("logical replication slots are not supported by a safekeeper")
-		}
-		if !p.acceptKeyword("PHYSICAL") {
-			return nil, p.unexpected()
-		}
-		if p.acceptPunct("(") {
-			opts, err := p.genericOptions()
-			if err != nil {
-				return nil, err
-			}
-			for k, v := range opts {
-				if k != "reserve_wal" {
-					return nil, invalidErr("unrecognized option: %s", k)
-				}
-				b, ok := true, true
-				if v != "" {
-					b, ok = parseBool(v)
-				}
-				if !ok {
-					return nil, invalidErr("reserve_wal requires a Boolean value")
-				}
-				c.ReserveWAL = b
-			}
-		} else {
-			c.ReserveWAL = p.acceptKeyword("RESERVE_WAL")
-		}
-		cmd = c
+		return p.createSlot()
 	case "START_REPLICATION":
-		c := StartReplication{}
-		if p.acceptKeyword("SLOT") {
-			if c.Slot, err = p.slotName(); err != nil {
-				return nil, err
-			}
+		return p.startReplication()
+	}
+	return nil, syntaxErr("at or near %q", kw) // commandKeywords and this switch disagree: not reached
+}
+
+// startWALPush parses START_WAL_PUSH's options.
+func (p *parser) startWALPush() (Command, error) {
+	c := StartWALPush{AllowTimelineCreation: true}
+	if !p.acceptPunct("(") {
+		return c, nil
+	}
+	opts, err := p.genericOptions()
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range opts {
+		b, ok := true, true
+		if v != "" {
+			b, ok = parseBool(v)
 		}
-		if p.isKeyword("LOGICAL") {
-			return nil, unsupported("logical replication is not supported by a safekeeper")
+		switch {
+		case k != "allow_timeline_creation" && k != "sync_replication_slots":
+			return nil, invalidErr("unrecognized option: %s", k)
+		case !ok:
+			return nil, invalidErr("%s requires a Boolean value", k)
+		case k == "allow_timeline_creation":
+			c.AllowTimelineCreation = b
+		default:
+			c.SyncReplicationSlots = b
 		}
-		p.acceptKeyword("PHYSICAL")
+	}
+	return c, nil
+}
+
+// show parses SHOW's variable name (parts joined by '.', folded to lower
+// case).
+func (p *parser) show() (Command, error) {
+	t := p.next()
+	if t.kind != tokIdent && t.kind != tokKeyword {
+		p.i--
+		return nil, p.unexpected()
+	}
+	name := strings.ToLower(t.text)
+	for p.acceptPunct(".") {
 		t := p.next()
-		if t.kind != tokLSN {
+		if t.kind != tokIdent && t.kind != tokKeyword {
 			p.i--
 			return nil, p.unexpected()
 		}
-		if c.Start, err = proto.ParseLSN(t.text); err != nil {
-			return nil, syntaxErr("invalid streaming start location %q", t.text)
-		}
-		if p.acceptKeyword("TIMELINE") {
-			if c.TLI, err = p.uconst(); err != nil {
-				return nil, err
-			}
-			if c.TLI == 0 {
-				return nil, invalidErr("invalid timeline %d", c.TLI)
-			}
-		}
-		if p.acceptPunct("(") {
-			opts, err := p.genericOptions()
-			if err != nil {
-				return nil, err
-			}
-			for k, v := range opts {
-				if k != "term" {
-					return nil, invalidErr("unrecognized option: %s", k)
-				}
-				if c.Term, err = strconv.ParseUint(v, 10, 64); err != nil || c.Term == 0 {
-					return nil, invalidErr("term requires a positive integer value, got %q", v)
-				}
-				c.HasTerm = true
-			}
-		}
-		cmd = c
+		name += "." + strings.ToLower(t.text)
 	}
-	if err := p.end(); err != nil {
+	return Show{Var: name}, nil
+}
+
+// createSlot parses CREATE_REPLICATION_SLOT's arguments.
+func (p *parser) createSlot() (Command, error) {
+	c := CreateSlot{}
+	var err error
+	if c.Slot, err = p.slotName(); err != nil {
 		return nil, err
 	}
-	return cmd, nil
+	c.Temporary = p.acceptKeyword("TEMPORARY")
+	if p.isKeyword("LOGICAL") {
+		return nil, unsupported("logical replication slots are not supported by a safekeeper")
+	}
+	if !p.acceptKeyword("PHYSICAL") {
+		return nil, p.unexpected()
+	}
+	if !p.acceptPunct("(") {
+		c.ReserveWAL = p.acceptKeyword("RESERVE_WAL")
+		return c, nil
+	}
+	opts, err := p.genericOptions()
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range opts {
+		if k != "reserve_wal" {
+			return nil, invalidErr("unrecognized option: %s", k)
+		}
+		b, ok := true, true
+		if v != "" {
+			b, ok = parseBool(v)
+		}
+		if !ok {
+			return nil, invalidErr("reserve_wal requires a Boolean value")
+		}
+		c.ReserveWAL = b
+	}
+	return c, nil
+}
+
+// startReplication parses START_REPLICATION's arguments.
+func (p *parser) startReplication() (Command, error) {
+	c := StartReplication{}
+	var err error
+	if p.acceptKeyword("SLOT") {
+		if c.Slot, err = p.slotName(); err != nil {
+			return nil, err
+		}
+	}
+	if p.isKeyword("LOGICAL") {
+		return nil, unsupported("logical replication is not supported by a safekeeper")
+	}
+	p.acceptKeyword("PHYSICAL")
+	t := p.next()
+	if t.kind != tokLSN {
+		p.i--
+		return nil, p.unexpected()
+	}
+	if c.Start, err = proto.ParseLSN(t.text); err != nil {
+		return nil, syntaxErr("invalid streaming start location %q", t.text)
+	}
+	if p.acceptKeyword("TIMELINE") {
+		if c.TLI, err = p.uconst(); err != nil {
+			return nil, err
+		}
+		if c.TLI == 0 {
+			return nil, invalidErr("invalid timeline %d", c.TLI)
+		}
+	}
+	if !p.acceptPunct("(") {
+		return c, nil
+	}
+	opts, err := p.genericOptions()
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range opts {
+		if k != "term" {
+			return nil, invalidErr("unrecognized option: %s", k)
+		}
+		if c.Term, err = strconv.ParseUint(v, 10, 64); err != nil || c.Term == 0 {
+			return nil, invalidErr("term requires a positive integer value, got %q", v)
+		}
+		c.HasTerm = true
+	}
+	return c, nil
 }
 
 func firstWord(s string) string {
