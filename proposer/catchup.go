@@ -103,10 +103,10 @@ func (s *driver) startCatchup(ctx context.Context, sk *skState) {
 	cctx, cancel := context.WithCancel(ctx)
 	sk.cu = &catchup{cancel: cancel, id: s.catchups, peer: peer}
 	if peer >= 0 {
-		s.log.Log(ctx, s.sess.linkLevel(sk.i), "safekeeper needs WAL the primary no longer has; catching up from a peer safekeeper (term reader)",
+		s.log.Log(ctx, linkLevel(sk.quiet), "safekeeper needs WAL the primary no longer has; catching up from a peer safekeeper (term reader)",
 			"safekeeper", s.cfg.Safekeepers[sk.i], "from", from, "peer", s.cfg.Safekeepers[peer], "term", s.sess.Core().Ballot().Term)
 	} else {
-		s.log.Log(ctx, s.sess.linkLevel(sk.i), "safekeeper behind the buffer; catching up from a second replication stream",
+		s.log.Log(ctx, linkLevel(sk.quiet), "safekeeper behind the buffer; catching up from a second replication stream",
 			"safekeeper", s.cfg.Safekeepers[sk.i], "from", from, "buffer_start", s.buf.start)
 	}
 	go s.runCatchup(cctx, sk.i, sk.cu.id, from, peer)

@@ -197,6 +197,9 @@ type skState struct {
 	// removed there too; others are tried first.
 	cuBad bool
 	gap   responseGap // waits for a SafeKeeperResponse (Run logs them at exit)
+	// quiet: this connection is a reconnect after the same failure as the
+	// one before (skEvent.quiet); its lines go at debug (logEvents).
+	quiet bool
 }
 
 type upstreamEvent struct {
@@ -209,7 +212,7 @@ func newDriver(cfg Config, lastTerm uint64) *driver {
 		slots: newSlotMerge(len(cfg.Safekeepers))}
 	s.sess = NewSession(SessionConfig{
 		Names: cfg.Safekeepers, UUID: cfg.ProposerUUID, LastTerm: lastTerm,
-		MaxInFlight: cfg.MaxInFlight, HeartbeatInterval: cfg.HeartbeatInterval, Logger: cfg.Logger,
+		MaxInFlight: cfg.MaxInFlight, HeartbeatInterval: cfg.HeartbeatInterval,
 	}, s)
 	for i := range cfg.Safekeepers {
 		s.sks = append(s.sks, &skState{i: i, cuBackoff: backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax}})
@@ -380,9 +383,11 @@ func (s *driver) loop(ctx context.Context) error {
 	}
 }
 
-// act carries out what the session decided: send, drop connections, tell
-// the primary a new commit_lsn, start the catch-up streams it needs.
+// act carries out what the session decided: log its events, send, drop
+// connections, tell the primary a new commit_lsn, start the catch-up
+// streams it needs.
 func (s *driver) act(ctx context.Context, r Ready) {
+	s.logEvents(r)
 	for _, m := range r.Sends {
 		s.send(s.sks[m.To], m.Msg)
 	}
@@ -410,6 +415,12 @@ func (s *driver) act(ctx context.Context, r Ready) {
 			s.startCatchup(ctx, sk)
 		}
 	}
+}
+
+// logEvents logs the session's events in r (act does, and so does a
+// caller that does not act on r because the call also failed).
+func (s *driver) logEvents(r Ready) {
+	logEvents(s.log, s.cfg.Safekeepers, func(i int) bool { return s.sks[i].quiet }, r.Events)
 }
 
 func (s *driver) send(sk *skState, m proto.Message) {
@@ -470,9 +481,10 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 		}
 		sk.gen, sk.out = ev.gen, ev.out
 		s.slots.connected(ev.sk)
-		s.sess.SetQuiet(ev.sk, ev.quiet)
+		sk.quiet = ev.quiet
 		r, err := s.sess.Greeted(ev.sk, ev.info)
 		if err != nil {
+			s.logEvents(r)
 			return err
 		}
 		s.publishLinks() // a campaign asks every greeted safekeeper
@@ -497,6 +509,7 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 	}
 	r, err := s.sess.Receive(ev.sk, ev.msg)
 	if err != nil {
+		s.logEvents(r)
 		if errors.Is(err, ErrVoteRefused) {
 			s.stats.refusedVote(ev.sk)
 		}
@@ -580,6 +593,7 @@ func (s *driver) elect(ctx context.Context) error {
 	newStart = newStart.SegmentStart(uint64(s.ui.SegSize))
 	e, r, err := s.sess.Elect(s.ui.XLogPos, newStart)
 	if err != nil {
+		s.logEvents(r)
 		return err
 	}
 	s.publishLinks()
@@ -651,7 +665,7 @@ func (s *driver) WAL(i int, lsn proto.LSN, max int) []byte {
 		if lsn < s.buf.start {
 			return s.catchupWAL(sk, lsn, max)
 		}
-		s.log.Log(context.Background(), s.sess.linkLevel(i), "safekeeper caught up with the buffer", "safekeeper", s.cfg.Safekeepers[i], "at", lsn)
+		s.log.Log(context.Background(), linkLevel(sk.quiet), "safekeeper caught up with the buffer", "safekeeper", s.cfg.Safekeepers[i], "at", lsn)
 		s.dropCatchup(sk)
 	}
 	if lsn < s.buf.start {
@@ -755,7 +769,7 @@ func (s *driver) notePrimary(m upstreamMsg) {
 // publishLink shows safekeeper i's session phase and flush_lsn in Stats.
 func (s *driver) publishLink(i int) {
 	l := &s.stats.links[i]
-	l.phase.Store(int32(s.sess.links[i].phase))
+	l.phase.Store(int32(s.sess.Phase(i)))
 	if f, ok := s.sess.Core().FlushLSN(i); ok {
 		l.flush.Store(uint64(f))
 	}

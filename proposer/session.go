@@ -1,11 +1,7 @@
 package proposer
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"io"
-	"log/slog"
 	"time"
 
 	"github.com/safekeeper/safekeeper/proto"
@@ -19,19 +15,18 @@ import (
 // with at most MaxInFlight unanswered, heartbeats carrying commit_lsn and
 // truncate_lsn), and when a connection must be dropped.
 //
-// It does no IO and reads no clock (time comes in through Tick), like Core:
-// Run and Sync drive it with real connections, the deterministic
-// simulation drives it with simulated ones. Each call returns a Ready that
-// the caller carries out in order. Safekeepers are named by their index in
-// the configured list. Not safe for concurrent use.
+// It does no IO, reads no clock (time comes in through Tick) and logs
+// nothing, like Core: Run and Sync drive it with real connections, the
+// deterministic simulation drives it with simulated ones. Each call
+// returns a Ready that the caller carries out in order; what an operator
+// should hear of comes back in Ready.Events, for the caller to log.
+// Safekeepers are named by their index in the configured list. Not safe
+// for concurrent use.
 type Session struct {
 	core  *Core
 	cfg   SessionConfig
-	log   *slog.Logger
 	src   WALSource
 	links []link
-	// quiet[i]: log safekeeper i's connection progress at debug (SetQuiet).
-	quiet []bool
 	now   time.Time // as of the last Tick
 
 	// baseCommit is the highest commit_lsn a safekeeper reported: durable
@@ -41,8 +36,8 @@ type Session struct {
 
 // SessionConfig configures a Session.
 type SessionConfig struct {
-	// Names are the safekeepers' addresses, for the log; their number is the
-	// number of safekeepers.
+	// Names are the safekeepers' addresses; their number is the number of
+	// safekeepers.
 	Names []string
 	// UUID owns the session's term.
 	UUID proto.ID
@@ -56,8 +51,6 @@ type SessionConfig struct {
 	// heartbeat when neither commit_lsn nor truncate_lsn changed. Default
 	// (zero or less) 200 ms.
 	HeartbeatInterval time.Duration
-	// Logger receives the session's decisions; nil discards them.
-	Logger *slog.Logger
 }
 
 // WALSource is where a Session takes the WAL it streams. Its methods are
@@ -93,6 +86,10 @@ type Ready struct {
 	// Elect is set when a quorum has granted the ballot: the caller calls
 	// Elect, once it knows the end of WAL it can stream.
 	Elect bool
+	// Events are what the call decided that an operator should hear of, in
+	// the order decided, for the caller to log. They are set even when the
+	// call also returns an error (a greeting recorded, then found deposing).
+	Events []Event
 }
 
 type linkPhase int
@@ -126,12 +123,7 @@ func NewSession(cfg SessionConfig, src WALSource) *Session {
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = 200 * time.Millisecond
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	s := &Session{core: NewCore(len(cfg.Names), cfg.UUID), cfg: cfg, log: log, src: src, links: make([]link, len(cfg.Names)),
-		quiet: make([]bool, len(cfg.Names))}
+	s := &Session{core: NewCore(len(cfg.Names), cfg.UUID), cfg: cfg, src: src, links: make([]link, len(cfg.Names))}
 	s.core.ObserveTerm(cfg.LastTerm)
 	return s
 }
@@ -157,20 +149,8 @@ func (s *Session) InFlight(i int) int { return s.links[i].inflight }
 // Acked is the commit_lsn of safekeeper i's last SafeKeeperResponse.
 func (s *Session) Acked(i int) proto.LSN { return s.links[i].acked }
 
-// SetQuiet sets the level of the lines that follow safekeeper i's
-// connection (greeted, vote granted, streaming): debug when quiet, info
-// otherwise. The driver sets it for a reconnect after the same failure
-// as the one before (skEvent.quiet): the link's held-back warning says
-// the safekeeper keeps failing, and its reconnects say nothing new.
-func (s *Session) SetQuiet(i int, quiet bool) { s.quiet[i] = quiet }
-
-// linkLevel is the level of safekeeper i's connection lines.
-func (s *Session) linkLevel(i int) slog.Level {
-	if s.quiet[i] {
-		return slog.LevelDebug
-	}
-	return slog.LevelInfo
-}
+// Phase is where safekeeper i's current connection is in this term.
+func (s *Session) Phase(i int) linkPhase { return s.links[i].phase }
 
 // Greeted records a new connection to safekeeper i, which answered the
 // greeting with info; a connection it had is forgotten. Once a quorum
@@ -183,8 +163,7 @@ func (s *Session) Greeted(i int, info *proto.SafeKeeperInfo) (Ready, error) {
 	}
 	s.links[i] = link{phase: linkGreeted}
 	s.baseCommit = max(s.baseCommit, info.CommitLSN)
-	s.log.Log(context.Background(), s.linkLevel(i), "safekeeper greeted", "safekeeper", s.cfg.Names[i], "id", info.SafekeeperID, "voted_for", info.VotedFor.String(),
-		"last_log_term", info.LastLogTerm, "flush_lsn", info.FlushLSN, "commit_lsn", info.CommitLSN)
+	r.Events = append(r.Events, Event{Kind: EventGreeted, Safekeeper: i, Info: info})
 	if err := s.core.Greeted(i, info); err != nil {
 		return r, err
 	}
@@ -197,7 +176,7 @@ func (s *Session) Greeted(i int, info *proto.SafeKeeperInfo) (Ready, error) {
 		if err != nil {
 			return r, err
 		}
-		s.log.Info("campaigning", "term", b.Term, "uuid", b.UUID.String())
+		r.Events = append(r.Events, Event{Kind: EventCampaigning, Safekeeper: -1, Ballot: b})
 		for j := range s.links {
 			if s.links[j].phase == linkGreeted {
 				s.requestVote(&r, j)
@@ -220,7 +199,6 @@ func (s *Session) Disconnected(i int) {
 func (s *Session) Receive(i int, m proto.Message) (Ready, error) {
 	var r Ready
 	l := &s.links[i]
-	name := s.cfg.Names[i]
 	switch m := m.(type) {
 	case *proto.VoteResponse:
 		if l.phase != linkVoting || l.pendingVote != nil {
@@ -230,7 +208,7 @@ func (s *Session) Receive(i int, m proto.Message) (Ready, error) {
 		if m.VotedFor != s.core.Ballot() {
 			_, err := s.core.Voted(i, m, nil)
 			if errors.Is(err, ErrCannotJoin) {
-				s.log.Warn("safekeeper voted for another candidate of our term; it sits out this term", "safekeeper", name, "err", err)
+				r.Events = append(r.Events, Event{Kind: EventVotedForOther, Safekeeper: i, Err: err})
 				l.phase = linkParked
 				return r, nil
 			}
@@ -249,7 +227,7 @@ func (s *Session) Receive(i int, m proto.Message) (Ready, error) {
 		if err != nil {
 			return r, err
 		}
-		s.log.Log(context.Background(), s.linkLevel(i), "vote granted", "safekeeper", name, "term", v.VotedFor.Term, "last_log_term", m.LastLogTerm, "flush_lsn", m.FlushLSN)
+		r.Events = append(r.Events, Event{Kind: EventVoteGranted, Safekeeper: i, Info: m, Ballot: v.VotedFor})
 		switch {
 		case s.core.Election() != nil:
 			s.startSafekeeper(&r, i)
@@ -294,8 +272,7 @@ func (s *Session) Elect(upstreamEnd, newTimelineStart proto.LSN) (*Election, Rea
 	if err != nil {
 		return nil, r, err
 	}
-	s.log.Info("elected", "term", e.Term, "donor", s.cfg.Names[e.Donor], "term_start_lsn", e.TermStartLSN,
-		"timeline_start_lsn", e.TimelineStartLSN, "new_timeline", e.NewTimeline, "history", fmt.Sprint(e.History))
+	r.Events = append(r.Events, Event{Kind: EventElected, Safekeeper: -1, Election: e})
 	for i := range s.links {
 		if s.links[i].phase == linkVoting && s.core.Granted(i) {
 			s.startSafekeeper(&r, i)
@@ -355,14 +332,14 @@ func (s *Session) startSafekeeper(r *Ready, i int) {
 	l := &s.links[i]
 	pe, err := s.core.ProposerElected(i)
 	if err != nil {
-		s.log.Error("safekeeper cannot join this term", "safekeeper", s.cfg.Names[i], "err", err)
+		r.Events = append(r.Events, Event{Kind: EventCannotJoin, Safekeeper: i, Err: err})
 		l.phase = linkParked
 		return
 	}
 	r.Sends = append(r.Sends, Send{To: i, Msg: pe})
 	l.phase, l.sent = linkStreaming, pe.StartStreamingAt
 	l.sentCommit, l.sentTrunc = 0, 0
-	s.log.Log(context.Background(), s.linkLevel(i), "safekeeper streaming", "safekeeper", s.cfg.Names[i], "start_streaming_at", pe.StartStreamingAt)
+	r.Events = append(r.Events, Event{Kind: EventStreaming, Safekeeper: i, StartStreamingAt: pe.StartStreamingAt})
 }
 
 // pump queues WAL to a streaming safekeeper while its pipeline has room.
@@ -393,7 +370,7 @@ func (s *Session) sendRequest(r *Ready, i int, wal []byte) {
 // drop forgets safekeeper i's connection, which sent m where the protocol
 // has no place for it, and asks the caller to close it.
 func (s *Session) drop(r *Ready, i int, m proto.Message) {
-	s.log.Error("unexpected message from safekeeper; dropping the connection", "safekeeper", s.cfg.Names[i], "message", fmt.Sprintf("%T", m))
+	r.Events = append(r.Events, Event{Kind: EventDropped, Safekeeper: i, Msg: m})
 	s.Disconnected(i)
 	r.Drop = append(r.Drop, i)
 }

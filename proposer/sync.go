@@ -151,7 +151,7 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 	}
 	y.sess = NewSession(SessionConfig{
 		Names: cfg.Safekeepers, UUID: cfg.ProposerUUID, MaxInFlight: copyWindow,
-		HeartbeatInterval: 200 * time.Millisecond, Logger: cfg.Logger,
+		HeartbeatInterval: 200 * time.Millisecond,
 	}, y)
 	defer func() {
 		cancel()
@@ -195,7 +195,7 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 			case ev.out != nil: // a new, greeted connection
 				y.closeLink(ev.sk)
 				sk.gen, sk.out = ev.gen, ev.out
-				y.sess.SetQuiet(ev.sk, ev.quiet)
+				sk.quiet = ev.quiet
 				r, err = y.sess.Greeted(ev.sk, ev.info)
 			case ev.gen != sk.gen:
 				continue // a dropped connection's leftovers
@@ -209,12 +209,14 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 			}
 		}
 		if err != nil {
+			y.logEvents(r)
 			return 0, err
 		}
 		y.act(ctx, r)
 		if r.Elect {
 			e, r, err := y.sess.Elect(^proto.LSN(0), 0)
 			if err != nil {
+				y.logEvents(r)
 				return 0, err
 			}
 			y.target = e.TermStartLSN
@@ -258,11 +260,15 @@ type syncSK struct {
 	copyFrom proto.LSN
 	retryAt  time.Time // a failed copy stream is restarted no sooner
 	retry    backoff
+	// quiet: this connection is a reconnect after the same failure as the
+	// one before; its lines go at debug (logEvents).
+	quiet bool
 }
 
-// act carries out what the session decided, and starts the copy streams it
-// asked for.
+// act carries out what the session decided (logs its events, sends, drops
+// connections), and starts the copy streams it asked for.
 func (y *syncer) act(ctx context.Context, r Ready) {
+	y.logEvents(r)
 	for _, m := range r.Sends {
 		if out := y.sks[m.To].out; out != nil {
 			select {
@@ -280,6 +286,11 @@ func (y *syncer) act(ctx context.Context, r Ready) {
 			y.startCopy(ctx, i, s.copyFrom)
 		}
 	}
+}
+
+// logEvents logs the session's events in r.
+func (y *syncer) logEvents(r Ready) {
+	logEvents(y.cfg.Logger, y.cfg.Safekeepers, func(i int) bool { return y.sks[i].quiet }, r.Events)
 }
 
 func (y *syncer) closeLink(i int) {

@@ -1,10 +1,8 @@
 package sim
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/safekeeper/safekeeper/proposer"
@@ -56,7 +54,7 @@ func (p *simProposer) startSession() {
 	}
 	p.sess = proposer.NewSession(proposer.SessionConfig{
 		Names: names, UUID: p.uuid, LastTerm: p.lastTerm, MaxInFlight: maxInFlight,
-		HeartbeatInterval: 50 * stepTime, Logger: slog.New(&countingHandler{w: p.w, who: fmt.Sprintf("p%d", p.idx)}),
+		HeartbeatInterval: 50 * stepTime,
 	}, p)
 	p.log = nil
 	p.links = make([]*link, len(p.w.sks))
@@ -168,6 +166,7 @@ func (p *simProposer) receive(c *conn, f frame) {
 
 // act carries out what the session decided.
 func (p *simProposer) act(r proposer.Ready, err error) {
+	p.note(r.Events)
 	if err != nil {
 		p.sessionError(err)
 		return
@@ -186,6 +185,15 @@ func (p *simProposer) act(r proposer.Ready, err error) {
 	}
 }
 
+// note turns the session's events, what the real driver logs, into the
+// run's counts and trace: each counts as "p: <kind>".
+func (p *simProposer) note(events []proposer.Event) {
+	for _, ev := range events {
+		p.w.count("p: " + ev.Kind.String())
+		p.w.tracef("p%d: %s", p.idx, ev.Kind)
+	}
+}
+
 func (p *simProposer) sessionError(err error) {
 	idle := 5 + p.w.rng.IntN(40)
 	if errors.Is(err, proposer.ErrDeposed) {
@@ -200,6 +208,8 @@ func (p *simProposer) sessionError(err error) {
 // elect decides the election and opens this term's WAL at term_start_lsn.
 func (p *simProposer) elect() {
 	e, r, err := p.sess.Elect(^proto.LSN(0), p.w.tlStart)
+	p.note(r.Events) // counted here, as they were decided, whatever follows
+	r.Events = nil
 	if err != nil {
 		p.sessionError(err)
 		return
@@ -276,21 +286,3 @@ func (p *simProposer) generate() {
 
 // stepTime is the simulated time a step takes (for the session's clock).
 const stepTime = time.Millisecond
-
-// countingHandler turns the session's log into the run's counts and trace:
-// each message counts as "p: <message>".
-type countingHandler struct {
-	w   *World
-	who string
-}
-
-func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
-
-func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
-	h.w.count("p: " + r.Message)
-	h.w.tracef("%s: %s", h.who, r.Message)
-	return nil
-}
-
-func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
