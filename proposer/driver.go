@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/safekeeper/safekeeper/proposer/session"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -127,7 +128,7 @@ func permanentUpstreamError(err error) bool {
 type driver struct {
 	cfg  Config
 	log  *slog.Logger
-	sess *Session
+	sess *session.Session
 	// stats is cfg.Stats: what the session shows an operator (stats.go).
 	stats *Stats
 	// outage is Run's: the driver ends it when it reaches the primary.
@@ -170,7 +171,7 @@ type driver struct {
 	// was logged (once per Run).
 	createWarned *atomic.Bool
 	// slots merges the safekeepers' slot tables (slotsync.go).
-	slots *slotMerge
+	slots *session.SlotMerge
 
 	lastStatus time.Time
 	lastCommit proto.LSN // commit reported in the last status update
@@ -209,9 +210,9 @@ type upstreamEvent struct {
 
 func newDriver(cfg Config, lastTerm uint64) *driver {
 	s := &driver{cfg: cfg, log: cfg.Logger, stats: cfg.Stats, now: time.Now, holding: new(atomic.Int32), createWarned: new(atomic.Bool),
-		slots: newSlotMerge(len(cfg.Safekeepers))}
-	s.sess = NewSession(SessionConfig{
-		Names: cfg.Safekeepers, UUID: cfg.ProposerUUID, LastTerm: lastTerm,
+		slots: session.NewSlotMerge(len(cfg.Safekeepers))}
+	s.sess = session.New(session.Config{
+		N: len(cfg.Safekeepers), UUID: cfg.ProposerUUID, LastTerm: lastTerm,
 		MaxInFlight: cfg.MaxInFlight, HeartbeatInterval: cfg.HeartbeatInterval,
 	}, s)
 	for i := range cfg.Safekeepers {
@@ -386,7 +387,7 @@ func (s *driver) loop(ctx context.Context) error {
 // act carries out what the session decided: log its events, send, drop
 // connections, tell the primary a new commit_lsn, start the catch-up
 // streams it needs.
-func (s *driver) act(ctx context.Context, r Ready) {
+func (s *driver) act(ctx context.Context, r session.Ready) {
 	s.logEvents(r)
 	for _, m := range r.Sends {
 		s.send(s.sks[m.To], m.Msg)
@@ -419,7 +420,7 @@ func (s *driver) act(ctx context.Context, r Ready) {
 
 // logEvents logs the session's events in r (act does, and so does a
 // caller that does not act on r because the call also failed).
-func (s *driver) logEvents(r Ready) {
+func (s *driver) logEvents(r session.Ready) {
 	logEvents(s.log, s.cfg.Safekeepers, func(i int) bool { return s.sks[i].quiet }, r.Events)
 }
 
@@ -451,7 +452,7 @@ func (s *driver) closeLink(sk *skState) {
 	sk.cuWant = false
 	sk.gen = 0 // connections count from 1: no event matches
 	sk.gap.disconnected()
-	s.stats.links[sk.i].phase.Store(int32(linkDown))
+	s.stats.links[sk.i].phase.Store(int32(session.PhaseDown))
 }
 
 func (s *driver) disconnect(sk *skState) {
@@ -480,7 +481,7 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 			s.disconnect(sk)
 		}
 		sk.gen, sk.out = ev.gen, ev.out
-		s.slots.connected(ev.sk)
+		s.slots.Connected(ev.sk)
 		sk.quiet = ev.quiet
 		r, err := s.sess.Greeted(ev.sk, ev.info)
 		if err != nil {
@@ -502,7 +503,7 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 	}
 	if m, ok := ev.msg.(*proto.SafeKeeperSlots); ok {
 		// Not the session's: slots are no part of the consensus.
-		for i, t := range s.slots.report(ev.sk, m.SlotTable, func(i int) bool { return s.sks[i].out != nil }) {
+		for i, t := range s.slots.Report(ev.sk, m.SlotTable, func(i int) bool { return s.sks[i].out != nil }) {
 			s.send(s.sks[i], &proto.Slots{SlotTable: t})
 		}
 		return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/safekeeper/safekeeper/proposer/session"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -69,7 +70,7 @@ const (
 // phase while conn is linkConnected.
 type linkStats struct {
 	conn      atomic.Int32 // linkConn*
-	phase     atomic.Int32 // the session's linkPhase of the current connection
+	phase     atomic.Int32 // the session's session.Phase of the current connection
 	id        atomic.Uint64
 	flush     atomic.Uint64
 	responses atomic.Uint64
@@ -281,14 +282,14 @@ func (l *linkStats) state() LinkState {
 	case linkConnRefused:
 		return LinkRefused
 	case linkConnConnected:
-		switch linkPhase(l.phase.Load()) {
-		case linkGreeted:
+		switch session.Phase(l.phase.Load()) {
+		case session.PhaseGreeted:
 			return LinkGreeted
-		case linkVoting:
+		case session.PhaseVoting:
 			return LinkVoting
-		case linkStreaming:
+		case session.PhaseStreaming:
 			return LinkStreaming
-		case linkParked:
+		case session.PhaseParked:
 			return LinkParked
 		}
 		return LinkConnecting // greeted, and the owner has not taken it yet
@@ -381,7 +382,7 @@ func (s *Stats) primaryFailed(err error) {
 func (s *Stats) sessionEnded(err error) {
 	s.elected.Store(false)
 	for i := range s.links {
-		s.links[i].phase.Store(int32(linkDown))
+		s.links[i].phase.Store(int32(session.PhaseDown))
 		if s.links[i].conn.Load() != linkConnDown {
 			s.links[i].conn.Store(linkConnDown)
 		}

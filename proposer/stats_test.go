@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/safekeeper/safekeeper/proposer/session"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -130,7 +131,7 @@ func TestStatsStates(t *testing.T) {
 	want(StateNoPrimary, "no primary connection: FATAL: the database system is starting up (SQLSTATE 57P03)")
 	st.primaryConnected(tlStart)
 	st.greeted(0, 1)
-	st.links[0].phase.Store(int32(linkVoting))
+	st.links[0].phase.Store(int32(session.PhaseVoting))
 	want(StateNoQuorum, "electing: 1 of 3 safekeepers connected, a quorum is 2")
 	st.sessionEnded(ErrVoteRefused)
 	want(StateNoQuorum, "the last term ended (proposer: vote refused)")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/safekeeper/safekeeper/proposer/session"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -149,8 +150,8 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 	for i := range y.sks {
 		y.sks[i].retry = backoff{min: 100 * time.Millisecond, max: time.Second}
 	}
-	y.sess = NewSession(SessionConfig{
-		Names: cfg.Safekeepers, UUID: cfg.ProposerUUID, MaxInFlight: copyWindow,
+	y.sess = session.New(session.Config{
+		N: len(cfg.Safekeepers), UUID: cfg.ProposerUUID, MaxInFlight: copyWindow,
 		HeartbeatInterval: 200 * time.Millisecond,
 	}, y)
 	defer func() {
@@ -167,7 +168,7 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 	defer t.Stop()
 	var refusals map[int]error
 	for {
-		var r Ready
+		var r session.Ready
 		var err error
 		select {
 		case <-ctx.Done():
@@ -240,7 +241,7 @@ const copyWindow = 8
 type syncer struct {
 	cfg    SyncConfig
 	links  *skLinks
-	sess   *Session
+	sess   *session.Session
 	sks    []syncSK
 	target proto.LSN // the donor's end of WAL: 0 until the election
 
@@ -267,7 +268,7 @@ type syncSK struct {
 
 // act carries out what the session decided (logs its events, sends, drops
 // connections), and starts the copy streams it asked for.
-func (y *syncer) act(ctx context.Context, r Ready) {
+func (y *syncer) act(ctx context.Context, r session.Ready) {
 	y.logEvents(r)
 	for _, m := range r.Sends {
 		if out := y.sks[m.To].out; out != nil {
@@ -289,7 +290,7 @@ func (y *syncer) act(ctx context.Context, r Ready) {
 }
 
 // logEvents logs the session's events in r.
-func (y *syncer) logEvents(r Ready) {
+func (y *syncer) logEvents(r session.Ready) {
 	logEvents(y.cfg.Logger, y.cfg.Safekeepers, func(i int) bool { return y.sks[i].quiet }, r.Events)
 }
 
@@ -410,20 +411,20 @@ func (y *syncer) stopCopy(i int) {
 // onCopy takes a chunk (or the failure) of a copy stream; a failed stream
 // is restarted by a later pump, after a backoff, where the safekeeper's
 // pipeline ends.
-func (y *syncer) onCopy(c streamChunk) Ready {
+func (y *syncer) onCopy(c streamChunk) session.Ready {
 	s := &y.sks[c.sk]
 	if c.id != s.copyID {
 		if c.ack != nil {
 			close(c.ack)
 		}
-		return Ready{}
+		return session.Ready{}
 	}
 	if c.err != nil {
 		d := s.retry.next()
 		y.cfg.Logger.Warn("WAL copy from the donor failed; retrying", "safekeeper", y.cfg.Safekeepers[c.sk], "err", c.err, "retry_in", d)
 		y.stopCopy(c.sk)
 		s.retryAt = time.Now().Add(d)
-		return Ready{}
+		return session.Ready{}
 	}
 	s.chunk = &c
 	s.retry.reset()

@@ -361,7 +361,7 @@ func TestPartitionedSafekeeperCatchesUp(t *testing.T) {
 // (its proxy to 3 refuses); the proposer is elected in term 1; then the
 // proxy heals, the proposer greets 3 and asks for its vote, and is refused.
 //
-// It failed before proposer.Core.Voted stopped treating every refusal after
+// It failed before proposer/session's Core.Voted stopped treating every refusal after
 // the election as deposal (also one at the proposer's own term): the elected
 // proposer exited 3, deposed by a safekeeper "at term 1, above our term 1".
 // Kept apart from TestTwoSupervisedProposersDoNotPingPong, which passes

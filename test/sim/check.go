@@ -7,7 +7,7 @@ import (
 	"sort"
 
 	"github.com/safekeeper/safekeeper/acceptor"
-	"github.com/safekeeper/safekeeper/proposer"
+	"github.com/safekeeper/safekeeper/proposer/session"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -420,7 +420,7 @@ func (c *checker) granted(s *server, b proto.Ballot) {
 // elected checks an election when it happens: one winner per term, and
 // leader completeness — the new term starts at or above everything
 // committed and its history agrees with the committed history below that.
-func (c *checker) elected(p *simProposer, e *proposer.Election) bool {
+func (c *checker) elected(p *simProposer, e *session.Election) bool {
 	c.elections++
 	if u, ok := c.electedBy[e.Term]; ok && u != p.uuid {
 		c.w.violate(InvOneProposerPerTerm, "invariant 2 (at most one proposer per term): term %d won by %s and by %s", e.Term, u, p.uuid)

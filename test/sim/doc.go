@@ -1,6 +1,6 @@
 // Package sim is the deterministic simulation of the WAL push protocol: the
 // real acceptor.Session (over acceptor.MemStorage) of every safekeeper and
-// the real proposer.Session (around proposer.Core) of every proposer, 3 or
+// the real proposer/session.Session (around its Core) of every proposer, 3 or
 // 5 safekeepers and 2–3 competing proposers, driven single-threaded over an
 // in-memory network by one seeded PRNG (math/rand/v2, PCG). No goroutines,
 // no clock, no map iteration inside a run: a seed is a run, and a failing
@@ -13,7 +13,7 @@
 //     world schedules it, carrying out each Ready; crash (kill -9:
 //     MemStorage.Crash) and restart on the same disk (acceptor.NewSession
 //     from what is durable).
-//   - proposer.go: a walproposer's IO around proposer.Session — connecting
+//   - proposer.go: a walproposer's IO around the proposer's Session — connecting
 //     and greeting, its term's WAL as the session's WALSource, the election
 //     timeout, the session's clock (a step is a millisecond).
 //   - net.go: TCP-like connections; faults are explicit (cut, proposer

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/safekeeper/safekeeper/proposer"
+	"github.com/safekeeper/safekeeper/proposer/session"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
 // simProposer is a walproposer whose every decision is the real
-// proposer.Session's (and so proposer.Core's): campaigning once a quorum
+// proposer/session.Session's (and so its Core's): campaigning once a quorum
 // greeted, asking each greeted safekeeper for its vote, electing on a
 // quorum of grants, ProposerElected, streaming WAL with a bounded number of
 // requests in flight, heartbeats carrying commit_lsn, dropping a connection
@@ -26,7 +26,7 @@ type simProposer struct {
 	uuid proto.ID
 
 	lastTerm  uint64 // highest term any earlier session saw
-	sess      *proposer.Session
+	sess      *session.Session
 	links     []*link
 	log       *termLog // own term's WAL, after the election
 	deadline  int      // step by which the session must be elected
@@ -48,12 +48,8 @@ func (p *simProposer) elected() bool { return p.sess != nil && p.sess.Core().Ele
 
 // startSession begins a new term: connect to every safekeeper.
 func (p *simProposer) startSession() {
-	names := make([]string, len(p.w.sks))
-	for i := range names {
-		names[i] = fmt.Sprintf("sk%d", i)
-	}
-	p.sess = proposer.NewSession(proposer.SessionConfig{
-		Names: names, UUID: p.uuid, LastTerm: p.lastTerm, MaxInFlight: maxInFlight,
+	p.sess = session.New(session.Config{
+		N: len(p.w.sks), UUID: p.uuid, LastTerm: p.lastTerm, MaxInFlight: maxInFlight,
 		HeartbeatInterval: 50 * stepTime,
 	}, p)
 	p.log = nil
@@ -165,7 +161,7 @@ func (p *simProposer) receive(c *conn, f frame) {
 }
 
 // act carries out what the session decided.
-func (p *simProposer) act(r proposer.Ready, err error) {
+func (p *simProposer) act(r session.Ready, err error) {
 	p.note(r.Events)
 	if err != nil {
 		p.sessionError(err)
@@ -187,7 +183,7 @@ func (p *simProposer) act(r proposer.Ready, err error) {
 
 // note turns the session's events, what the real driver logs, into the
 // run's counts and trace: each counts as "p: <kind>".
-func (p *simProposer) note(events []proposer.Event) {
+func (p *simProposer) note(events []session.Event) {
 	for _, ev := range events {
 		p.w.count("p: " + ev.Kind.String())
 		p.w.tracef("p%d: %s", p.idx, ev.Kind)
@@ -196,10 +192,10 @@ func (p *simProposer) note(events []proposer.Event) {
 
 func (p *simProposer) sessionError(err error) {
 	idle := 5 + p.w.rng.IntN(40)
-	if errors.Is(err, proposer.ErrDeposed) {
+	if errors.Is(err, session.ErrDeposed) {
 		p.w.count("p: deposed")
 		idle = 50 + p.w.rng.IntN(300)
-	} else if errors.Is(err, proposer.ErrVoteRefused) {
+	} else if errors.Is(err, session.ErrVoteRefused) {
 		p.w.count("p: vote refused")
 	}
 	p.endSession(err, idle)
@@ -262,7 +258,7 @@ func (p *simProposer) walEnd() proto.LSN {
 func (p *simProposer) tick() {
 	if !p.elected() && p.w.step > p.deadline {
 		p.w.count("p: election timeout")
-		p.endSession(fmt.Errorf("%w: not elected in time", proposer.ErrNoQuorum), 1+p.w.rng.IntN(20))
+		p.endSession(fmt.Errorf("%w: not elected in time", session.ErrNoQuorum), 1+p.w.rng.IntN(20))
 		return
 	}
 	p.act(p.sess.Tick(p.w.now()), nil)

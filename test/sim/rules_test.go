@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/safekeeper/safekeeper/acceptor"
-	"github.com/safekeeper/safekeeper/proposer"
+	"github.com/safekeeper/safekeeper/proposer/session"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -43,9 +43,9 @@ func ruleCluster(t *testing.T, n int) []*ruleSK {
 // nrec new records of this term to those in writers (a subset of voters),
 // then a heartbeat so they learn commit_lsn. It returns the core and the
 // ProposerElected messages it sent.
-func ruleTerm(t *testing.T, w *walStore, sks []*ruleSK, uuid byte, voters, writers []int, nrec int) (*proposer.Core, map[int]*proto.ProposerElected) {
+func ruleTerm(t *testing.T, w *walStore, sks []*ruleSK, uuid byte, voters, writers []int, nrec int) (*session.Core, map[int]*proto.ProposerElected) {
 	t.Helper()
-	c := proposer.NewCore(len(sks), proto.ID{uuid})
+	c := session.NewCore(len(sks), proto.ID{uuid})
 	for _, i := range voters {
 		info, err := sks[i].acc.ServerInfo(&ruleSI)
 		if err != nil {

@@ -1,4 +1,4 @@
-package proposer
+package session
 
 import (
 	"slices"
@@ -7,7 +7,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 )
 
-// slotMerge keeps a persistent replication slot created on one safekeeper
+// SlotMerge keeps a persistent replication slot created on one safekeeper
 // of the timeline on all of them (README_PROTO.md, "Replication slots on
 // every safekeeper"): each safekeeper reports its slot table
 // (SafeKeeperSlots) after its greeting and whenever it changes; at each
@@ -27,24 +27,28 @@ import (
 // safekeeper that disconnected stay in the merge: what it knew is not
 // lost while it is away.
 //
-// It is pure (no IO) and owned by the driver's loop.
-type slotMerge struct {
+// It is no part of the consensus (Core and Session know nothing of slots),
+// but it is decided by the same rules: pure, one per session, owned by the
+// driver's loop, which feeds it the SafeKeeperSlots and sends the Slots.
+// Not safe for concurrent use.
+type SlotMerge struct {
 	reports [][]proto.SlotEntry // per safekeeper, its last report; nil: none yet
 	fresh   []bool              // per safekeeper: its last report came on its current connection
 }
 
-func newSlotMerge(n int) *slotMerge {
-	return &slotMerge{reports: make([][]proto.SlotEntry, n), fresh: make([]bool, n)}
+// NewSlotMerge returns the merge of n safekeepers, none reported yet.
+func NewSlotMerge(n int) *SlotMerge {
+	return &SlotMerge{reports: make([][]proto.SlotEntry, n), fresh: make([]bool, n)}
 }
 
-// connected: safekeeper sk has a new connection; it reports right after
+// Connected: safekeeper sk has a new connection; it reports right after
 // its greeting, and is sent nothing before.
-func (m *slotMerge) connected(sk int) { m.fresh[sk] = false }
+func (m *SlotMerge) Connected(sk int) { m.fresh[sk] = false }
 
-// report records safekeeper sk's table and returns, per safekeeper due
+// Report records safekeeper sk's table and returns, per safekeeper due
 // one, the merge to send it: each connected one (connected(i)) that has
 // reported on its connection and whose last report differs from the merge.
-func (m *slotMerge) report(sk int, t proto.SlotTable, connected func(i int) bool) map[int]proto.SlotTable {
+func (m *SlotMerge) Report(sk int, t proto.SlotTable, connected func(i int) bool) map[int]proto.SlotTable {
 	m.reports[sk], m.fresh[sk] = sortedEntries(t.Entries), true
 	merged := mergeSlotTables(m.reports)
 	out := map[int]proto.SlotTable{}

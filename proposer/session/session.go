@@ -1,4 +1,4 @@
-package proposer
+package session
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ import (
 // for concurrent use.
 type Session struct {
 	core  *Core
-	cfg   SessionConfig
+	cfg   Config
 	src   WALSource
 	links []link
 	now   time.Time // as of the last Tick
@@ -34,18 +34,18 @@ type Session struct {
 	baseCommit proto.LSN
 }
 
-// SessionConfig configures a Session.
-type SessionConfig struct {
-	// Names are the safekeepers' addresses; their number is the number of
-	// safekeepers.
-	Names []string
+// Config configures a Session.
+type Config struct {
+	// N is the number of safekeepers; they are named by their index
+	// 0..N-1 (in Run, in the configured list).
+	N int
 	// UUID owns the session's term.
 	UUID proto.ID
 	// LastTerm is the highest term an earlier session saw: the campaign
 	// goes above it.
 	LastTerm uint64
 	// MaxInFlight bounds the SafeKeeperRequests awaiting a response per
-	// safekeeper. Default (below 1) 256, as Config.MaxInFlight.
+	// safekeeper. Default (below 1) 256, as proposer.Config.MaxInFlight.
 	MaxInFlight int
 	// HeartbeatInterval is how long an idle safekeeper waits for a
 	// heartbeat when neither commit_lsn nor truncate_lsn changed. Default
@@ -92,19 +92,26 @@ type Ready struct {
 	Events []Event
 }
 
-type linkPhase int
+// Phase is where a safekeeper's current connection is in the session's
+// term.
+type Phase int
 
 const (
-	linkDown linkPhase = iota
-	linkGreeted
-	linkVoting
-	linkStreaming
-	linkParked // cannot join this term (ErrCannotJoin)
+	// PhaseDown: not connected (or dropped).
+	PhaseDown Phase = iota
+	// PhaseGreeted: greeted; no vote asked yet (no campaign).
+	PhaseGreeted
+	// PhaseVoting: asked for its vote.
+	PhaseVoting
+	// PhaseStreaming: sent ProposerElected; streamed to.
+	PhaseStreaming
+	// PhaseParked: cannot join this term (ErrCannotJoin).
+	PhaseParked
 )
 
 // link is what the session knows of one safekeeper's current connection.
 type link struct {
-	phase       linkPhase
+	phase       Phase
 	pendingVote *proto.VoteResponse // a grant whose fresh SafeKeeperInfo is due
 	sent        proto.LSN           // end of WAL sent in this term
 	inflight    int                 // requests without a response yet
@@ -114,16 +121,16 @@ type link struct {
 	acked       proto.LSN // commit_lsn of its last SafeKeeperResponse
 }
 
-// NewSession starts a term's session; src is where it takes WAL after the
+// New starts a term's session; src is where it takes WAL after the
 // election.
-func NewSession(cfg SessionConfig, src WALSource) *Session {
+func New(cfg Config, src WALSource) *Session {
 	if cfg.MaxInFlight < 1 {
 		cfg.MaxInFlight = 256
 	}
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = 200 * time.Millisecond
 	}
-	s := &Session{core: NewCore(len(cfg.Names), cfg.UUID), cfg: cfg, src: src, links: make([]link, len(cfg.Names))}
+	s := &Session{core: NewCore(cfg.N, cfg.UUID), cfg: cfg, src: src, links: make([]link, cfg.N)}
 	s.core.ObserveTerm(cfg.LastTerm)
 	return s
 }
@@ -137,7 +144,7 @@ func (s *Session) BaseCommit() proto.LSN { return s.baseCommit }
 
 // Streaming reports whether safekeeper i accepted this term's
 // ProposerElected on its current connection and is being streamed to.
-func (s *Session) Streaming(i int) bool { return s.links[i].phase == linkStreaming }
+func (s *Session) Streaming(i int) bool { return s.links[i].phase == PhaseStreaming }
 
 // Sent is the end of the WAL sent to safekeeper i in this term.
 func (s *Session) Sent(i int) proto.LSN { return s.links[i].sent }
@@ -150,7 +157,7 @@ func (s *Session) InFlight(i int) int { return s.links[i].inflight }
 func (s *Session) Acked(i int) proto.LSN { return s.links[i].acked }
 
 // Phase is where safekeeper i's current connection is in this term.
-func (s *Session) Phase(i int) linkPhase { return s.links[i].phase }
+func (s *Session) Phase(i int) Phase { return s.links[i].phase }
 
 // Greeted records a new connection to safekeeper i, which answered the
 // greeting with info; a connection it had is forgotten. Once a quorum
@@ -158,10 +165,10 @@ func (s *Session) Phase(i int) linkPhase { return s.links[i].phase }
 // asked for its vote.
 func (s *Session) Greeted(i int, info *proto.SafeKeeperInfo) (Ready, error) {
 	var r Ready
-	if s.links[i].phase != linkDown {
+	if s.links[i].phase != PhaseDown {
 		s.Disconnected(i)
 	}
-	s.links[i] = link{phase: linkGreeted}
+	s.links[i] = link{phase: PhaseGreeted}
 	s.baseCommit = max(s.baseCommit, info.CommitLSN)
 	r.Events = append(r.Events, Event{Kind: EventGreeted, Safekeeper: i, Info: info})
 	if err := s.core.Greeted(i, info); err != nil {
@@ -178,7 +185,7 @@ func (s *Session) Greeted(i int, info *proto.SafeKeeperInfo) (Ready, error) {
 		}
 		r.Events = append(r.Events, Event{Kind: EventCampaigning, Safekeeper: -1, Ballot: b})
 		for j := range s.links {
-			if s.links[j].phase == linkGreeted {
+			if s.links[j].phase == PhaseGreeted {
 				s.requestVote(&r, j)
 			}
 		}
@@ -201,7 +208,7 @@ func (s *Session) Receive(i int, m proto.Message) (Ready, error) {
 	l := &s.links[i]
 	switch m := m.(type) {
 	case *proto.VoteResponse:
-		if l.phase != linkVoting || l.pendingVote != nil {
+		if l.phase != PhaseVoting || l.pendingVote != nil {
 			s.drop(&r, i, m)
 			return r, nil
 		}
@@ -209,7 +216,7 @@ func (s *Session) Receive(i int, m proto.Message) (Ready, error) {
 			_, err := s.core.Voted(i, m, nil)
 			if errors.Is(err, ErrCannotJoin) {
 				r.Events = append(r.Events, Event{Kind: EventVotedForOther, Safekeeper: i, Err: err})
-				l.phase = linkParked
+				l.phase = PhaseParked
 				return r, nil
 			}
 			return r, err
@@ -236,7 +243,7 @@ func (s *Session) Receive(i int, m proto.Message) (Ready, error) {
 			r.Elect = true
 		}
 	case *proto.SafeKeeperResponse:
-		if l.phase != linkStreaming || l.inflight == 0 {
+		if l.phase != PhaseStreaming || l.inflight == 0 {
 			s.drop(&r, i, m)
 			return r, nil
 		}
@@ -274,7 +281,7 @@ func (s *Session) Elect(upstreamEnd, newTimelineStart proto.LSN) (*Election, Rea
 	}
 	r.Events = append(r.Events, Event{Kind: EventElected, Safekeeper: -1, Election: e})
 	for i := range s.links {
-		if s.links[i].phase == linkVoting && s.core.Granted(i) {
+		if s.links[i].phase == PhaseVoting && s.core.Granted(i) {
 			s.startSafekeeper(&r, i)
 		}
 	}
@@ -309,7 +316,7 @@ func (s *Session) Tick(now time.Time) Ready {
 	commit, trunc := s.core.CommitLSN(), s.core.TruncateLSN()
 	for i := range s.links {
 		l := &s.links[i]
-		if l.phase != linkStreaming {
+		if l.phase != PhaseStreaming {
 			continue
 		}
 		s.pump(&r, i)
@@ -322,7 +329,7 @@ func (s *Session) Tick(now time.Time) Ready {
 }
 
 func (s *Session) requestVote(r *Ready, i int) {
-	s.links[i].phase = linkVoting
+	s.links[i].phase = PhaseVoting
 	r.Sends = append(r.Sends, Send{To: i, Msg: &proto.RequestVote{Candidate: s.core.Ballot()}})
 }
 
@@ -333,11 +340,11 @@ func (s *Session) startSafekeeper(r *Ready, i int) {
 	pe, err := s.core.ProposerElected(i)
 	if err != nil {
 		r.Events = append(r.Events, Event{Kind: EventCannotJoin, Safekeeper: i, Err: err})
-		l.phase = linkParked
+		l.phase = PhaseParked
 		return
 	}
 	r.Sends = append(r.Sends, Send{To: i, Msg: pe})
-	l.phase, l.sent = linkStreaming, pe.StartStreamingAt
+	l.phase, l.sent = PhaseStreaming, pe.StartStreamingAt
 	l.sentCommit, l.sentTrunc = 0, 0
 	r.Events = append(r.Events, Event{Kind: EventStreaming, Safekeeper: i, StartStreamingAt: pe.StartStreamingAt})
 }
@@ -345,7 +352,7 @@ func (s *Session) startSafekeeper(r *Ready, i int) {
 // pump queues WAL to a streaming safekeeper while its pipeline has room.
 func (s *Session) pump(r *Ready, i int) {
 	l := &s.links[i]
-	if l.phase != linkStreaming {
+	if l.phase != PhaseStreaming {
 		return
 	}
 	for l.inflight < s.cfg.MaxInFlight {

@@ -1,4 +1,4 @@
-package proposer
+package session
 
 import (
 	"reflect"
@@ -48,30 +48,30 @@ func TestMergeSlotTables(t *testing.T) {
 // its connection yet; one that could not take the merge (it reports the
 // same table again) is sent it again.
 func TestSlotMergeSendsOnlyWhatIsNew(t *testing.T) {
-	m := newSlotMerge(3)
+	m := NewSlotMerge(3)
 	up := func(int) bool { return true }
 	a := proto.SlotEntry{Name: "a", Incarnation: 1, RestartLSN: 0x100, RestartTLI: 1}
-	if got := m.report(0, proto.SlotTable{Entries: []proto.SlotEntry{a}}, up); len(got) != 0 {
+	if got := m.Report(0, proto.SlotTable{Entries: []proto.SlotEntry{a}}, up); len(got) != 0 {
 		t.Fatalf("only safekeeper 0 reported: sent %v, want nothing (the others have not reported)", got)
 	}
-	got := m.report(1, proto.SlotTable{}, up)
+	got := m.Report(1, proto.SlotTable{}, up)
 	if len(got) != 1 || !reflect.DeepEqual(got[1].Entries, []proto.SlotEntry{a}) {
 		t.Fatalf("safekeeper 1 reported no slots: sent %v, want slot a to safekeeper 1 only", got)
 	}
-	if got := m.report(1, proto.SlotTable{Entries: []proto.SlotEntry{a}}, up); len(got) != 0 {
+	if got := m.Report(1, proto.SlotTable{Entries: []proto.SlotEntry{a}}, up); len(got) != 0 {
 		t.Fatalf("safekeeper 1 reported the merge back: sent %v, want nothing", got)
 	}
-	if got := m.report(1, proto.SlotTable{}, up); len(got) != 1 {
+	if got := m.Report(1, proto.SlotTable{}, up); len(got) != 1 {
 		t.Fatalf("safekeeper 1 reported without the slot again (it could not take it): sent %v, want the merge again", got)
 	}
-	m.connected(2)
+	m.Connected(2)
 	a2 := a
 	a2.RestartLSN = 0x200
-	got = m.report(0, proto.SlotTable{Entries: []proto.SlotEntry{a2}}, func(i int) bool { return i != 1 })
+	got = m.Report(0, proto.SlotTable{Entries: []proto.SlotEntry{a2}}, func(i int) bool { return i != 1 })
 	if len(got) != 0 {
 		t.Fatalf("safekeeper 0 reported a higher restart_lsn: sent %v; want nothing (1 is disconnected, 2 has not reported, 0 holds it)", got)
 	}
-	got = m.report(2, proto.SlotTable{}, up)
+	got = m.Report(2, proto.SlotTable{}, up)
 	if len(got) != 2 || got[1].Entries[0].RestartLSN != 0x200 || got[2].Entries[0].RestartLSN != 0x200 {
 		t.Fatalf("safekeeper 2 reported on its new connection: sent %v, want the merge at 0/200 to 1 and 2", got)
 	}

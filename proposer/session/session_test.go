@@ -1,4 +1,4 @@
-package proposer
+package session
 
 import (
 	"errors"
@@ -22,8 +22,7 @@ func (m *memWAL) WAL(_ int, lsn proto.LSN, limit int) []byte {
 func (m *memWAL) End() proto.LSN { return tlStart + proto.LSN(len(m.wal)) }
 
 func newTestSession(n, inflight int, src WALSource) *Session {
-	names := []string{"sk0", "sk1", "sk2", "sk3", "sk4"}[:n]
-	return NewSession(SessionConfig{Names: names, UUID: us, MaxInFlight: inflight, HeartbeatInterval: 200 * time.Millisecond}, src)
+	return New(Config{N: n, UUID: us, MaxInFlight: inflight, HeartbeatInterval: 200 * time.Millisecond}, src)
 }
 
 // sends lists, per safekeeper, the types of the messages r sends.

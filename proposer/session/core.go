@@ -1,4 +1,4 @@
-package proposer
+package session
 
 import (
 	"errors"
@@ -8,7 +8,9 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 )
 
-// Errors of the proposer. Check them with errors.Is / errors.As.
+// Errors of the session, which proposer.Run and proposer.Sync return too
+// (package proposer names them again). Check them with errors.Is /
+// errors.As. Their text starts "proposer:", as the operator reads them.
 var (
 	// ErrDeposed: a safekeeper showed a term above this proposer's ballot
 	// after it was elected (in a greeting, a vote verdict or a
@@ -32,9 +34,6 @@ var (
 	// safekeeper (the same safekeeper_id). Counting it twice would let one
 	// safekeeper stand for a quorum, so this is a fatal configuration error.
 	ErrDuplicateSafekeeper = errors.New("proposer: the same safekeeper is configured twice")
-	// ErrUpstreamRejected: the primary refused the proposer for a reason
-	// reconnecting cannot fix (see Run); the error is a *RejectedError.
-	ErrUpstreamRejected = errors.New("proposer: the primary refused the connection for good")
 )
 
 // DeposedError says which safekeeper showed which higher term.
@@ -62,15 +61,6 @@ func (e *DeposedError) Reason() string {
 		msg += "; " + e.By
 	}
 	return msg
-}
-
-// nameDeposed fills a *DeposedError's Addr from the configured addresses.
-func nameDeposed(err error, addrs []string) error {
-	var de *DeposedError
-	if errors.As(err, &de) && de.Addr == "" && de.Safekeeper >= 0 && de.Safekeeper < len(addrs) {
-		de.Addr = addrs[de.Safekeeper]
-	}
-	return err
 }
 
 // Unwrap returns ErrDeposed.
