@@ -27,6 +27,13 @@ const tick = 50 * time.Millisecond
 // so the heartbeat is rarely needed.
 const commitHeartbeatDelay = 2 * time.Millisecond
 
+// sessionEpoch is the origin of the sessions' clock: Run and Sync tick a
+// session with the monotonic time since the process took it.
+var sessionEpoch = time.Now()
+
+// sessionTime is t on the sessions' clock (session.Instant).
+func sessionTime(t time.Time) session.Instant { return session.Instant(t.Sub(sessionEpoch)) }
+
 // Run is the walproposer: it streams the primary's WAL to the safekeepers
 // until ctx is done (then it returns nil) or it is deposed (a *DeposedError,
 // errors.Is ErrDeposed). An error from the primary that retrying cannot fix
@@ -213,7 +220,7 @@ func newDriver(cfg Config, lastTerm uint64) *driver {
 		slots: session.NewSlotMerge(len(cfg.Safekeepers))}
 	s.sess = session.New(session.Config{
 		N: len(cfg.Safekeepers), UUID: cfg.ProposerUUID, LastTerm: lastTerm,
-		MaxInFlight: cfg.MaxInFlight, HeartbeatInterval: cfg.HeartbeatInterval,
+		MaxInFlight: cfg.MaxInFlight, HeartbeatInterval: session.Duration(cfg.HeartbeatInterval),
 	}, s)
 	for i := range cfg.Safekeepers {
 		s.sks = append(s.sks, &skState{i: i, cuBackoff: backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax}})
@@ -362,7 +369,7 @@ func (s *driver) loop(ctx context.Context) error {
 			s.onJoinPoint(ev)
 		case now := <-s.commitTick:
 			s.commitTick = nil
-			s.act(ctx, s.sess.Tick(now))
+			s.act(ctx, s.sess.Tick(sessionTime(now)))
 		case now := <-t.C:
 			core := s.sess.Core()
 			if core.Election() == nil && now.After(electionDeadline) {
@@ -373,7 +380,7 @@ func (s *driver) loop(ctx context.Context) error {
 				}
 				return err
 			}
-			s.act(ctx, s.sess.Tick(now))
+			s.act(ctx, s.sess.Tick(sessionTime(now)))
 			if now.Sub(s.lastStatus) >= s.cfg.StatusInterval {
 				s.sendStatus(true)
 			}

@@ -151,14 +151,14 @@ func TestAdvancedCommitRidesOnWALOrComesSoon(t *testing.T) {
 	// The session's clock: every tick below is commitHeartbeatDelay after
 	// the last request, far inside the heartbeat interval.
 	t0 := time.Unix(3000, 0)
-	s.act(ctx, s.sess.Tick(t0))
+	s.act(ctx, s.sess.Tick(sessionTime(t0)))
 	for i := range outs {
 		queued(t, outs[i])
 	}
 	commitTick := func() {
 		<-s.commitTick
 		s.commitTick = nil
-		s.act(ctx, s.sess.Tick(t0.Add(commitHeartbeatDelay)))
+		s.act(ctx, s.sess.Tick(sessionTime(t0.Add(commitHeartbeatDelay))))
 	}
 	end1 := tlStart + 1000
 	if err := s.onUpstream(ctx, upstreamMsg{start: tlStart, wal: make([]byte, 1000)}); err != nil {

@@ -63,8 +63,8 @@ func TestDriverMeasuresResponseGaps(t *testing.T) {
 	advance(30 * time.Millisecond)
 	respond(t, s, 0, end1) // safekeeper 1 answers after 30 ms
 	advance(90 * time.Millisecond)
-	respond(t, s, 1, end1)       // safekeeper 2 after 120 ms: late; commit_lsn moves
-	s.act(ctx, s.sess.Tick(now)) // the commit tick: heartbeats go out
+	respond(t, s, 1, end1)                    // safekeeper 2 after 120 ms: late; commit_lsn moves
+	s.act(ctx, s.sess.Tick(sessionTime(now))) // the commit tick: heartbeats go out
 	for i := range outs {
 		queued(t, outs[i])
 	}

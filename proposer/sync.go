@@ -152,7 +152,7 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 	}
 	y.sess = session.New(session.Config{
 		N: len(cfg.Safekeepers), UUID: cfg.ProposerUUID, MaxInFlight: copyWindow,
-		HeartbeatInterval: 200 * time.Millisecond,
+		HeartbeatInterval: session.Duration(200 * time.Millisecond),
 	}, y)
 	defer func() {
 		cancel()
@@ -174,7 +174,7 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 		case <-ctx.Done():
 			return 0, y.timeoutError()
 		case <-t.C:
-			r = y.sess.Tick(time.Now())
+			r = y.sess.Tick(sessionTime(time.Now()))
 		case c := <-y.copies:
 			r = y.onCopy(c)
 		case ev := <-links.events:

@@ -12,8 +12,9 @@ import (
 
 // TestPurePackagesDoNoIO guards the boundaries that let the same code run
 // behind a socket and inside the deterministic simulation: the protocol
-// core (acceptor), the messages (proto), the command language
-// (proto/replcmd) and the WAL decoder (proto/xlog) import the standard
+// core (acceptor), the proposer's decisions (proposer/session), the
+// messages (proto), the command language (proto/replcmd) and the WAL
+// decoder (proto/xlog) import the standard
 // library minus everything doing IO, reading a clock or randomness, and
 // only the packages of ours listed — never storage, the wire transport
 // proto/pgwire or bbolt. (Test files may import more; imports of imports
@@ -24,10 +25,11 @@ func TestPurePackagesDoNoIO(t *testing.T) {
 		"log": true, "log/slog": true, "math/rand": true, "math/rand/v2": true, "crypto/rand": true,
 		"unsafe": true, "runtime": true, "embed": true, "plugin": true}
 	for dir, ours := range map[string][]string{
-		"acceptor":      {"proto", "proto/xlog"},
-		"proto":         nil,
-		"proto/replcmd": {"proto"},
-		"proto/xlog":    {"proto"},
+		"acceptor":         {"proto", "proto/xlog"},
+		"proposer/session": {"proto"},
+		"proto":            nil,
+		"proto/replcmd":    {"proto"},
+		"proto/xlog":       {"proto"},
 	} {
 		allowed := map[string]bool{}
 		for _, p := range ours {

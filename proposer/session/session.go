@@ -2,7 +2,6 @@ package session
 
 import (
 	"errors"
-	"time"
 
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -27,7 +26,9 @@ type Session struct {
 	cfg   Config
 	src   WALSource
 	links []link
-	now   time.Time // as of the last Tick
+	now   Instant // as of the last Tick
+	// ticked: Tick was called; before, now means nothing.
+	ticked bool
 
 	// baseCommit is the highest commit_lsn a safekeeper reported: durable
 	// on a quorum in an earlier term.
@@ -50,7 +51,7 @@ type Config struct {
 	// HeartbeatInterval is how long an idle safekeeper waits for a
 	// heartbeat when neither commit_lsn nor truncate_lsn changed. Default
 	// (zero or less) 200 ms.
-	HeartbeatInterval time.Duration
+	HeartbeatInterval Duration
 }
 
 // WALSource is where a Session takes the WAL it streams. Its methods are
@@ -115,7 +116,12 @@ type link struct {
 	pendingVote *proto.VoteResponse // a grant whose fresh SafeKeeperInfo is due
 	sent        proto.LSN           // end of WAL sent in this term
 	inflight    int                 // requests without a response yet
-	lastSend    time.Time
+	// lastSend is when the last request went out, by the session's
+	// clock; lastSendSet is false before the first request of the
+	// connection, or if it went out before the first Tick: a heartbeat is
+	// due at once.
+	lastSend    Instant
+	lastSendSet bool
 	sentCommit  proto.LSN
 	sentTrunc   proto.LSN
 	acked       proto.LSN // commit_lsn of its last SafeKeeperResponse
@@ -128,7 +134,7 @@ func New(cfg Config, src WALSource) *Session {
 		cfg.MaxInFlight = 256
 	}
 	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = 200 * time.Millisecond
+		cfg.HeartbeatInterval = 200 * Millisecond
 	}
 	s := &Session{core: NewCore(cfg.N, cfg.UUID), cfg: cfg, src: src, links: make([]link, cfg.N)}
 	s.core.ObserveTerm(cfg.LastTerm)
@@ -307,9 +313,9 @@ func (s *Session) PumpAll() Ready {
 // Tick advances the session's clock to now: it pumps every streaming
 // safekeeper and sends a heartbeat to each idle one whose commit_lsn or
 // truncate_lsn is stale or that heard nothing for HeartbeatInterval.
-func (s *Session) Tick(now time.Time) Ready {
+func (s *Session) Tick(now Instant) Ready {
 	var r Ready
-	s.now = now
+	s.now, s.ticked = now, true
 	if s.core.Election() == nil {
 		return r
 	}
@@ -321,7 +327,7 @@ func (s *Session) Tick(now time.Time) Ready {
 		}
 		s.pump(&r, i)
 		if l.sent >= s.src.End() && l.inflight < s.cfg.MaxInFlight &&
-			(now.Sub(l.lastSend) >= s.cfg.HeartbeatInterval || l.sentCommit != commit || l.sentTrunc != trunc) {
+			(!l.lastSendSet || now.Sub(l.lastSend) >= s.cfg.HeartbeatInterval || l.sentCommit != commit || l.sentTrunc != trunc) {
 			s.sendRequest(&r, i, nil) // heartbeat: begin = end
 		}
 	}
@@ -370,7 +376,7 @@ func (s *Session) sendRequest(r *Ready, i int, wal []byte) {
 	r.Sends = append(r.Sends, Send{To: i, Msg: req})
 	l.sent = req.EndLSN
 	l.inflight++
-	l.lastSend = s.now
+	l.lastSend, l.lastSendSet = s.now, s.ticked
 	l.sentCommit, l.sentTrunc = req.CommitLSN, req.TruncateLSN
 }
 

@@ -3,7 +3,6 @@ package session
 import (
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -22,7 +21,7 @@ func (m *memWAL) WAL(_ int, lsn proto.LSN, limit int) []byte {
 func (m *memWAL) End() proto.LSN { return tlStart + proto.LSN(len(m.wal)) }
 
 func newTestSession(n, inflight int, src WALSource) *Session {
-	return New(Config{N: n, UUID: us, MaxInFlight: inflight, HeartbeatInterval: 200 * time.Millisecond}, src)
+	return New(Config{N: n, UUID: us, MaxInFlight: inflight, HeartbeatInterval: 200 * Millisecond}, src)
 }
 
 // sends lists, per safekeeper, the types of the messages r sends.
@@ -177,7 +176,7 @@ func TestSessionTickSendsHeartbeats(t *testing.T) {
 	must := mustReady(t)
 	s := newTestSession(3, 4, &memWAL{})
 	electSession(t, s, 3)
-	t0 := time.Unix(1000, 0)
+	t0 := Instant(1000).Add(1000 * Millisecond)
 	if got := sendsTo(s.Tick(t0), 0); len(got) != 1 || got[0] != "request" {
 		t.Fatalf("first tick after the election: %v, want a heartbeat", got)
 	}
@@ -189,14 +188,14 @@ func TestSessionTickSendsHeartbeats(t *testing.T) {
 	respondAll()
 	// The responses moved commit_lsn to the timeline start: the next tick
 	// carries it at once, whatever the interval.
-	if got := sendsTo(s.Tick(t0.Add(50*time.Millisecond)), 0); len(got) != 1 {
+	if got := sendsTo(s.Tick(t0.Add(50*Millisecond)), 0); len(got) != 1 {
 		t.Fatalf("tick after commit_lsn moved: %v, want a heartbeat carrying it", got)
 	}
 	respondAll()
-	if got := sendsTo(s.Tick(t0.Add(150*time.Millisecond)), 0); len(got) != 0 {
+	if got := sendsTo(s.Tick(t0.Add(150*Millisecond)), 0); len(got) != 0 {
 		t.Fatalf("100 ms after the last: %v, want nothing (interval 200 ms)", got)
 	}
-	if got := sendsTo(s.Tick(t0.Add(300*time.Millisecond)), 0); len(got) != 1 {
+	if got := sendsTo(s.Tick(t0.Add(300*Millisecond)), 0); len(got) != 1 {
 		t.Fatalf("250 ms after the last: %v, want a heartbeat", got)
 	}
 }

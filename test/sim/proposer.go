@@ -3,7 +3,6 @@ package sim
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/safekeeper/safekeeper/proposer/session"
 	"github.com/safekeeper/safekeeper/proto"
@@ -281,4 +280,4 @@ func (p *simProposer) generate() {
 }
 
 // stepTime is the simulated time a step takes (for the session's clock).
-const stepTime = time.Millisecond
+const stepTime = session.Millisecond

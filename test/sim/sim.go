@@ -7,9 +7,9 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/safekeeper/safekeeper/acceptor"
+	"github.com/safekeeper/safekeeper/proposer/session"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -598,7 +598,9 @@ func (w *World) traceAdd(e traceEntry) {
 }
 
 // now is the simulated time of the current step.
-func (w *World) now() time.Time { return time.Unix(0, 0).Add(time.Duration(w.step) * stepTime) }
+func (w *World) now() session.Instant {
+	return session.Instant(0).Add(session.Duration(w.step) * stepTime)
+}
 
 func (w *World) count(name string) {
 	for i := range w.counts {
