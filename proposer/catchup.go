@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/safekeeper/safekeeper/proposer/client"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -58,18 +59,18 @@ func (c *streamChunk) piece(lsn proto.LSN, max int) (d []byte, skipped, consumed
 // safekeeper), and its failure. It reports whether it reached `to`.
 func streamChunks(ctx context.Context, peer, connStr, appName string, timeout time.Duration, from, to proto.LSN, tli uint32, term uint64,
 	post func(streamChunk) bool) (reached bool) {
-	up, err := dialUpstream(ctx, peer, connStr, appName, timeout)
+	up, err := client.DialReplication(ctx, peer, connStr, appName, timeout)
 	if err != nil {
 		post(streamChunk{err: err})
 		return false
 	}
-	defer up.close()
-	if err := up.startReplicationTerm(ctx, "", from, tli, term); err != nil {
+	defer up.Close()
+	if err := up.StartReplicationTerm(ctx, "", from, tli, term); err != nil {
 		post(streamChunk{err: err})
 		return false
 	}
 	received := from
-	err = up.forward(ctx, from, to, handOff(ctx, func(start proto.LSN, wal []byte, ack chan struct{}) bool {
+	err = up.Forward(ctx, from, to, client.HandOff(ctx, func(start proto.LSN, wal []byte, ack chan struct{}) bool {
 		if !post(streamChunk{start: start, wal: wal, ack: ack}) {
 			return false
 		}
@@ -133,14 +134,14 @@ func (s *driver) findJoinPoint(ctx context.Context, i int) {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			p := probeTimeline(pctx, &sc, addr)
 			cancel()
-			if !p.holds || p.timelineStart == 0 {
+			if !p.Holds || p.TimelineStart == 0 {
 				continue
 			}
-			held := max(p.timelineStart, p.removedTo)
+			held := max(p.TimelineStart, p.RemovedTo)
 			if off := held.SegmentOffset(seg); off != 0 {
 				held += proto.LSN(seg - off) // whole segments only
 			}
-			if held <= p.flush && (best == 0 || held < best) {
+			if held <= p.Flush && (best == 0 || held < best) {
 				best = held
 			}
 		}
@@ -242,18 +243,12 @@ func (s *driver) runCatchup(ctx context.Context, i, id int, from proto.LSN, peer
 		}
 	}
 	addr := s.cfg.Safekeepers[peer]
-	host, port, err := splitHostPort(addr)
-	if err != nil {
-		post(streamChunk{err: err})
-		return
-	}
-	sec, err := s.cfg.Security.params()
+	// addr is host:port: the peer streams in this term.
+	connStr, err := client.TimelineConnString(addr, "proposer", s.cfg.Security, s.cfg.TenantID, s.cfg.TimelineID)
 	if err != nil {
 		post(streamChunk{err: fmt.Errorf("peer safekeeper %s: %w", addr, err)})
 		return
 	}
-	connStr := fmt.Sprintf("host=%s port=%s user=proposer %s options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, sec, s.cfg.TenantID, s.cfg.TimelineID)
 	streamChunks(ctx, "peer safekeeper "+addr, connStr, s.cfg.ApplicationName+"_peer_catchup", s.cfg.ConnectTimeout,
 		from, 0, s.ui.Timeline, s.sess.Core().Ballot().Term, post)
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/safekeeper/safekeeper/proposer/client"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -70,12 +71,12 @@ func CreateTimeline(ctx context.Context, cfg CreateConfig) ([]CreateResult, erro
 		if cfg.SystemID != 0 || cfg.PgVersion != 0 || cfg.WalSegSize != 0 || cfg.PgTimeline != 0 {
 			return nil, errors.New("proposer: CreateConfig: Upstream and SystemID, PgVersion, WalSegSize, PgTimeline exclude each other")
 		}
-		up, err := dialUpstream(ctx, "primary", cfg.Upstream, "timeline_create", cfg.ConnectTimeout)
+		up, err := client.DialReplication(ctx, "primary", cfg.Upstream, "timeline_create", cfg.ConnectTimeout)
 		if err != nil {
 			return nil, err
 		}
-		ui, err := up.identify(ctx)
-		up.close()
+		ui, err := up.Identify(ctx)
+		up.Close()
 		if err != nil {
 			return nil, err
 		}
@@ -129,7 +130,7 @@ func CreateTimeline(ctx context.Context, cfg CreateConfig) ([]CreateResult, erro
 // createOn greets the safekeeper at addr with a greeting allowed to create
 // the timeline and returns its answer.
 func createOn(ctx context.Context, cfg CreateConfig, addr string, si *proto.ServerInfo) (*proto.SafeKeeperInfo, error) {
-	c, err := Dial(ctx, DialConfig{Addr: addr, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ApplicationName: "timeline_create",
+	c, err := client.Dial(ctx, client.DialConfig{Addr: addr, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ApplicationName: "timeline_create",
 		AllowTimelineCreation: true, ConnectTimeout: cfg.ConnectTimeout, Security: cfg.Security})
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/safekeeper/safekeeper/proposer/client"
 	"github.com/safekeeper/safekeeper/proposer/session"
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -144,9 +145,9 @@ type driver struct {
 	// (connecting to it, or its stream): Run logs it through outage.
 	primaryDown bool
 
-	up       *upstream
+	up       *client.Replication
 	slot     *slotKeeper
-	ui       upstreamInfo
+	ui       client.SystemInfo
 	si       proto.ServerInfo
 	links    *skLinks
 	sks      []*skState
@@ -211,7 +212,7 @@ type skState struct {
 }
 
 type upstreamEvent struct {
-	m   upstreamMsg
+	m   client.StreamMsg
 	err error
 }
 
@@ -235,7 +236,7 @@ func (s *driver) run(ctx context.Context) error {
 	if err := s.connectPrimary(ctx); err != nil {
 		return s.primaryFailed(ctx, err)
 	}
-	defer func() { s.up.close() }()
+	defer func() { s.up.Close() }()
 	if !s.cfg.Create {
 		// Before anything is created anywhere (the slot on the primary, a
 		// timeline on a safekeeper): a mistyped id ends Run here, with
@@ -251,7 +252,7 @@ func (s *driver) run(ctx context.Context) error {
 	// walsender held, no second row in pg_stat_replication); afterwards it
 	// connects again.
 	if s.cfg.ProposerLease > 0 {
-		waited, err := waitLease(ctx, s.cfg, s.leaseAbove, &s.si, func() { s.up.close() })
+		waited, err := waitLease(ctx, s.cfg, s.leaseAbove, &s.si, func() { s.up.Close() })
 		if err != nil {
 			return err
 		}
@@ -266,7 +267,7 @@ func (s *driver) run(ctx context.Context) error {
 	}
 	up := s.up
 	var err error
-	if s.ui.RestartLSN, err = up.ensureSlot(ctx, s.cfg.SlotName); err != nil {
+	if s.ui.RestartLSN, err = up.EnsureSlot(ctx, s.cfg.SlotName); err != nil {
 		return s.primaryFailed(ctx, err)
 	}
 	slot := newSlotKeeper(s.cfg.Upstream, s.cfg.SlotName, s.ui.RestartLSN, s.log)
@@ -286,7 +287,7 @@ func (s *driver) run(ctx context.Context) error {
 		create: s.cfg.Create, holding: s.holding,
 		bo:     backoff{min: s.cfg.ReconnectMin, max: s.cfg.ReconnectMax},
 		events: make(chan skEvent, 256),
-		dial: DialConfig{TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID, SyncSlots: true,
+		dial: client.DialConfig{TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID, SyncSlots: true,
 			ApplicationName: s.cfg.ApplicationName, ConnectTimeout: s.cfg.ConnectTimeout, Security: s.cfg.Security},
 	}
 	s.upEvents = make(chan upstreamEvent, 64)
@@ -311,12 +312,12 @@ func (s *driver) run(ctx context.Context) error {
 // (s.up), asks it what it is (s.ui) and describes it to the safekeepers
 // (s.si).
 func (s *driver) connectPrimary(ctx context.Context) error {
-	up, err := dialUpstream(ctx, "primary", s.cfg.Upstream, s.cfg.ApplicationName, s.cfg.ConnectTimeout)
+	up, err := client.DialReplication(ctx, "primary", s.cfg.Upstream, s.cfg.ApplicationName, s.cfg.ConnectTimeout)
 	if err != nil {
 		return err
 	}
-	if s.ui, err = up.identify(ctx); err != nil {
-		up.close()
+	if s.ui, err = up.Identify(ctx); err != nil {
+		up.Close()
 		return err
 	}
 	s.up = up
@@ -589,7 +590,7 @@ func (s *driver) elect(ctx context.Context) error {
 	// The primary's flush position read at connect time is stale by now if
 	// another proposer kept streaming meanwhile: read it again, or the
 	// donor's WAL would look like WAL the primary lost.
-	if pos, err := s.up.flushPos(ctx); err != nil {
+	if pos, err := s.up.FlushPos(ctx); err != nil {
 		return s.primaryFailed(ctx, err)
 	} else if pos > s.ui.XLogPos {
 		s.ui.XLogPos = pos
@@ -619,7 +620,7 @@ func (s *driver) elect(ctx context.Context) error {
 	}
 	// The stream runs without the slot: the slot is held at truncate_lsn by
 	// the slot keeper, while this stream reports commit_lsn as flushed.
-	if err := s.up.startReplication(ctx, "", from, s.ui.Timeline); err != nil {
+	if err := s.up.StartReplication(ctx, "", from, s.ui.Timeline); err != nil {
 		return s.primaryFailed(ctx, err)
 	}
 	s.log.Info("streaming from primary", "start", from)
@@ -628,7 +629,7 @@ func (s *driver) elect(ctx context.Context) error {
 	s.sendStatus(true)
 	go func() {
 		for {
-			m, err := s.up.recv(ctx)
+			m, err := s.up.Recv(ctx)
 			select {
 			case s.upEvents <- upstreamEvent{m: m, err: err}:
 			case <-ctx.Done():
@@ -643,10 +644,10 @@ func (s *driver) elect(ctx context.Context) error {
 	return nil
 }
 
-func (s *driver) onUpstream(ctx context.Context, m upstreamMsg) error {
+func (s *driver) onUpstream(ctx context.Context, m client.StreamMsg) error {
 	s.notePrimary(m)
-	if m.wal != nil {
-		if err := s.buf.add(m.start, m.wal); err != nil {
+	if m.WAL != nil {
+		if err := s.buf.add(m.Start, m.WAL); err != nil {
 			return err
 		}
 		s.act(ctx, s.sess.PumpAll())
@@ -655,7 +656,7 @@ func (s *driver) onUpstream(ctx context.Context, m upstreamMsg) error {
 		}
 		return nil
 	}
-	if m.replyRequested {
+	if m.ReplyRequested {
 		s.sendStatus(true)
 	}
 	return nil
@@ -736,7 +737,7 @@ func (s *driver) sendStatus(force bool) {
 	if !force && flush == s.lastCommit {
 		return
 	}
-	if err := s.up.sendStatus(s.buf.end, flush, 0, time.Now()); err != nil {
+	if err := s.up.SendStatus(s.buf.end, flush, 0, time.Now()); err != nil {
 		s.log.Debug("standby status update failed", "err", err) // the reader reports the broken connection
 	}
 	s.lastStatus, s.lastCommit = time.Now(), flush
@@ -759,16 +760,16 @@ func (s *driver) primaryFailed(ctx context.Context, err error) error {
 
 // notePrimary records what an XLogData or keepalive m says of the
 // primary: its end of WAL, and when the WAL in it arrived (Stats.Lag).
-func (s *driver) notePrimary(m upstreamMsg) {
-	end := m.serverEnd
-	if m.wal != nil {
-		end = max(end, m.start+proto.LSN(len(m.wal)))
+func (s *driver) notePrimary(m client.StreamMsg) {
+	end := m.ServerEnd
+	if m.WAL != nil {
+		end = max(end, m.Start+proto.LSN(len(m.WAL)))
 	}
 	if uint64(end) > s.stats.primaryEnd.Load() {
 		s.stats.primaryEnd.Store(uint64(end))
 	}
-	if m.wal != nil {
-		if at := s.now(); s.stats.waits.arrived(m.start+proto.LSN(len(m.wal)), at) {
+	if m.WAL != nil {
+		if at := s.now(); s.stats.waits.arrived(m.Start+proto.LSN(len(m.WAL)), at) {
 			s.stats.publishWait(at)
 		}
 	}

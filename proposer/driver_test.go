@@ -14,25 +14,26 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/safekeeper/safekeeper/proposer/client"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
 // discardUpstream is a replication connection whose peer reads and drops
 // everything: the driver's standby status updates go nowhere.
-func discardUpstream(t *testing.T) *upstream {
+func discardUpstream(t *testing.T) *client.Replication {
 	t.Helper()
-	client, server := net.Pipe()
+	ours, server := net.Pipe()
 	go io.Copy(io.Discard, server)
-	t.Cleanup(func() { client.Close(); server.Close() })
+	t.Cleanup(func() { ours.Close(); server.Close() })
 	pcfg, err := pgconn.ParseConfig("host=127.0.0.1 user=test sslmode=disable")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg, err := pgconn.Construct(&pgconn.HijackedConn{Conn: client, Config: pcfg, ParameterStatuses: map[string]string{}, TxStatus: 'I'})
+	pg, err := pgconn.Construct(&pgconn.HijackedConn{Conn: ours, Config: pcfg, ParameterStatuses: map[string]string{}, TxStatus: 'I'})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &upstream{pg: pg}
+	return client.NewReplication(pg)
 }
 
 // streamingSession is a driver of three safekeepers, elected on a new
@@ -161,7 +162,7 @@ func TestAdvancedCommitRidesOnWALOrComesSoon(t *testing.T) {
 		s.act(ctx, s.sess.Tick(sessionTime(t0.Add(commitHeartbeatDelay))))
 	}
 	end1 := tlStart + 1000
-	if err := s.onUpstream(ctx, upstreamMsg{start: tlStart, wal: make([]byte, 1000)}); err != nil {
+	if err := s.onUpstream(ctx, client.StreamMsg{Start: tlStart, WAL: make([]byte, 1000)}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range outs {
@@ -188,7 +189,7 @@ func TestAdvancedCommitRidesOnWALOrComesSoon(t *testing.T) {
 
 	// WAL comes first: it carries commit_lsn, and the tick sends nothing.
 	end2 := end1 + 500
-	if err := s.onUpstream(ctx, upstreamMsg{start: end1, wal: make([]byte, 500)}); err != nil {
+	if err := s.onUpstream(ctx, client.StreamMsg{Start: end1, WAL: make([]byte, 500)}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range outs {
@@ -222,7 +223,7 @@ func TestAdvancedCommitRidesOnWALOrComesSoon(t *testing.T) {
 // both terms (the core knows only indexes).
 func TestDeposedErrorNamesTheSafekeeper(t *testing.T) {
 	s, _ := streamingSession(t)
-	if err := s.onUpstream(context.Background(), upstreamMsg{start: tlStart, wal: make([]byte, 100)}); err != nil {
+	if err := s.onUpstream(context.Background(), client.StreamMsg{Start: tlStart, WAL: make([]byte, 100)}); err != nil {
 		t.Fatal(err)
 	}
 	r := &proto.SafeKeeperResponse{Term: s.sess.Core().Ballot().Term + 3}
@@ -251,7 +252,7 @@ func TestRegrantedSafekeeperGetsBufferedWAL(t *testing.T) {
 	for i := range outs {
 		s.disconnect(s.sks[i])
 	}
-	if err := s.onUpstream(ctx, upstreamMsg{start: tlStart, wal: make([]byte, 3000)}); err != nil {
+	if err := s.onUpstream(ctx, client.StreamMsg{Start: tlStart, WAL: make([]byte, 3000)}); err != nil {
 		t.Fatal(err)
 	}
 	b := s.sess.Core().Ballot()
@@ -483,7 +484,7 @@ func linkToSafekeeper3(s *driver) (ctx context.Context, stop func()) {
 	s.links = &skLinks{
 		addrs: s.cfg.Safekeepers, si: &proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, TenantID: proto.ID{1}, TimelineID: proto.ID{2}},
 		queueCap: s.cfg.MaxInFlight + 16, bo: backoff{min: time.Millisecond, max: 5 * time.Millisecond}, log: s.log, stats: s.stats,
-		events: make(chan skEvent, 16), dial: DialConfig{TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ConnectTimeout: 5 * time.Second},
+		events: make(chan skEvent, 16), dial: client.DialConfig{TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ConnectTimeout: 5 * time.Second},
 	}
 	s.links.wg.Add(1)
 	go func() { defer s.links.wg.Done(); s.links.loop(ctx, 2) }()

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/safekeeper/safekeeper/proposer/client"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -112,7 +112,7 @@ func Fetch(ctx context.Context, cfg FetchConfig, name string) (Fetched, error) {
 	if err != nil {
 		return Fetched{}, err
 	}
-	tli := holders[0].pgTimeline
+	tli := holders[0].PgTimeline
 	if hist != nil {
 		n, _ := strconv.ParseUint(hist[1], 16, 32)
 		content, from, err := f.history(ctx, holders, uint32(n))
@@ -124,7 +124,7 @@ func Fetch(ctx context.Context, cfg FetchConfig, name string) (Fetched, error) {
 	segTLI, _ := strconv.ParseUint(seg[1], 16, 32)
 	hi, _ := strconv.ParseUint(seg[2], 16, 32)
 	lo, _ := strconv.ParseUint(seg[3], 16, 32)
-	segSize := uint64(holders[0].segSize)
+	segSize := uint64(holders[0].SegSize)
 	perID := uint64(0x100000000) / segSize
 	if lo >= perID {
 		return Fetched{}, fmt.Errorf("proposer: %q is not a WAL segment name for %d-byte segments", name, segSize)
@@ -175,36 +175,30 @@ func Fetch(ctx context.Context, cfg FetchConfig, name string) (Fetched, error) {
 
 // history returns the history file of PostgreSQL timeline n from the first
 // holder that answers TIMELINE_HISTORY n (ErrNotFound if they have none).
-func (f *fetcher) history(ctx context.Context, holders []timelineProbe, n uint32) ([]byte, string, error) {
+func (f *fetcher) history(ctx context.Context, holders []client.Probe, n uint32) ([]byte, string, error) {
 	var errs []error
 	for _, p := range holders {
-		host, port, err := splitHostPort(p.addr)
+		connStr, err := client.TimelineConnString(p.Addr, "fetch", f.cfg.Security, f.cfg.TenantID, f.cfg.TimelineID)
 		if err != nil {
 			return nil, "", err
 		}
-		sec, err := f.cfg.Security.params()
-		if err != nil {
-			return nil, "", err
-		}
-		connStr := fmt.Sprintf("host=%s port=%s user=fetch %s options='-c tenant_id=%s -c timeline_id=%s'",
-			host, port, sec, f.cfg.TenantID, f.cfg.TimelineID)
-		up, err := dialUpstream(ctx, "safekeeper "+p.addr, connStr, "wal_fetch", f.cfg.ConnectTimeout)
+		up, err := client.DialReplication(ctx, "safekeeper "+p.Addr, connStr, "wal_fetch", f.cfg.ConnectTimeout)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		h, err := pglogrepl.TimelineHistory(ctx, up.pg, int32(n))
-		up.close()
+		h, err := up.TimelineHistory(ctx, n)
+		up.Close()
 		var pe *pgconn.PgError
 		switch {
 		case errors.As(err, &pe) && pe.Code == "58P01":
 			return nil, "", fmt.Errorf("%w: %08X.history: the safekeepers' PostgreSQL timeline %d has no history file for timeline %d",
-				ErrNotFound, n, p.pgTimeline, n)
+				ErrNotFound, n, p.PgTimeline, n)
 		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: TIMELINE_HISTORY %d: %w", p.addr, n, err))
+			errs = append(errs, fmt.Errorf("%s: TIMELINE_HISTORY %d: %w", p.Addr, n, err))
 			continue
 		}
-		return h.Content, p.addr, nil
+		return h, p.Addr, nil
 	}
 	return nil, "", fmt.Errorf("no safekeeper answered TIMELINE_HISTORY %d: %w", n, errors.Join(errs...))
 }
@@ -218,8 +212,8 @@ type fetcher struct {
 // that hold the timeline, or an error: ErrNoTimeline when a quorum
 // answered that they do not hold it, else ErrNoQuorum when no holder
 // answered.
-func (f *fetcher) probe(ctx context.Context) ([]timelineProbe, error) {
-	probes := make([]timelineProbe, len(f.cfg.Safekeepers))
+func (f *fetcher) probe(ctx context.Context) ([]client.Probe, error) {
+	probes := make([]client.Probe, len(f.cfg.Safekeepers))
 	var wg sync.WaitGroup
 	for i, addr := range f.cfg.Safekeepers {
 		wg.Add(1)
@@ -229,17 +223,17 @@ func (f *fetcher) probe(ctx context.Context) ([]timelineProbe, error) {
 		}()
 	}
 	wg.Wait()
-	var holders []timelineProbe
+	var holders []client.Probe
 	var missing []string
 	var errs []error
 	for _, p := range probes {
 		switch {
-		case p.holds:
+		case p.Holds:
 			holders = append(holders, p)
-		case p.missing:
-			missing = append(missing, p.addr)
+		case p.Missing:
+			missing = append(missing, p.Addr)
 		default:
-			errs = append(errs, p.err)
+			errs = append(errs, p.Err)
 		}
 	}
 	tl := fmt.Sprintf("%s/%s", f.cfg.TenantID, f.cfg.TimelineID)
@@ -259,10 +253,10 @@ func (f *fetcher) probe(ctx context.Context) ([]timelineProbe, error) {
 	return nil, fmt.Errorf("%w: %s: %v", ErrNoQuorum, msg, errors.Join(errs...))
 }
 
-func maxCommit(ps []timelineProbe) proto.LSN {
+func maxCommit(ps []client.Probe) proto.LSN {
 	var c proto.LSN
 	for _, p := range ps {
-		c = max(c, p.commit)
+		c = max(c, p.Commit)
 	}
 	return c
 }
@@ -272,10 +266,10 @@ func maxCommit(ps []timelineProbe) proto.LSN {
 // only if every safekeeper answered; otherwise the highest flush_lsn
 // among them (the acknowledged WAL is on a quorum, which meets any quorum
 // of answers).
-func (f *fetcher) quorumFlush(ps []timelineProbe) proto.LSN {
+func (f *fetcher) quorumFlush(ps []client.Probe) proto.LSN {
 	flushes := make([]proto.LSN, 0, len(ps))
 	for _, p := range ps {
-		flushes = append(flushes, p.flush)
+		flushes = append(flushes, p.Flush)
 	}
 	slices.Sort(flushes)
 	slices.Reverse(flushes)
@@ -291,7 +285,7 @@ func (f *fetcher) quorumFlush(ps []timelineProbe) proto.LSN {
 // them. When the safekeepers hold WAL above commit_lsn, a live proposer
 // (streaming to one of them in the current term) is given
 // cfg.SettleTimeout to commit it; with none, Sync commits it.
-func (f *fetcher) settle(ctx context.Context, holders []timelineProbe) (proto.LSN, bool, error) {
+func (f *fetcher) settle(ctx context.Context, holders []client.Probe) (proto.LSN, bool, error) {
 	quorum := len(f.cfg.Safekeepers)/2 + 1
 	if len(holders) < quorum {
 		return 0, false, fmt.Errorf("%w: %d of %d safekeepers hold the timeline and answered; the end of its WAL needs %d",
@@ -304,12 +298,12 @@ func (f *fetcher) settle(ctx context.Context, holders []timelineProbe) (proto.LS
 	}
 	var term uint64
 	for _, p := range holders {
-		term = max(term, p.term)
+		term = max(term, p.Term)
 	}
 	live := ""
 	for _, p := range holders {
-		if p.live(term, f.cfg.ProposerLease) {
-			live = p.proposerAddr
+		if p.Live(term, f.cfg.ProposerLease) {
+			live = p.ProposerAddr
 		}
 	}
 	if live != "" {
@@ -340,7 +334,7 @@ func (f *fetcher) settle(ctx context.Context, holders []timelineProbe) (proto.LS
 		"commit_lsn", commit, "flush_lsn", target, "term", term)
 	sc := f.sc
 	sc.Force = true // no proposer is live: settle checked
-	sc.SystemID, sc.PgVersion, sc.WalSegSize, sc.PgTimeline = holders[0].systemID, holders[0].pgVersion, holders[0].segSize, holders[0].pgTimeline
+	sc.SystemID, sc.PgVersion, sc.WalSegSize, sc.PgTimeline = holders[0].SystemID, holders[0].PgVersion, holders[0].SegSize, holders[0].PgTimeline
 	end, err := Sync(ctx, sc)
 	if err != nil {
 		return 0, false, fmt.Errorf("committing the WAL above commit_lsn %s: %w", commit, err)
@@ -351,21 +345,21 @@ func (f *fetcher) settle(ctx context.Context, holders []timelineProbe) (proto.LS
 // read returns the WAL [start, end) zero-padded to size bytes, from the
 // first of the holders that has it all committed and holds the segment
 // from its first byte.
-func (f *fetcher) read(ctx context.Context, holders []timelineProbe, tli uint32, start, end proto.LSN, size int) ([]byte, string, error) {
+func (f *fetcher) read(ctx context.Context, holders []client.Probe, tli uint32, start, end proto.LSN, size int) ([]byte, string, error) {
 	var errs []error
 	for _, p := range holders {
 		switch {
-		case p.commit < end:
-			errs = append(errs, fmt.Errorf("%s: commit_lsn %s is below %s", p.addr, p.commit, end))
+		case p.Commit < end:
+			errs = append(errs, fmt.Errorf("%s: commit_lsn %s is below %s", p.Addr, p.Commit, end))
 			continue
-		case max(p.timelineStart, p.removedTo) > start:
+		case max(p.TimelineStart, p.RemovedTo) > start:
 			errs = append(errs, fmt.Errorf("%s: holds the timeline only from %s (timeline start %s, removed up to %s)",
-				p.addr, max(p.timelineStart, p.removedTo), p.timelineStart, p.removedTo))
+				p.Addr, max(p.TimelineStart, p.RemovedTo), p.TimelineStart, p.RemovedTo))
 			continue
 		}
-		buf, err := f.readFrom(ctx, p.addr, tli, start, end, size)
+		buf, err := f.readFrom(ctx, p.Addr, tli, start, end, size)
 		if err == nil {
-			return buf, p.addr, nil
+			return buf, p.Addr, nil
 		}
 		errs = append(errs, err)
 	}
@@ -373,28 +367,22 @@ func (f *fetcher) read(ctx context.Context, holders []timelineProbe, tli uint32,
 }
 
 func (f *fetcher) readFrom(ctx context.Context, addr string, tli uint32, start, end proto.LSN, size int) ([]byte, error) {
-	host, port, err := splitHostPort(addr)
+	connStr, err := client.TimelineConnString(addr, "fetch", f.cfg.Security, f.cfg.TenantID, f.cfg.TimelineID)
 	if err != nil {
 		return nil, err
 	}
-	sec, err := f.cfg.Security.params()
+	up, err := client.DialReplication(ctx, "safekeeper "+addr, connStr, "wal_fetch", f.cfg.ConnectTimeout)
 	if err != nil {
 		return nil, err
 	}
-	connStr := fmt.Sprintf("host=%s port=%s user=fetch %s options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, sec, f.cfg.TenantID, f.cfg.TimelineID)
-	up, err := dialUpstream(ctx, "safekeeper "+addr, connStr, "wal_fetch", f.cfg.ConnectTimeout)
-	if err != nil {
-		return nil, err
-	}
-	defer up.close()
-	if err := up.startReplication(ctx, "", start, tli); err != nil {
+	defer up.Close()
+	if err := up.StartReplication(ctx, "", start, tli); err != nil {
 		return nil, fmt.Errorf("%s: %w", addr, err)
 	}
 	buf := make([]byte, size)
 	got := start
 	var gap error
-	err = up.forward(ctx, start, end, func(at proto.LSN, wal []byte) bool {
+	err = up.Forward(ctx, start, end, func(at proto.LSN, wal []byte) bool {
 		if at != got {
 			gap = fmt.Errorf("%s: WAL at %s, expected %s", addr, at, got)
 			return false

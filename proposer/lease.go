@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/safekeeper/safekeeper/proposer/client"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -43,6 +44,11 @@ func incompatible(err error) bool {
 	return errors.As(err, &pe) && pe.Code == sqlstateInvalidParameterValue
 }
 
+// sqlstateUndefinedObject is what a safekeeper answers, to TIMELINE_STATUS
+// or a greeting not allowed to create the timeline, for a timeline it does
+// not hold.
+const sqlstateUndefinedObject = "42704"
+
 // missingTimeline reports whether err is a safekeeper's refusal of a
 // greeting not allowed to create the timeline: it does not hold it (42704).
 func missingTimeline(err error) bool {
@@ -65,7 +71,7 @@ func checkTimeline(ctx context.Context, cfg Config) error {
 	var warned time.Time
 	for {
 		pctx, cancel := context.WithCancel(ctx)
-		probes := make(chan timelineProbe, n)
+		probes := make(chan client.Probe, n)
 		for _, addr := range cfg.Safekeepers {
 			go func() { probes <- probeTimeline(pctx, &sc, addr) }()
 		}
@@ -77,13 +83,13 @@ func checkTimeline(ctx context.Context, cfg Config) error {
 			select {
 			case p := <-probes:
 				switch {
-				case p.holds:
+				case p.Holds:
 					holds = true
 					break collect
-				case p.missing:
-					missing = append(missing, p.addr)
+				case p.Missing:
+					missing = append(missing, p.Addr)
 				default:
-					errs = append(errs, p.addr+": "+endText(p.err))
+					errs = append(errs, p.Addr+": "+endText(p.Err))
 				}
 				if settle == nil && refusalBlocksQuorum(len(missing), n) {
 					settle = time.After(time.Second)
@@ -147,12 +153,12 @@ func findLive(ctx context.Context, sc *SyncConfig, above uint64, lease time.Dura
 }
 
 // liveIn is findLive's answer from the safekeepers' probes.
-func liveIn(probes []timelineProbe, above uint64, lease time.Duration) (LiveProposer, bool) {
+func liveIn(probes []client.Probe, above uint64, lease time.Duration) (LiveProposer, bool) {
 	var best LiveProposer
 	found := false
 	for _, p := range probes {
-		if p.holds && p.lastPushTerm > above && p.live(p.term, lease) && (!found || p.lastPushTerm > best.Term) {
-			best = LiveProposer{Addr: p.proposerAddr, Term: p.lastPushTerm, Safekeeper: p.addr, Age: p.lastPushAge}
+		if p.Holds && p.LastPushTerm > above && p.Live(p.Term, lease) && (!found || p.LastPushTerm > best.Term) {
+			best = LiveProposer{Addr: p.ProposerAddr, Term: p.LastPushTerm, Safekeeper: p.Addr, Age: p.LastPushAge}
 			found = true
 		}
 	}
@@ -218,8 +224,8 @@ func deposedBy(ctx context.Context, err error, sc SyncConfig) error {
 	defer cancel()
 	for {
 		p := probeTimeline(ctx, &sc, de.Addr)
-		if p.holds && p.proposerAddr != "" && p.lastPushTerm >= de.Term {
-			de.By = fmt.Sprintf("the proposer of term %d streams to it from %s", p.lastPushTerm, p.proposerAddr)
+		if p.Holds && p.ProposerAddr != "" && p.LastPushTerm >= de.Term {
+			de.By = fmt.Sprintf("the proposer of term %d streams to it from %s", p.LastPushTerm, p.ProposerAddr)
 			return err
 		}
 		select {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/safekeeper/safekeeper/proposer/client"
 )
 
 // TestResponseGapCountsOnlyWaits: the gap runs from the request that found
@@ -54,7 +56,7 @@ func TestDriverMeasuresResponseGaps(t *testing.T) {
 	advance := func(d time.Duration) { now = now.Add(d) }
 
 	end1 := tlStart + 1000
-	if err := s.onUpstream(ctx, upstreamMsg{start: tlStart, wal: make([]byte, 1000)}); err != nil {
+	if err := s.onUpstream(ctx, client.StreamMsg{Start: tlStart, WAL: make([]byte, 1000)}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range outs {

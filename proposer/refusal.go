@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/safekeeper/safekeeper/proposer/client"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -141,18 +142,18 @@ func incompatibleError(refusals map[int]error, addrs []string, si *proto.ServerI
 // (rule 1): the reason it refuses it, with the mismatch, or
 // RefusedUnknown and nil when p shows none. withHistory: the connection
 // sent a TimelineHistory too, which the safekeeper may have refused.
-func classifyRefusal(si *proto.ServerInfo, p timelineProbe, withHistory bool) (RefusalReason, error) {
+func classifyRefusal(si *proto.ServerInfo, p client.Probe, withHistory bool) (RefusalReason, error) {
 	switch {
-	case !p.holds:
+	case !p.Holds:
 		return RefusedUnknown, nil
-	case p.systemID != si.SystemID:
-		return RefusedSystemID, fmt.Errorf("TIMELINE_STATUS: the timeline's system_id is %d, the primary's %d", p.systemID, si.SystemID)
-	case p.pgVersion/10000 != si.PgVersion/10000:
-		return RefusedPgVersion, fmt.Errorf("TIMELINE_STATUS: the timeline's PostgreSQL major version is %d, the primary's %d", p.pgVersion/10000, si.PgVersion/10000)
-	case p.segSize != si.WalSegSize:
-		return RefusedSegmentSize, fmt.Errorf("TIMELINE_STATUS: the timeline's wal_seg_size is %d, the primary's %d", p.segSize, si.WalSegSize)
-	case p.pgTimeline > si.PgTimeline:
-		return RefusedOlderPgTimeline, fmt.Errorf("TIMELINE_STATUS: the timeline's pg_timeline is %d, the primary's %d", p.pgTimeline, si.PgTimeline)
+	case p.SystemID != si.SystemID:
+		return RefusedSystemID, fmt.Errorf("TIMELINE_STATUS: the timeline's system_id is %d, the primary's %d", p.SystemID, si.SystemID)
+	case p.PgVersion/10000 != si.PgVersion/10000:
+		return RefusedPgVersion, fmt.Errorf("TIMELINE_STATUS: the timeline's PostgreSQL major version is %d, the primary's %d", p.PgVersion/10000, si.PgVersion/10000)
+	case p.SegSize != si.WalSegSize:
+		return RefusedSegmentSize, fmt.Errorf("TIMELINE_STATUS: the timeline's wal_seg_size is %d, the primary's %d", p.SegSize, si.WalSegSize)
+	case p.PgTimeline > si.PgTimeline:
+		return RefusedOlderPgTimeline, fmt.Errorf("TIMELINE_STATUS: the timeline's pg_timeline is %d, the primary's %d", p.PgTimeline, si.PgTimeline)
 	case withHistory:
 		// The ServerInfo matches: the TimelineHistory was refused.
 		return RefusedForkedPgTimeline, nil
@@ -174,19 +175,19 @@ func (l *skLinks) refusal(ctx context.Context, addr string, err error) *RefusalE
 	defer cancel()
 	p := probeTimeline(pctx, &sc, addr)
 	reason, _ := classifyRefusal(l.si, p, l.hist != nil)
-	return &RefusalError{Safekeeper: addr, Reason: reason, PgTimeline: p.pgTimeline, Err: err}
+	return &RefusalError{Safekeeper: addr, Reason: reason, PgTimeline: p.PgTimeline, Err: err}
 }
 
 // refusedByProbes foresees, from every safekeeper's TIMELINE_STATUS, that
 // so many of them would refuse si (rule 1) that no quorum is possible: the
 // *IncompatibleError, before any greeting; nil otherwise.
-func refusedByProbes(probes []timelineProbe, si *proto.ServerInfo) error {
+func refusedByProbes(probes []client.Probe, si *proto.ServerInfo) error {
 	refusals := map[int]error{}
 	addrs := make([]string, len(probes))
 	for i, p := range probes {
-		addrs[i] = p.addr
+		addrs[i] = p.Addr
 		if reason, err := classifyRefusal(si, p, false); err != nil {
-			refusals[i] = &RefusalError{Safekeeper: p.addr, Reason: reason, PgTimeline: p.pgTimeline, Err: err}
+			refusals[i] = &RefusalError{Safekeeper: p.Addr, Reason: reason, PgTimeline: p.PgTimeline, Err: err}
 		}
 	}
 	if len(refusals) == 0 || !refusalBlocksQuorum(len(refusals), len(probes)) {
@@ -196,8 +197,8 @@ func refusedByProbes(probes []timelineProbe, si *proto.ServerInfo) error {
 }
 
 // probeAll asks every safekeeper at once (TIMELINE_STATUS).
-func probeAll(ctx context.Context, sc *SyncConfig) []timelineProbe {
-	probes := make([]timelineProbe, len(sc.Safekeepers))
+func probeAll(ctx context.Context, sc *SyncConfig) []client.Probe {
+	probes := make([]client.Probe, len(sc.Safekeepers))
 	var wg sync.WaitGroup
 	for i, addr := range sc.Safekeepers {
 		wg.Add(1)

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/safekeeper/safekeeper/proposer/client"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -103,7 +104,7 @@ func TestRefusalForGoodIsClassifiedAndFinal(t *testing.T) {
 			l := &skLinks{
 				addrs: []string{addr}, si: si, hist: hist, queueCap: 16, bo: backoff{min: 10 * time.Millisecond, max: 50 * time.Millisecond},
 				log: slog.New(slog.NewTextHandler(io.Discard, nil)), events: make(chan skEvent, 16),
-				dial: DialConfig{TenantID: si.TenantID, TimelineID: si.TimelineID, ConnectTimeout: 5 * time.Second},
+				dial: client.DialConfig{TenantID: si.TenantID, TimelineID: si.TimelineID, ConnectTimeout: 5 * time.Second},
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -160,15 +161,15 @@ func TestRefusalForGoodIsClassifiedAndFinal(t *testing.T) {
 // would refuse that no quorum is left, and name the most common reason.
 func TestRefusedByProbesNeedsNoQuorum(t *testing.T) {
 	si := &proto.ServerInfo{PgVersion: 150004, SystemID: 5, PgTimeline: 1, WalSegSize: 16 << 20}
-	same := timelineProbe{holds: true, systemID: 5, pgVersion: 150002, segSize: 16 << 20, pgTimeline: 1}
+	same := client.Probe{Holds: true, SystemID: 5, PgVersion: 150002, SegSize: 16 << 20, PgTimeline: 1}
 	promoted := same
-	promoted.pgTimeline = 2
+	promoted.PgTimeline = 2
 	other := same
-	other.systemID = 6
-	missing := timelineProbe{missing: true}
-	probes := func(ps ...timelineProbe) []timelineProbe {
+	other.SystemID = 6
+	missing := client.Probe{Missing: true}
+	probes := func(ps ...client.Probe) []client.Probe {
 		for i := range ps {
-			ps[i].addr = fmt.Sprintf("sk%d:5454", i+1)
+			ps[i].Addr = fmt.Sprintf("sk%d:5454", i+1)
 		}
 		return ps
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/safekeeper/safekeeper/proposer/client"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -58,7 +59,7 @@ type skEvent struct {
 // and never blocks on it: it keeps at most queueCap payloads queued.
 type skLinks struct {
 	addrs []string
-	dial  DialConfig
+	dial  client.DialConfig
 	si    *proto.ServerInfo
 	// hist, when set, follows every greeting: the PostgreSQL timeline
 	// history of a promoted primary (README_PROTO.md).
@@ -212,7 +213,7 @@ func (l *skLinks) connection(ctx context.Context, i, gen int, quiet bool) (greet
 	dc := l.dial
 	dc.Addr = l.addrs[i]
 	dc.AllowTimelineCreation = l.create || (l.holding != nil && l.holding.Load() > 0)
-	c, err := Dial(ctx, dc)
+	c, err := client.Dial(ctx, dc)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -245,7 +246,7 @@ func (l *skLinks) connection(ctx context.Context, i, gen int, quiet bool) (greet
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		writer(c, out, ctx.Done())
+		c.WriteQueue(out, ctx.Done())
 	}()
 	defer func() { <-writerDone }() // the owner closes out after our final event
 	if !l.post(ctx, skEvent{sk: i, gen: gen, info: info, out: out, quiet: quiet}) {
@@ -257,7 +258,7 @@ func (l *skLinks) connection(ctx context.Context, i, gen int, quiet bool) (greet
 		m, err := c.Recv(ctx)
 		if err != nil {
 			c.Close()
-			if errors.Is(err, ErrStreamEnded) {
+			if errors.Is(err, client.ErrStreamEnded) {
 				err = fmt.Errorf("safekeeper ended the stream")
 			}
 			if !l.post(ctx, skEvent{sk: i, gen: gen, err: err}) {
@@ -318,58 +319,4 @@ func warnReason(err error) string {
 		return oe.Op + ": " + fmt.Sprint(oe.Err)
 	}
 	return err.Error()
-}
-
-// writer sends queued payloads, one socket write per burst, until out is
-// closed — the owner is done with the connection (it dropped it, or it
-// ended): what was queued is sent, then the connection is closed, so its
-// reader ends and the link reconnects — or done is (the owner is gone: its
-// last events may never have been read, so nobody would close out). After
-// a write error it leaves the connection open for the reader, which reads
-// what the safekeeper said before it closed (its FATAL, the root cause)
-// and then reports the end (Conn.Recv); it drains out until it is closed
-// or done is, and then closes the connection.
-func writer(c *Conn, out chan []byte, done <-chan struct{}) {
-	for {
-		var p []byte
-		select {
-		case <-done:
-			c.Close()
-			return
-		case q, ok := <-out:
-			if !ok {
-				c.Close()
-				return
-			}
-			p = q
-		}
-		c.queueRaw(p)
-		for more := true; more; {
-			select {
-			case p, ok := <-out:
-				if !ok {
-					c.flush()
-					c.Close()
-					return
-				}
-				c.queueRaw(p)
-			default:
-				more = false
-			}
-		}
-		if err := c.flush(); err != nil {
-			for {
-				select {
-				case <-done:
-					c.Close()
-					return
-				case _, ok := <-out:
-					if !ok {
-						c.Close()
-						return
-					}
-				}
-			}
-		}
-	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/safekeeper/safekeeper/proposer/client"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -125,7 +126,7 @@ func runLink(t *testing.T, addr string, bo backoff) <-chan reconnectLine {
 	l := &skLinks{
 		addrs: []string{addr}, si: &proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, TenantID: proto.ID{1}, TimelineID: proto.ID{2}},
 		queueCap: 16, bo: bo, log: slog.New(reconnectLog{lines}), events: make(chan skEvent, 16),
-		dial: DialConfig{TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ConnectTimeout: 5 * time.Second},
+		dial: client.DialConfig{TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ConnectTimeout: 5 * time.Second},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.start(ctx)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/safekeeper/safekeeper/proposer/client"
 	"github.com/safekeeper/safekeeper/proposer/session"
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -60,7 +61,7 @@ func TestStatsFollowTheSession(t *testing.T) {
 
 	// WAL comes; 300 ms later one safekeeper answered: no quorum yet.
 	end1 := tlStart + 1000
-	if err := s.onUpstream(ctx, upstreamMsg{start: tlStart, wal: make([]byte, 1000), serverEnd: end1 + 24}); err != nil {
+	if err := s.onUpstream(ctx, client.StreamMsg{Start: tlStart, WAL: make([]byte, 1000), ServerEnd: end1 + 24}); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(300 * time.Millisecond)
@@ -97,7 +98,7 @@ func TestStatsFollowTheSession(t *testing.T) {
 		t.Fatalf("quorum lost: %s (%q)", snap.State, snap.Reason)
 	}
 	// WAL goes on arriving; no quorum holds it, so its wait grows.
-	if err := s.onUpstream(ctx, upstreamMsg{start: end1, wal: make([]byte, 500)}); err != nil {
+	if err := s.onUpstream(ctx, client.StreamMsg{Start: end1, WAL: make([]byte, 500)}); err != nil {
 		t.Fatal(err)
 	}
 	respond(t, s, 0, end1+500)

@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
+	"github.com/safekeeper/safekeeper/proposer/client"
 	"github.com/safekeeper/safekeeper/proposer/session"
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -23,8 +21,9 @@ import (
 var ErrSyncIncomplete = errors.New("proposer: sync incomplete")
 
 // ErrNoTimeline: a quorum of safekeepers answered that they do not hold the
-// timeline and none does, and Config.Create (SyncConfig.Create) was not set.
-var ErrNoTimeline = errors.New("proposer: no safekeeper holds the timeline")
+// timeline and none does, and Config.Create (SyncConfig.Create) was not set
+// (client.ErrNoTimeline, the same value).
+var ErrNoTimeline = client.ErrNoTimeline
 
 // SyncConfig configures Sync. The timeline fields must match what the
 // safekeepers stored when the timeline was created (rule 1).
@@ -143,7 +142,7 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 		create: true,
 		bo:     backoff{min: 100 * time.Millisecond, max: time.Second},
 		events: make(chan skEvent, 64),
-		dial:   DialConfig{TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ApplicationName: "sync", ConnectTimeout: cfg.ConnectTimeout, Security: cfg.Security},
+		dial:   client.DialConfig{TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, ApplicationName: "sync", ConnectTimeout: cfg.ConnectTimeout, Security: cfg.Security},
 	}
 	links.start(ctx)
 	y := &syncer{cfg: cfg, links: links, copies: make(chan streamChunk), sks: make([]syncSK, len(cfg.Safekeepers))}
@@ -443,49 +442,13 @@ func copyFromDonor(ctx context.Context, cfg SyncConfig, donor string, term uint6
 			return false
 		}
 	}
-	host, port, err := splitHostPort(donor)
-	if err != nil {
-		post(streamChunk{err: err})
-		return
-	}
-	sec, err := cfg.Security.params()
+	// donor is host:port: it greeted.
+	connStr, err := client.TimelineConnString(donor, "sync", cfg.Security, cfg.TenantID, cfg.TimelineID)
 	if err != nil {
 		post(streamChunk{err: fmt.Errorf("donor safekeeper %s: %w", donor, err)})
 		return
 	}
-	connStr := fmt.Sprintf("host=%s port=%s user=sync %s options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, sec, cfg.TenantID, cfg.TimelineID)
 	streamChunks(ctx, "donor safekeeper "+donor, connStr, "sync_copy", cfg.ConnectTimeout, from, to, cfg.PgTimeline, term, post)
-}
-
-// sqlstateUndefinedObject is what a safekeeper answers TIMELINE_STATUS
-// for a timeline it does not hold.
-const sqlstateUndefinedObject = "42704"
-
-// timelineProbe is one safekeeper's answer to TIMELINE_STATUS.
-type timelineProbe struct {
-	addr    string
-	holds   bool // the timeline exists there; the fields below are set
-	missing bool // the safekeeper answered that it does not hold the timeline
-	err     error
-
-	systemID                       uint64
-	pgVersion, segSize, pgTimeline uint32
-
-	term, lastLogTerm                       uint64
-	flush, commit, timelineStart, removedTo proto.LSN
-	// proposerAddr is the push connection that last streamed, while it is
-	// connected ("" otherwise); lastPushTerm its term; lastPushAge the
-	// time since (-1: none since the safekeeper started).
-	proposerAddr string
-	lastPushTerm uint64
-	lastPushAge  time.Duration
-}
-
-// live reports whether a proposer of term streamed to the safekeeper within
-// window and is still connected.
-func (p timelineProbe) live(term uint64, window time.Duration) bool {
-	return p.proposerAddr != "" && p.lastPushTerm == term && p.lastPushAge >= 0 && p.lastPushAge <= window
 }
 
 // findTimeline asks every safekeeper (at once) whether it holds the
@@ -500,7 +463,7 @@ func findTimeline(ctx context.Context, cfg *SyncConfig) error {
 	bo := backoff{min: 100 * time.Millisecond, max: time.Second}
 	var warned time.Time
 	for {
-		probes := make([]timelineProbe, len(cfg.Safekeepers))
+		probes := make([]client.Probe, len(cfg.Safekeepers))
 		var wg sync.WaitGroup
 		for i, addr := range cfg.Safekeepers {
 			wg.Add(1)
@@ -514,17 +477,17 @@ func findTimeline(ctx context.Context, cfg *SyncConfig) error {
 		var errs []error
 		for _, p := range probes {
 			switch {
-			case p.holds:
+			case p.Holds:
 				if cfg.SystemID == 0 {
-					cfg.SystemID, cfg.PgVersion, cfg.WalSegSize, cfg.PgTimeline = p.systemID, p.pgVersion, p.segSize, p.pgTimeline
+					cfg.SystemID, cfg.PgVersion, cfg.WalSegSize, cfg.PgTimeline = p.SystemID, p.PgVersion, p.SegSize, p.PgTimeline
 				}
 				return nil
-			case p.missing:
-				missing = append(missing, p.addr)
+			case p.Missing:
+				missing = append(missing, p.Addr)
 			default:
-				failed = append(failed, p.addr)
-				errs = append(errs, p.err)
-				failedText = append(failedText, p.addr+": "+endText(p.err))
+				failed = append(failed, p.Addr)
+				errs = append(errs, p.Err)
+				failedText = append(failedText, p.Addr+": "+endText(p.Err))
 			}
 		}
 		tl := fmt.Sprintf("%s/%s", cfg.TenantID, cfg.TimelineID)
@@ -555,83 +518,8 @@ func findTimeline(ctx context.Context, cfg *SyncConfig) error {
 	}
 }
 
-// probeTimeline asks one safekeeper TIMELINE_STATUS for the timeline.
-func probeTimeline(ctx context.Context, cfg *SyncConfig, addr string) timelineProbe {
-	p := timelineProbe{addr: addr}
-	host, port, err := splitHostPort(addr)
-	if err != nil {
-		p.err = err
-		return p
-	}
-	sec, err := cfg.Security.params()
-	if err != nil {
-		p.err = err
-		return p
-	}
-	connStr := fmt.Sprintf("host=%s port=%s user=sync %s options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, sec, cfg.TenantID, cfg.TimelineID)
-	timeout := cfg.ConnectTimeout
-	if timeout == 0 {
-		timeout = 10 * time.Second
-	}
-	up, err := dialUpstream(ctx, "safekeeper "+addr, connStr, "sync", timeout)
-	if err != nil {
-		p.err = err
-		return p
-	}
-	res, err := up.pg.Exec(ctx, "TIMELINE_STATUS").ReadAll()
-	up.close()
-	var pe *pgconn.PgError
-	switch {
-	case errors.As(err, &pe) && pe.Code == sqlstateUndefinedObject:
-		p.missing = true
-		return p
-	case err != nil:
-		p.err = fmt.Errorf("%s: TIMELINE_STATUS: %w", addr, err)
-		return p
-	case len(res) != 1 || len(res[0].Rows) != 1:
-		p.err = fmt.Errorf("%s: TIMELINE_STATUS returned no row", addr)
-		return p
-	}
-	col := map[string]string{}
-	null := map[string]bool{}
-	for j, f := range res[0].FieldDescriptions {
-		if j < len(res[0].Rows[0]) {
-			col[f.Name] = string(res[0].Rows[0][j])
-			null[f.Name] = res[0].Rows[0][j] == nil
-		}
-	}
-	parse := func(name string, bits int) uint64 {
-		v, err := strconv.ParseUint(col[name], 10, bits)
-		if err != nil && p.err == nil {
-			p.err = fmt.Errorf("%s: TIMELINE_STATUS %s %q: %w", addr, name, col[name], err)
-		}
-		return v
-	}
-	p.systemID = parse("system_id", 64)
-	pgv, seg, tli := parse("pg_version", 32), parse("wal_seg_size", 32), parse("pg_timeline", 32)
-	p.term, p.lastLogTerm = parse("term", 64), parse("last_log_term", 64)
-	lsn := func(name string) proto.LSN {
-		l, err := proto.ParseLSN(col[name])
-		if err != nil && p.err == nil {
-			p.err = fmt.Errorf("%s: TIMELINE_STATUS %s %q: %w", addr, name, col[name], err)
-		}
-		return l
-	}
-	p.flush, p.commit = lsn("flush_lsn"), lsn("commit_lsn")
-	p.timelineStart, p.removedTo = lsn("timeline_start_lsn"), lsn("removed_up_to")
-	// A safekeeper of an older build has no push columns: no proposer.
-	p.proposerAddr, p.lastPushAge = col["proposer_addr"], -1
-	if _, ok := col["last_push_term"]; ok {
-		p.lastPushTerm = parse("last_push_term", 64)
-	}
-	if _, ok := col["last_push_age_ms"]; ok && !null["last_push_age_ms"] {
-		p.lastPushAge = time.Duration(parse("last_push_age_ms", 63)) * time.Millisecond
-	}
-	if p.err != nil {
-		return p
-	}
-	p.holds = true
-	p.pgVersion, p.segSize, p.pgTimeline = uint32(pgv), uint32(seg), uint32(tli)
-	return p
+// probeTimeline asks the safekeeper at addr TIMELINE_STATUS for cfg's
+// timeline.
+func probeTimeline(ctx context.Context, cfg *SyncConfig, addr string) client.Probe {
+	return client.ProbeTimeline(ctx, addr, cfg.TenantID, cfg.TimelineID, cfg.Security, cfg.ConnectTimeout)
 }

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safekeeper/safekeeper/acceptor"
-	"github.com/safekeeper/safekeeper/proposer"
+	"github.com/safekeeper/safekeeper/proposer/client"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/storage"
 )
@@ -93,11 +93,11 @@ func pullTimeline(ctx context.Context, c *cli.Context, from, path string, tenant
 	// A data directory that does not exist yet (a replaced disk) is
 	// created, but only once the peer has answered: a pull that cannot
 	// start leaves nothing behind.
-	var peer proposer.PeerTimeline
+	var peer client.PeerTimeline
 	fresh := false
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		fresh = true
-		if peer, err = proposer.PeerState(ctx, from, tenant, timeline, 0, sec); err != nil {
+		if peer, err = client.PeerState(ctx, from, tenant, timeline, 0, sec); err != nil {
 			return fmt.Errorf("timeline pull: %w", err)
 		}
 		if first, end := peer.FirstHeld(), peer.Info.FlushLSN; end > first {
@@ -127,7 +127,7 @@ func pullTimeline(ctx context.Context, c *cli.Context, from, path string, tenant
 		return fmt.Errorf("timeline pull: %s already holds timeline %s/%s (WAL up to %s); nothing copied", filepath.Dir(path), tenant, timeline, local.FlushLSN)
 	}
 	if !fresh {
-		if peer, err = proposer.PeerState(ctx, from, tenant, timeline, 0, sec); err != nil {
+		if peer, err = client.PeerState(ctx, from, tenant, timeline, 0, sec); err != nil {
 			return fmt.Errorf("timeline pull: %w", err)
 		}
 	}
@@ -159,7 +159,7 @@ func pullTimeline(ctx context.Context, c *cli.Context, from, path string, tenant
 		return fmt.Errorf("timeline pull: %w", err)
 	}
 	staged := 0
-	err = proposer.CopyWAL(ctx, &peer, tenant, timeline, first, end, 0, func(at proto.LSN, wal []byte) error {
+	err = client.CopyWAL(ctx, &peer, tenant, timeline, first, end, 0, func(at proto.LSN, wal []byte) error {
 		if err := tl.WriteWAL(at, wal); err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package proposer
+package client
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func TestWriterStopsWhenTheOwnerIsGone(t *testing.T) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
-		writer(c, out, done)
+		c.WriteQueue(out, done)
 		close(finished)
 	}()
 	close(done)
@@ -52,7 +52,7 @@ func TestWriterClosesADroppedConnection(t *testing.T) {
 	out := make(chan []byte, 4)
 	done := make(chan struct{})
 	defer close(done)
-	go writer(c, out, done)
+	go c.WriteQueue(out, done)
 	out <- []byte("last")
 	close(out)
 	b.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -69,7 +69,7 @@ func TestWriterClosesADroppedConnection(t *testing.T) {
 	a2, b2 := net.Pipe()
 	defer b2.Close()
 	out2 := make(chan []byte)
-	go writer(&Conn{nc: a2}, out2, done)
+	go (&Conn{nc: a2}).WriteQueue(out2, done)
 	close(out2)
 	b2.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := b2.Read(got); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
@@ -120,7 +120,7 @@ func TestRefusalIsReadAfterAFailedWrite(t *testing.T) {
 	out := make(chan []byte, 1)
 	done := make(chan struct{})
 	defer close(done)
-	go writer(c, out, done)
+	go c.WriteQueue(out, done)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if werr, _ := c.writeFailure(); werr != nil {

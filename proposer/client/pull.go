@@ -1,4 +1,4 @@
-package proposer
+package client
 
 import (
 	"bytes"
@@ -9,7 +9,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/safekeeper/safekeeper/proto"
@@ -64,13 +63,12 @@ func PeerState(ctx context.Context, addr string, tenant, timeline proto.ID, conn
 	if connectTimeout == 0 {
 		connectTimeout = 10 * time.Second
 	}
-	sc := SyncConfig{Safekeepers: []string{addr}, TenantID: tenant, TimelineID: timeline, ConnectTimeout: connectTimeout, Security: sec}
-	p := probeTimeline(ctx, &sc, addr)
+	p := ProbeTimeline(ctx, addr, tenant, timeline, sec, connectTimeout)
 	switch {
-	case p.missing:
+	case p.Missing:
 		return PeerTimeline{}, fmt.Errorf("%w: %s does not hold timeline %s/%s", ErrNoTimeline, addr, tenant, timeline)
-	case p.err != nil:
-		return PeerTimeline{}, p.err
+	case p.Err != nil:
+		return PeerTimeline{}, p.Err
 	}
 	var uuid proto.ID
 	if _, err := io.ReadFull(rand.Reader, uuid[:]); err != nil {
@@ -82,8 +80,8 @@ func PeerState(ctx context.Context, addr string, tenant, timeline proto.ID, conn
 		return PeerTimeline{}, err
 	}
 	defer c.Close()
-	if err := c.Send(&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: p.pgVersion, SystemID: p.systemID,
-		TenantID: tenant, TimelineID: timeline, PgTimeline: p.pgTimeline, WalSegSize: p.segSize, ProposerUUID: uuid}); err != nil {
+	if err := c.Send(&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: p.PgVersion, SystemID: p.SystemID,
+		TenantID: tenant, TimelineID: timeline, PgTimeline: p.PgTimeline, WalSegSize: p.SegSize, ProposerUUID: uuid}); err != nil {
 		return PeerTimeline{}, err
 	}
 	m, err := c.Recv(ctx)
@@ -101,8 +99,8 @@ func PeerState(ctx context.Context, addr string, tenant, timeline proto.ID, conn
 	if !ok {
 		return PeerTimeline{}, fmt.Errorf("%s: greeting followed by %T, want its slot table", addr, m)
 	}
-	pt := PeerTimeline{Addr: addr, Security: sec, Info: *info, SystemID: p.systemID, PgVersion: p.pgVersion, WalSegSize: p.segSize,
-		PgTimeline: p.pgTimeline, RemovedUpTo: p.removedTo, Slots: slots.Entries}
+	pt := PeerTimeline{Addr: addr, Security: sec, Info: *info, SystemID: p.SystemID, PgVersion: p.PgVersion, WalSegSize: p.SegSize,
+		PgTimeline: p.PgTimeline, RemovedUpTo: p.RemovedTo, Slots: slots.Entries}
 	if pt.PgTimeline > 1 {
 		if pt.PgHistory, err = peerHistory(ctx, &pt, tenant, timeline, connectTimeout); err != nil {
 			return PeerTimeline{}, err
@@ -116,34 +114,29 @@ func PeerState(ctx context.Context, addr string, tenant, timeline proto.ID, conn
 // timeline above 1 that holds none (58P01) is an error too: a copy of it
 // would refuse the promoted primary's proposer as the peer itself does.
 func peerHistory(ctx context.Context, p *PeerTimeline, tenant, timeline proto.ID, connectTimeout time.Duration) ([]byte, error) {
-	host, port, err := splitHostPort(p.Addr)
+	connStr, err := TimelineConnString(p.Addr, "pull", p.Security, tenant, timeline)
 	if err != nil {
 		return nil, err
 	}
-	sec, err := p.Security.params()
+	up, err := DialReplication(ctx, "peer safekeeper "+p.Addr, connStr, "timeline_pull", connectTimeout)
 	if err != nil {
 		return nil, err
 	}
-	connStr := fmt.Sprintf("host=%s port=%s user=pull %s options='-c tenant_id=%s -c timeline_id=%s'", host, port, sec, tenant, timeline)
-	up, err := dialUpstream(ctx, "peer safekeeper "+p.Addr, connStr, "timeline_pull", connectTimeout)
-	if err != nil {
-		return nil, err
-	}
-	defer up.close()
-	h, err := pglogrepl.TimelineHistory(ctx, up.pg, int32(p.PgTimeline))
+	defer up.Close()
+	h, err := up.TimelineHistory(ctx, p.PgTimeline)
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "58P01":
 		return nil, fmt.Errorf("%s is on PostgreSQL timeline %d but holds no history file for it; pull from a peer that does: %w", p.Addr, p.PgTimeline, err)
 	case err != nil:
 		return nil, fmt.Errorf("%s: TIMELINE_HISTORY %d: %w", p.Addr, p.PgTimeline, err)
-	case len(h.Content) > proto.MaxPgHistory:
-		return nil, fmt.Errorf("%s: TIMELINE_HISTORY %d: %d bytes, at most %d", p.Addr, p.PgTimeline, len(h.Content), proto.MaxPgHistory)
+	case len(h) > proto.MaxPgHistory:
+		return nil, fmt.Errorf("%s: TIMELINE_HISTORY %d: %d bytes, at most %d", p.Addr, p.PgTimeline, len(h), proto.MaxPgHistory)
 	}
-	if _, err := proto.ParsePgHistory(p.PgTimeline, h.Content); err != nil {
+	if _, err := proto.ParsePgHistory(p.PgTimeline, h); err != nil {
 		return nil, fmt.Errorf("%s: TIMELINE_HISTORY %d: %w", p.Addr, p.PgTimeline, err)
 	}
-	return bytes.Clone(h.Content), nil
+	return bytes.Clone(h), nil
 }
 
 // CopyWAL streams the peer's WAL [from, to) to deliver, chunk by chunk in
@@ -155,26 +148,21 @@ func CopyWAL(ctx context.Context, p *PeerTimeline, tenant, timeline proto.ID, fr
 	if connectTimeout == 0 {
 		connectTimeout = 10 * time.Second
 	}
-	host, port, err := splitHostPort(p.Addr)
+	connStr, err := TimelineConnString(p.Addr, "pull", p.Security, tenant, timeline)
 	if err != nil {
 		return err
 	}
-	sec, err := p.Security.params()
+	up, err := DialReplication(ctx, "peer safekeeper "+p.Addr, connStr, "timeline_pull", connectTimeout)
 	if err != nil {
 		return err
 	}
-	connStr := fmt.Sprintf("host=%s port=%s user=pull %s options='-c tenant_id=%s -c timeline_id=%s'", host, port, sec, tenant, timeline)
-	up, err := dialUpstream(ctx, "peer safekeeper "+p.Addr, connStr, "timeline_pull", connectTimeout)
-	if err != nil {
-		return err
-	}
-	defer up.close()
-	if err := up.startReplicationTerm(ctx, "", from, p.PgTimeline, p.Info.VotedFor.Term); err != nil {
+	defer up.Close()
+	if err := up.StartReplicationTerm(ctx, "", from, p.PgTimeline, p.Info.VotedFor.Term); err != nil {
 		return fmt.Errorf("%s: %w", p.Addr, err)
 	}
 	got := from
 	var derr error
-	err = up.forward(ctx, from, to, func(at proto.LSN, wal []byte) bool {
+	err = up.Forward(ctx, from, to, func(at proto.LSN, wal []byte) bool {
 		if at != got {
 			derr = fmt.Errorf("%s: WAL at %s, expected %s", p.Addr, at, got)
 			return false

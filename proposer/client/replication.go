@@ -1,4 +1,4 @@
-package proposer
+package client
 
 import (
 	"context"
@@ -16,26 +16,32 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 )
 
-// upstream is a physical replication connection to the primary.
-type upstream struct {
+// Replication is a physical replication connection (replication=true): to
+// the primary, or to a safekeeper's walsender (a catch-up from a peer,
+// sync's copy from the donor, wal fetch, timeline pull).
+type Replication struct {
 	pg *pgconn.PgConn
 }
 
-// upstreamInfo is what the primary says about itself.
-type upstreamInfo struct {
+// NewReplication wraps an established replication connection (for
+// instance one pgconn.Construct made of a hijacked socket).
+func NewReplication(pg *pgconn.PgConn) *Replication { return &Replication{pg: pg} }
+
+// SystemInfo is what the primary says about itself (Identify).
+type SystemInfo struct {
 	SystemID   uint64
 	Timeline   uint32
 	XLogPos    proto.LSN // the primary's flush position (IDENTIFY_SYSTEM)
 	SegSize    uint32
-	PgVersion  uint32 // server_version_num
-	RestartLSN proto.LSN
-	History    []byte // the history file of Timeline (> 1: a promoted primary)
+	PgVersion  uint32    // server_version_num
+	RestartLSN proto.LSN // the slot's (EnsureSlot), set by the caller
+	History    []byte    // the history file of Timeline (> 1: a promoted primary)
 }
 
-// dialUpstream opens a physical replication connection (replication=true)
+// DialReplication opens a physical replication connection (replication=true)
 // to peer, which names the server in errors: "primary", or "safekeeper
 // host:port" when sync reads from a safekeeper.
-func dialUpstream(ctx context.Context, peer, connStr, appName string, timeout time.Duration) (*upstream, error) {
+func DialReplication(ctx context.Context, peer, connStr, appName string, timeout time.Duration) (*Replication, error) {
 	pcfg, err := pgconn.ParseConfig(connStr)
 	if err != nil {
 		return nil, fmt.Errorf("proposer: %s connection string: %w", peer, err)
@@ -51,14 +57,15 @@ func dialUpstream(ctx context.Context, peer, connStr, appName string, timeout ti
 	if err != nil {
 		return nil, fmt.Errorf("proposer: connect to %s: %w", peer, err)
 	}
-	return &upstream{pg: pg}, nil
+	return &Replication{pg: pg}, nil
 }
 
-func (u *upstream) close() { u.pg.Close(context.Background()) }
+// Close closes the connection.
+func (u *Replication) Close() { u.pg.Close(context.Background()) }
 
-// flushPos returns the primary's current flush position (IDENTIFY_SYSTEM's
+// FlushPos returns the primary's current flush position (IDENTIFY_SYSTEM's
 // xlogpos). The connection must not be streaming.
-func (u *upstream) flushPos(ctx context.Context) (proto.LSN, error) {
+func (u *Replication) FlushPos(ctx context.Context) (proto.LSN, error) {
 	is, err := pglogrepl.IdentifySystem(ctx, u.pg)
 	if err != nil {
 		return 0, fmt.Errorf("proposer: IDENTIFY_SYSTEM: %w", err)
@@ -74,11 +81,11 @@ func (u *upstream) flushPos(ctx context.Context) (proto.LSN, error) {
 // primary).
 var ErrUpstreamInRecovery = errors.New("proposer: --upstream is a standby in recovery, not a primary: point it at the primary (or promote this server)")
 
-// identify runs IDENTIFY_SYSTEM and the SHOWs. A server in recovery says
+// Identify runs IDENTIFY_SYSTEM and the SHOWs. A server in recovery says
 // so at connection start (in_hot_standby, a ParameterStatus of PostgreSQL
 // 14 and later): ErrUpstreamInRecovery.
-func (u *upstream) identify(ctx context.Context) (upstreamInfo, error) {
-	var in upstreamInfo
+func (u *Replication) Identify(ctx context.Context) (SystemInfo, error) {
+	var in SystemInfo
 	if u.pg.ParameterStatus("in_hot_standby") == "on" {
 		return in, ErrUpstreamInRecovery
 	}
@@ -118,7 +125,7 @@ func (u *upstream) identify(ctx context.Context) (upstreamInfo, error) {
 	return in, nil
 }
 
-func (u *upstream) show(ctx context.Context, name string) (string, error) {
+func (u *Replication) show(ctx context.Context, name string) (string, error) {
 	res, err := u.pg.Exec(ctx, "SHOW "+name).ReadAll()
 	if err != nil {
 		return "", fmt.Errorf("proposer: SHOW %s: %w", name, err)
@@ -151,10 +158,10 @@ func parseSize(s string) (uint32, error) {
 	return uint32(n * mult), nil
 }
 
-// ensureSlot creates the physical slot with RESERVE_WAL, or reuses it
+// EnsureSlot creates the physical slot with RESERVE_WAL, or reuses it
 // (SQLSTATE 42710), and returns its restart_lsn (0 if the slot reserves
 // nothing).
-func (u *upstream) ensureSlot(ctx context.Context, name string) (proto.LSN, error) {
+func (u *Replication) EnsureSlot(ctx context.Context, name string) (proto.LSN, error) {
 	q := fmt.Sprintf("CREATE_REPLICATION_SLOT %s PHYSICAL RESERVE_WAL", quoteIdent(name))
 	res, err := u.pg.Exec(ctx, q).ReadAll()
 	var pe *pgconn.PgError
@@ -191,16 +198,16 @@ func parseLSNCol(b []byte) (proto.LSN, error) {
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
-// startReplication sends START_REPLICATION [SLOT s] PHYSICAL from TIMELINE
+// StartReplication sends START_REPLICATION [SLOT s] PHYSICAL from TIMELINE
 // tli and waits for CopyBothResponse.
-func (u *upstream) startReplication(ctx context.Context, slot string, from proto.LSN, tli uint32) error {
-	return u.startReplicationTerm(ctx, slot, from, tli, 0)
+func (u *Replication) StartReplication(ctx context.Context, slot string, from proto.LSN, tli uint32) error {
+	return u.StartReplicationTerm(ctx, slot, from, tli, 0)
 }
 
-// startReplicationTerm is startReplication with, for term > 0, a
+// StartReplicationTerm is StartReplication with, for term > 0, a
 // safekeeper's term-reader option (term 'N'): the safekeeper then serves WAL
 // up to its flush_lsn while it still votes in term N (docs/serving.md).
-func (u *upstream) startReplicationTerm(ctx context.Context, slot string, from proto.LSN, tli uint32, term uint64) error {
+func (u *Replication) StartReplicationTerm(ctx context.Context, slot string, from proto.LSN, tli uint32, term uint64) error {
 	q := "START_REPLICATION "
 	if slot != "" {
 		q += "SLOT " + quoteIdent(slot) + " "
@@ -231,55 +238,55 @@ func (u *upstream) startReplicationTerm(ctx context.Context, slot string, from p
 	}
 }
 
-// upstreamMsg is one message of the replication stream: XLogData (wal
-// non-nil, a private copy) or a keepalive.
-type upstreamMsg struct {
-	start          proto.LSN
-	wal            []byte
-	serverEnd      proto.LSN
-	replyRequested bool
+// StreamMsg is one message of the replication stream: XLogData (WAL
+// non-nil, a private copy, at Start) or a keepalive.
+type StreamMsg struct {
+	Start          proto.LSN
+	WAL            []byte
+	ServerEnd      proto.LSN
+	ReplyRequested bool
 }
 
-// recv returns the next XLogData or keepalive. The stream's end or an error
+// Recv returns the next XLogData or keepalive. The stream's end or an error
 // is an error.
-func (u *upstream) recv(ctx context.Context) (upstreamMsg, error) {
+func (u *Replication) Recv(ctx context.Context) (StreamMsg, error) {
 	for {
 		msg, err := u.pg.ReceiveMessage(ctx)
 		if err != nil {
-			return upstreamMsg{}, err
+			return StreamMsg{}, err
 		}
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if len(m.Data) == 0 {
-				return upstreamMsg{}, errors.New("proposer: empty CopyData from primary")
+				return StreamMsg{}, errors.New("proposer: empty CopyData from primary")
 			}
 			switch m.Data[0] {
 			case pglogrepl.XLogDataByteID:
 				x, err := pglogrepl.ParseXLogData(m.Data[1:])
 				if err != nil {
-					return upstreamMsg{}, err
+					return StreamMsg{}, err
 				}
 				// Copy: pgconn reuses the message buffer on the next receive.
-				return upstreamMsg{start: proto.LSN(x.WALStart), wal: append([]byte(nil), x.WALData...), serverEnd: proto.LSN(x.ServerWALEnd)}, nil
+				return StreamMsg{Start: proto.LSN(x.WALStart), WAL: append([]byte(nil), x.WALData...), ServerEnd: proto.LSN(x.ServerWALEnd)}, nil
 			case pglogrepl.PrimaryKeepaliveMessageByteID:
 				k, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
 				if err != nil {
-					return upstreamMsg{}, err
+					return StreamMsg{}, err
 				}
-				return upstreamMsg{serverEnd: proto.LSN(k.ServerWALEnd), replyRequested: k.ReplyRequested}, nil
+				return StreamMsg{ServerEnd: proto.LSN(k.ServerWALEnd), ReplyRequested: k.ReplyRequested}, nil
 			}
 		case *pgproto3.ErrorResponse:
-			return upstreamMsg{}, fmt.Errorf("proposer: primary: %w", pgconn.ErrorResponseToPgError(m))
+			return StreamMsg{}, fmt.Errorf("proposer: primary: %w", pgconn.ErrorResponseToPgError(m))
 		case *pgproto3.CopyDone:
-			return upstreamMsg{}, errors.New("proposer: primary ended the replication stream")
+			return StreamMsg{}, errors.New("proposer: primary ended the replication stream")
 		case *pgproto3.CommandComplete:
 			// A walsender ends its stream so when its server shuts down
 			// (WalSndDone: CommandComplete inside COPY mode).
-			return upstreamMsg{}, errors.New("proposer: primary ended the replication stream: it is shutting down")
+			return StreamMsg{}, errors.New("proposer: primary ended the replication stream: it is shutting down")
 		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
 		default:
 			// The message's protocol name, not the Go type's.
-			return upstreamMsg{}, fmt.Errorf("proposer: unexpected message %s on the replication stream", strings.TrimPrefix(fmt.Sprintf("%T", msg), "*pgproto3."))
+			return StreamMsg{}, fmt.Errorf("proposer: unexpected message %s on the replication stream", strings.TrimPrefix(fmt.Sprintf("%T", msg), "*pgproto3."))
 		}
 	}
 }
@@ -287,10 +294,10 @@ func (u *upstream) recv(ctx context.Context) (upstreamMsg, error) {
 // pgEpoch is PostgreSQL's time origin, 2000-01-01 00:00:00 UTC.
 var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// sendStatus sends a standby status update ('r'): write, flush and apply
+// SendStatus sends a standby status update ('r'): write, flush and apply
 // positions exactly as given (pglogrepl's helper would replace apply = 0 by
 // write, which would let remote_apply commits return early).
-func (u *upstream) sendStatus(write, flush, apply proto.LSN, now time.Time) error {
+func (u *Replication) SendStatus(write, flush, apply proto.LSN, now time.Time) error {
 	var b [1 + 8 + 8 + 8 + 8 + 1]byte
 	b[0] = 'r'
 	binary.BigEndian.PutUint64(b[1:], uint64(write))
@@ -304,37 +311,37 @@ func (u *upstream) sendStatus(write, flush, apply proto.LSN, now time.Time) erro
 	return u.pg.Frontend().SendUnbufferedEncodedCopyData(buf)
 }
 
-// forward reads the started replication stream from `from` and hands each
+// Forward reads the started replication stream from `from` and hands each
 // XLogData chunk to deliver, answering keepalives that ask for a reply with
 // write = received (flush 0: a forwarding stream never counts as a
 // synchronous standby). It stops when deliver returns false (nil), when the
 // stream reaches `to` (nil; 0 means never), or at the first error.
-func (u *upstream) forward(ctx context.Context, from, to proto.LSN, deliver func(start proto.LSN, wal []byte) bool) error {
+func (u *Replication) Forward(ctx context.Context, from, to proto.LSN, deliver func(start proto.LSN, wal []byte) bool) error {
 	received := from
 	for to == 0 || received < to {
-		m, err := u.recv(ctx)
+		m, err := u.Recv(ctx)
 		if err != nil {
 			return err
 		}
-		if m.wal == nil {
-			if m.replyRequested {
-				u.sendStatus(received, 0, 0, time.Now())
+		if m.WAL == nil {
+			if m.ReplyRequested {
+				u.SendStatus(received, 0, 0, time.Now())
 			}
 			continue
 		}
-		if !deliver(m.start, m.wal) {
+		if !deliver(m.Start, m.WAL) {
 			return nil
 		}
-		received = m.start + proto.LSN(len(m.wal))
+		received = m.Start + proto.LSN(len(m.WAL))
 	}
 	return nil
 }
 
-// handOff returns a deliver function for forward that passes each chunk to
+// HandOff returns a deliver function for Forward that passes each chunk to
 // post with a fresh ack channel and waits until the receiver closes it (it
 // has taken the chunk), which paces the stream to its consumer. It stops
 // the stream when post refuses or ctx ends.
-func handOff(ctx context.Context, post func(start proto.LSN, wal []byte, ack chan struct{}) bool) func(proto.LSN, []byte) bool {
+func HandOff(ctx context.Context, post func(start proto.LSN, wal []byte, ack chan struct{}) bool) func(proto.LSN, []byte) bool {
 	return func(start proto.LSN, wal []byte) bool {
 		ack := make(chan struct{})
 		if !post(start, wal, ack) {
@@ -347,4 +354,14 @@ func handOff(ctx context.Context, post func(start proto.LSN, wal []byte, ack cha
 			return false
 		}
 	}
+}
+
+// TimelineHistory reads the history file of PostgreSQL timeline tli
+// (TIMELINE_HISTORY). The connection must not be streaming.
+func (u *Replication) TimelineHistory(ctx context.Context, tli uint32) ([]byte, error) {
+	h, err := pglogrepl.TimelineHistory(ctx, u.pg, int32(tli))
+	if err != nil {
+		return nil, err
+	}
+	return h.Content, nil
 }
