@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/safekeeper/safekeeper/proposer"
+	"github.com/safekeeper/safekeeper/proposer/restore"
 )
 
 // Exit codes of `wal fetch`, by PostgreSQL's reading of a restore_command's:
@@ -106,9 +106,9 @@ func walFetchCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				f, err := proposer.Fetch(ctx, proposer.FetchConfig{Safekeepers: addrs, TenantID: tenant, TimelineID: timeline, Security: sec,
+				f, err := restore.Fetch(ctx, restore.FetchConfig{Safekeepers: addrs, TenantID: tenant, TimelineID: timeline, Security: sec,
 					Logger: log, SettleTimeout: c.Duration("settle-timeout")}, name)
-				if errors.Is(err, proposer.ErrNotFound) {
+				if errors.Is(err, restore.ErrNotFound) {
 					return fetchExit{err: err, code: exitFetchNotFound}
 				}
 				if err != nil {

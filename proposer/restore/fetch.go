@@ -1,4 +1,4 @@
-package proposer
+package restore
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proposer/client"
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -38,10 +39,10 @@ type FetchConfig struct {
 	ConnectTimeout time.Duration
 	// Security: how to connect to the safekeepers (sslmode, sslrootcert,
 	// password).
-	Security Security
+	Security client.Security
 	// ProposerLease: a proposer that streamed (WAL or a heartbeat, every
 	// 200 ms by default) to a safekeeper this recently and is still
-	// connected is live. Default DefaultProposerLease.
+	// connected is live. Default proposer.DefaultProposerLease.
 	ProposerLease time.Duration
 	// SettleTimeout bounds the wait for a live proposer to bring
 	// commit_lsn up to the WAL a quorum holds. Default 10 s.
@@ -79,8 +80,8 @@ var (
 // end is settled first: when a quorum holds WAL above commit_lsn (the
 // primary died before the proposer told the safekeepers the last
 // commit_lsn), a live proposer is waited for (cfg.SettleTimeout) to commit
-// it; with none live, Fetch runs Sync to commit it itself, as `safekeeper
-// sync` would. A segment at or past the end, of another PostgreSQL
+// it; with none live, Fetch runs proposer.Sync to commit it itself, as
+// `safekeeper sync` would. A segment at or past the end, of another PostgreSQL
 // timeline, or a history file the safekeepers do not hold is ErrNotFound.
 // Everything else is an error that must stop recovery rather than end it
 // (no quorum answered, the timeline is not there, the segment was removed,
@@ -93,7 +94,7 @@ func Fetch(ctx context.Context, cfg FetchConfig, name string) (Fetched, error) {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
 	if cfg.ProposerLease == 0 {
-		cfg.ProposerLease = DefaultProposerLease
+		cfg.ProposerLease = proposer.DefaultProposerLease
 	}
 	if cfg.SettleTimeout == 0 {
 		cfg.SettleTimeout = 10 * time.Second
@@ -106,7 +107,7 @@ func Fetch(ctx context.Context, cfg FetchConfig, name string) (Fetched, error) {
 	if seg == nil && hist == nil {
 		return Fetched{}, fmt.Errorf("proposer: %q is not a WAL segment (TTTTTTTTXXXXXXXXYYYYYYYY) or history file (TTTTTTTT.history) name", name)
 	}
-	f := fetcher{cfg: cfg, sc: SyncConfig{Safekeepers: cfg.Safekeepers, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID,
+	f := fetcher{cfg: cfg, sc: proposer.SyncConfig{Safekeepers: cfg.Safekeepers, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID,
 		Logger: cfg.Logger, ConnectTimeout: cfg.ConnectTimeout, Security: cfg.Security}}
 	holders, err := f.probe(ctx)
 	if err != nil {
@@ -205,12 +206,12 @@ func (f *fetcher) history(ctx context.Context, holders []client.Probe, n uint32)
 
 type fetcher struct {
 	cfg FetchConfig
-	sc  SyncConfig
+	sc  proposer.SyncConfig
 }
 
 // probe asks every safekeeper TIMELINE_STATUS at once and returns those
-// that hold the timeline, or an error: ErrNoTimeline when a quorum
-// answered that they do not hold it, else ErrNoQuorum when no holder
+// that hold the timeline, or an error: proposer.ErrNoTimeline when a quorum
+// answered that they do not hold it, else proposer.ErrNoQuorum when no holder
 // answered.
 func (f *fetcher) probe(ctx context.Context) ([]client.Probe, error) {
 	probes := make([]client.Probe, len(f.cfg.Safekeepers))
@@ -219,7 +220,7 @@ func (f *fetcher) probe(ctx context.Context) ([]client.Probe, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			probes[i] = probeTimeline(ctx, &f.sc, addr)
+			probes[i] = client.ProbeTimeline(ctx, addr, f.cfg.TenantID, f.cfg.TimelineID, f.cfg.Security, f.cfg.ConnectTimeout)
 		}()
 	}
 	wg.Wait()
@@ -244,13 +245,13 @@ func (f *fetcher) probe(ctx context.Context) ([]client.Probe, error) {
 		return holders, nil
 	}
 	if len(missing) >= len(f.cfg.Safekeepers)/2+1 {
-		return nil, fmt.Errorf("%w: timeline %s is not on %s", ErrNoTimeline, tl, strings.Join(missing, ", "))
+		return nil, fmt.Errorf("%w: timeline %s is not on %s", proposer.ErrNoTimeline, tl, strings.Join(missing, ", "))
 	}
 	msg := fmt.Sprintf("no safekeeper holding timeline %s answered", tl)
 	if len(missing) > 0 {
 		msg += fmt.Sprintf("; it is not on %s", strings.Join(missing, ", "))
 	}
-	return nil, fmt.Errorf("%w: %s: %v", ErrNoQuorum, msg, errors.Join(errs...))
+	return nil, fmt.Errorf("%w: %s: %v", proposer.ErrNoQuorum, msg, errors.Join(errs...))
 }
 
 func maxCommit(ps []client.Probe) proto.LSN {
@@ -284,12 +285,12 @@ func (f *fetcher) quorumFlush(ps []client.Probe) proto.LSN {
 // acknowledged WAL is on a quorum, and a quorum of answers includes one of
 // them. When the safekeepers hold WAL above commit_lsn, a live proposer
 // (streaming to one of them in the current term) is given
-// cfg.SettleTimeout to commit it; with none, Sync commits it.
+// cfg.SettleTimeout to commit it; with none, proposer.Sync commits it.
 func (f *fetcher) settle(ctx context.Context, holders []client.Probe) (proto.LSN, bool, error) {
 	quorum := len(f.cfg.Safekeepers)/2 + 1
 	if len(holders) < quorum {
 		return 0, false, fmt.Errorf("%w: %d of %d safekeepers hold the timeline and answered; the end of its WAL needs %d",
-			ErrNoQuorum, len(holders), len(f.cfg.Safekeepers), quorum)
+			proposer.ErrNoQuorum, len(holders), len(f.cfg.Safekeepers), quorum)
 	}
 	target := f.quorumFlush(holders)
 	commit := maxCommit(holders)
@@ -335,7 +336,7 @@ func (f *fetcher) settle(ctx context.Context, holders []client.Probe) (proto.LSN
 	sc := f.sc
 	sc.Force = true // no proposer is live: settle checked
 	sc.SystemID, sc.PgVersion, sc.WalSegSize, sc.PgTimeline = holders[0].SystemID, holders[0].PgVersion, holders[0].SegSize, holders[0].PgTimeline
-	end, err := Sync(ctx, sc)
+	end, err := proposer.Sync(ctx, sc)
 	if err != nil {
 		return 0, false, fmt.Errorf("committing the WAL above commit_lsn %s: %w", commit, err)
 	}
