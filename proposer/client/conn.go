@@ -20,8 +20,8 @@ import (
 var ErrStreamEnded = errors.New("proposer: safekeeper ended the WAL push stream")
 
 // Conn is a proposer's START_WAL_PUSH stream to one safekeeper: the client
-// side of the WAL push protocol (README_PROTO.md). Send and Recv may be used from two
-// goroutines at once (one each); Close from any.
+// side of the WAL push protocol (README_PROTO.md). Send and Recv may be
+// used from two goroutines at once (one each); Close from any.
 //
 // Once the stream is in CopyBoth the connection is hijacked from pgconn:
 // pgconn is not safe for a concurrent reader and writer (on a read error it
@@ -315,15 +315,15 @@ func TimelineConnString(addr, user string, sec Security, tenant, timeline proto.
 		host, port, user, params, tenant, timeline), nil
 }
 
-// WriteQueue sends payloads queued on out, one socket write per burst, until out is
-// closed — the owner is done with the connection (it dropped it, or it
-// ended): what was queued is sent, then the connection is closed, so its
+// WriteQueue sends payloads queued on out, one socket write per burst, until
+// out is closed — the owner is done with the connection (it dropped it, or
+// it ended): what was queued is sent, then the connection is closed, so its
 // reader ends and the link reconnects — or done is (the owner is gone: its
-// last events may never have been read, so nobody would close out). After
-// a write error it leaves the connection open for the reader, which reads
-// what the safekeeper said before it closed (its FATAL, the root cause)
-// and then reports the end (Conn.Recv); it drains out until it is closed
-// or done is, and then closes the connection.
+// last events may never have been read, so nobody would close out). After a
+// write error it leaves the connection open for the reader, which reads what
+// the safekeeper said before it closed (its FATAL, the root cause) and then
+// reports the end (Conn.Recv); it drains out until it is closed or done is,
+// and then closes the connection.
 func (c *Conn) WriteQueue(out chan []byte, done <-chan struct{}) {
 	for {
 		var p []byte
