@@ -8,6 +8,7 @@ import (
 
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/server/httpapi"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -35,13 +36,8 @@ var errTimelineDeleted = pgwire.Errorf(pgwire.AdminShutdown, "terminating connec
 // cut to end before it closes their sockets.
 const deleteWait = 5 * time.Second
 
-// DeleteResult is what a delete found, in Neon's names.
-type DeleteResult struct {
-	// DirExisted: the timeline was stored.
-	DirExisted bool `json:"dir_existed"`
-	// WasActive: connections were ended (force).
-	WasActive bool `json:"was_active"`
-}
+// DeleteResult is what a delete found (the API's answer).
+type DeleteResult = httpapi.DeleteResult
 
 // bind counts pc as a connection of t (a proposer's stream, a reader's
 // commands); delete refuses or ends them. It fails once t is being

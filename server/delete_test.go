@@ -16,6 +16,7 @@ import (
 
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/server/httpapi"
 )
 
 func httpDo(t *testing.T, method, url string, v any) int {
@@ -76,7 +77,7 @@ func TestDeleteTimeline(t *testing.T) {
 	before := p.pos
 	p.push(5, 1000, 0)
 	st.readWAL(before, p.pos)
-	var tl timelineJSON
+	var tl httpapi.Timeline
 	if code := getJSON(t, url, &tl); code != 200 || tl.FlushLSN != p.pos || tl.Proposer == nil || len(tl.Readers) != 1 {
 		t.Fatalf("after the refused delete: %d %+v", code, tl)
 	}
@@ -112,7 +113,7 @@ func TestDeleteTimeline(t *testing.T) {
 		if code := getJSON(t, url, &e); code != 404 {
 			t.Fatalf("%s: GET of the deleted timeline %d %v, want 404", when, code, e)
 		}
-		var list []timelineSummary
+		var list []httpapi.TimelineSummary
 		if getJSON(t, base+"/v1/tenant/timeline", &list); len(list) != 1 || list[0].TimelineID != other.String() {
 			t.Fatalf("%s: timelines %+v, want only %s", when, list, other)
 		}
@@ -163,7 +164,7 @@ func TestDeleteTimeline(t *testing.T) {
 	if code := httpDo(t, "DELETE", fmt.Sprintf("%s/v1/tenant/%s", base, tTenant), &all); code != 200 || len(all) != 2 {
 		t.Fatalf("DELETE tenant: %d %v", code, all)
 	}
-	var list []timelineSummary
+	var list []httpapi.TimelineSummary
 	if getJSON(t, base+"/v1/tenant/timeline", &list); len(list) != 0 {
 		t.Fatalf("after the tenant delete: %+v", list)
 	}
@@ -251,7 +252,7 @@ func TestDeleteTenantWithoutForceIsAllOrNothing(t *testing.T) {
 	if code := httpDo(t, "DELETE", url, &e); code != http.StatusConflict || e["code"] != "busy" || !strings.Contains(e["error"], "has 1 connection (a proposer or a reader); end it or delete with force") {
 		t.Fatalf("DELETE of the tenant with a reader on %s: %d %v, want 409 busy naming 1 connection", busy, code, e)
 	}
-	var list []timelineSummary
+	var list []httpapi.TimelineSummary
 	if getJSON(t, base+"/v1/tenant/timeline", &list); len(list) != 2 {
 		t.Fatalf("timelines after the refused delete: %+v, want both", list)
 	}

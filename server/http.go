@@ -19,6 +19,7 @@ import (
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/server/httpapi"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -66,7 +67,7 @@ func writeError(w http.ResponseWriter, err error) {
 	default:
 		ae = &apiError{status: http.StatusInternalServerError, code: "internal", msg: err.Error()}
 	}
-	writeJSON(w, ae.status, map[string]string{"error": pgwire.ClientText(ae.msg), "code": ae.code})
+	writeJSON(w, ae.status, httpapi.ErrorBody{Code: ae.code, Error: pgwire.ClientText(ae.msg)})
 }
 
 func newHTTPAPI(s *Server, ln net.Listener) *httpAPI {
@@ -139,46 +140,17 @@ func (a *httpAPI) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-type statusJSON struct {
-	ID             uint64  `json:"id"`
-	Version        string  `json:"version"`
-	UptimeSeconds  float64 `json:"uptime_seconds"`
-	DataDir        string  `json:"data_dir"`
-	ListenPG       string  `json:"listen_pg"`
-	ListenHTTP     string  `json:"listen_http"`
-	Timelines      int     `json:"timelines"`
-	DiskUsageBytes int64   `json:"disk_usage_bytes"`
-	DiskFreeBytes  uint64  `json:"disk_free_bytes"`
-	// WALRefused is the disk circuit breaker while it refuses new WAL
-	// (53100, /readyz 503); null while WAL is taken.
-	WALRefused *walRefusedJSON `json:"wal_refused"`
-}
-
-// walRefusedJSON is why the disk circuit breaker refuses new WAL.
-type walRefusedJSON struct {
-	// Reason is min_free_disk (the file system's free space, with the free
-	// pages inside the database file, is below --min-free-disk or its auto
-	// reserve) or max_disk_usage (the database file's pages in use reached
-	// --max-disk-usage).
-	Reason string `json:"reason"`
-	// Detail is the reading in words, with the numbers: the 53100
-	// message proposers get.
-	Detail string `json:"detail"`
-	// Since is when the breaker tripped (RFC 3339, UTC).
-	Since time.Time `json:"since"`
-}
-
 func (a *httpAPI) status(w http.ResponseWriter, r *http.Request) {
 	keys, err := a.s.db.Timelines()
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	st := statusJSON{ID: a.s.cfg.NodeID, Version: Version, UptimeSeconds: time.Since(a.started).Seconds(),
+	st := httpapi.Status{ID: a.s.cfg.NodeID, Version: Version, UptimeSeconds: time.Since(a.started).Seconds(),
 		DataDir: a.s.cfg.DataDir, ListenPG: a.s.Addr().String(), ListenHTTP: a.ln.Addr().String(), Timelines: len(keys),
 		DiskUsageBytes: a.s.db.FileSize()}
 	if r := a.s.walRefusal(); r != nil {
-		st.WALRefused = &walRefusedJSON{Reason: r.reason, Detail: r.why, Since: r.since.UTC()}
+		st.WALRefused = &httpapi.WALRefused{Reason: r.reason, Detail: r.why, Since: r.since.UTC()}
 	}
 	var fs unix.Statfs_t
 	if unix.Statfs(a.s.cfg.DataDir, &fs) == nil {
@@ -187,103 +159,23 @@ func (a *httpAPI) status(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// timelineSummary is one line of GET /v1/tenant/timeline.
-type timelineSummary struct {
-	TenantID    string    `json:"tenant_id"`
-	TimelineID  string    `json:"timeline_id"`
-	Term        uint64    `json:"term"`
-	PgTimeline  uint32    `json:"pg_timeline"`
-	FlushLSN    proto.LSN `json:"flush_lsn"`
-	CommitLSN   proto.LSN `json:"commit_lsn"`
-	RemovedUpTo proto.LSN `json:"removed_up_to"`
-}
-
 func (a *httpAPI) timelines(w http.ResponseWriter, r *http.Request) {
 	keys, err := a.s.db.Timelines()
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	out := []timelineSummary{}
+	out := []httpapi.TimelineSummary{}
 	for _, k := range keys {
 		tl, err := a.s.timelineByKey(k)
 		if err != nil {
 			continue // deleted meanwhile
 		}
 		st, _ := tl.Status()
-		out = append(out, timelineSummary{TenantID: k.TenantID.String(), TimelineID: k.TimelineID.String(), Term: st.VotedFor.Term,
+		out = append(out, httpapi.TimelineSummary{TenantID: k.TenantID.String(), TimelineID: k.TimelineID.String(), Term: st.VotedFor.Term,
 			PgTimeline: st.PgTimeline, FlushLSN: st.FlushLSN, CommitLSN: st.CommitLSN, RemovedUpTo: max(st.RemovedUpTo, tl.store.RemovedUpTo())})
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-type termSwitchJSON struct {
-	Term     uint64    `json:"term"`
-	StartLSN proto.LSN `json:"start_lsn"`
-}
-
-type proposerJSON struct {
-	Address string    `json:"address"`
-	Term    uint64    `json:"term"`
-	Since   time.Time `json:"since"`
-	// WriteLSN is the end of the WAL it sent, CommitLSN the commit_lsn it
-	// last sent: what it reports to its primary as write_lsn and
-	// flush_lsn (pg_stat_replication there).
-	WriteLSN    proto.LSN `json:"write_lsn"`
-	CommitLSN   proto.LSN `json:"commit_lsn"`
-	LastPushAge float64   `json:"last_push_age_seconds"`
-}
-
-type readerJSON struct {
-	Kind            string    `json:"kind"`
-	Address         string    `json:"address"`
-	ApplicationName string    `json:"application_name"`
-	Slot            string    `json:"slot,omitempty"`
-	Since           time.Time `json:"since"`
-	SentLSN         proto.LSN `json:"sent_lsn"`
-	WriteLSN        proto.LSN `json:"write_lsn"`
-	FlushLSN        proto.LSN `json:"flush_lsn"`
-	ApplyLSN        proto.LSN `json:"apply_lsn"`
-	LagBytes        uint64    `json:"lag_bytes"`
-	// The lags in time as pg_stat_replication's write_lag, flush_lag and
-	// replay_lag (lag.go); null when not measured or cleared.
-	WriteLag  *float64   `json:"write_lag_seconds"`
-	FlushLag  *float64   `json:"flush_lag_seconds"`
-	ReplayLag *float64   `json:"replay_lag_seconds"`
-	LastReply *time.Time `json:"last_reply,omitempty"`
-}
-
-type slotJSON struct {
-	Name       string    `json:"slot_name"`
-	Temporary  bool      `json:"temporary"`
-	Active     bool      `json:"active"`
-	RestartLSN proto.LSN `json:"restart_lsn"`
-}
-
-type timelineJSON struct {
-	TenantID            string           `json:"tenant_id"`
-	TimelineID          string           `json:"timeline_id"`
-	Term                uint64           `json:"term"`
-	VotedFor            string           `json:"voted_for"`
-	LastLogTerm         uint64           `json:"last_log_term"`
-	TermHistory         []termSwitchJSON `json:"term_history"`
-	TimelineStartLSN    proto.LSN        `json:"timeline_start_lsn"`
-	FlushLSN            proto.LSN        `json:"flush_lsn"`
-	CommitLSN           proto.LSN        `json:"commit_lsn"`
-	TruncateLSN         proto.LSN        `json:"truncate_lsn"`
-	RemovedUpTo         proto.LSN        `json:"removed_up_to"`
-	WALStartLSN         proto.LSN        `json:"wal_start_lsn"` // the first byte stored
-	WALBytes            uint64           `json:"wal_bytes"`     // stored: flush_lsn - wal_start_lsn
-	RemoteConsistentLSN proto.LSN        `json:"remote_consistent_lsn"`
-	RetentionHorizon    proto.LSN        `json:"retention_horizon"`
-	RetentionReason     string           `json:"retention_reason"`
-	PgVersion           uint32           `json:"pg_version"`
-	PgTimeline          uint32           `json:"pg_timeline"`
-	SystemID            uint64           `json:"system_id,string"`
-	WalSegSize          uint32           `json:"wal_seg_size"`
-	Proposer            *proposerJSON    `json:"proposer"`
-	Readers             []readerJSON     `json:"readers"`
-	Slots               []slotJSON       `json:"slots"`
 }
 
 // pathKey parses the path's tenant_id and timeline_id.
@@ -382,29 +274,31 @@ func (a *httpAPI) timeline(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, a.describe(tl))
 }
 
-func (a *httpAPI) describe(tl *timeline) timelineJSON {
+func (a *httpAPI) describe(tl *timeline) httpapi.Timeline {
 	st, _ := tl.Status()
 	ret := tl.retention()
-	out := timelineJSON{
-		TenantID: st.TenantID.String(), TimelineID: st.TimelineID.String(), Term: st.VotedFor.Term, VotedFor: st.VotedFor.String(),
-		LastLogTerm: st.LastLogTerm(), TimelineStartLSN: st.TimelineStartLSN, FlushLSN: st.FlushLSN, CommitLSN: st.CommitLSN,
-		TruncateLSN: st.TruncateLSN, RemovedUpTo: max(st.RemovedUpTo, tl.store.RemovedUpTo()), RetentionHorizon: ret.Horizon,
-		RetentionReason: ret.Reason, PgVersion: st.PgVersion, PgTimeline: st.PgTimeline, SystemID: st.SystemID, WalSegSize: st.WalSegSize,
-		TermHistory: []termSwitchJSON{}, Readers: []readerJSON{}, Slots: []slotJSON{},
+	out := httpapi.Timeline{
+		TimelineState: httpapi.TimelineState{
+			TenantID: st.TenantID.String(), TimelineID: st.TimelineID.String(), Term: st.VotedFor.Term, VotedFor: st.VotedFor.String(),
+			LastLogTerm: st.LastLogTerm(), TimelineStartLSN: st.TimelineStartLSN, FlushLSN: st.FlushLSN, CommitLSN: st.CommitLSN,
+			TruncateLSN: st.TruncateLSN, RemovedUpTo: max(st.RemovedUpTo, tl.store.RemovedUpTo()), TermHistory: []httpapi.TermSwitch{},
+		},
+		RetentionHorizon: ret.Horizon, RetentionReason: ret.Reason, PgVersion: st.PgVersion, PgTimeline: st.PgTimeline,
+		SystemID: st.SystemID, WalSegSize: st.WalSegSize, Readers: []httpapi.Reader{}, Slots: []httpapi.Slot{},
 	}
 	out.WALStartLSN, out.WALBytes = storedWAL(st, out.RemovedUpTo)
 	for _, e := range st.History {
-		out.TermHistory = append(out.TermHistory, termSwitchJSON{Term: e.Term, StartLSN: e.StartLSN})
+		out.TermHistory = append(out.TermHistory, httpapi.TermSwitch{Term: e.Term, StartLSN: e.StartLSN})
 	}
 	if p := tl.pushStatus(); p.connected {
-		out.Proposer = &proposerJSON{Address: p.addr, Term: p.term, Since: p.since, WriteLSN: p.end, CommitLSN: p.commit, LastPushAge: time.Since(p.at).Seconds()}
+		out.Proposer = &httpapi.Proposer{Address: p.addr, Term: p.term, Since: p.since, WriteLSN: p.end, CommitLSN: p.commit, LastPushAge: time.Since(p.at).Seconds()}
 	}
 	r := tl.repl
 	r.mu.Lock()
 	out.RemoteConsistentLSN = r.remoteConsistent
 	for rd := range r.readers {
 		rd.mu.Lock()
-		j := readerJSON{Kind: rd.kind(), Address: rd.addr, ApplicationName: rd.appName, Slot: rd.slot, Since: rd.since,
+		j := httpapi.Reader{Kind: rd.kind(), Address: rd.addr, ApplicationName: rd.appName, Slot: rd.slot, Since: rd.since,
 			SentLSN: rd.position(), WriteLSN: rd.status.Write, FlushLSN: rd.status.Flush, ApplyLSN: rd.status.Apply,
 			WriteLag: rd.lags.seconds(0), FlushLag: rd.lags.seconds(1), ReplayLag: rd.lags.seconds(2),
 			LagBytes: rd.lagBytes(st.CommitLSN)}
@@ -416,7 +310,7 @@ func (a *httpAPI) describe(tl *timeline) timelineJSON {
 		out.Readers = append(out.Readers, j)
 	}
 	for _, s := range r.slots {
-		out.Slots = append(out.Slots, slotJSON{Name: s.Name, Temporary: s.temporary, Active: s.active != 0, RestartLSN: s.RestartLSN})
+		out.Slots = append(out.Slots, httpapi.Slot{Name: s.Name, Temporary: s.temporary, Active: s.active != 0, RestartLSN: s.RestartLSN})
 	}
 	r.mu.Unlock()
 	sort.Slice(out.Readers, func(i, j int) bool { return out.Readers[i].Since.Before(out.Readers[j].Since) })

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/server/httpapi"
 )
 
 func getJSON(t *testing.T, url string, v any) int {
@@ -70,7 +71,7 @@ func TestHTTPAPI(t *testing.T) {
 	if code := getJSON(t, base+"/readyz", &ok); code != 200 {
 		t.Fatalf("/readyz %d %v", code, ok)
 	}
-	var status statusJSON
+	var status httpapi.Status
 	if code := getJSON(t, base+"/v1/status", &status); code != 200 || status.ID != 1 || status.Timelines != 1 || status.ListenPG != addr ||
 		status.DiskUsageBytes <= 0 || status.DiskFreeBytes == 0 {
 		t.Fatalf("/v1/status %d %+v", code, status)
@@ -79,7 +80,7 @@ func TestHTTPAPI(t *testing.T) {
 	if code := getJSON(t, base+"/v1/tenant/timeline", &list); code != 200 || len(list) != 1 || list[0]["flush_lsn"] != p.pos.String() {
 		t.Fatalf("/v1/tenant/timeline %d %v", code, list)
 	}
-	var tl timelineJSON
+	var tl httpapi.Timeline
 	url := fmt.Sprintf("%s/v1/tenant/%s/timeline/%s", base, tTenant, tTimeline)
 	if code := getJSON(t, url, &tl); code != 200 {
 		t.Fatalf("%s: %d", url, code)
@@ -344,7 +345,7 @@ func TestRetainedWALGaugeMatchesTimelineDetail(t *testing.T) {
 		return statusOf(t, s).RemovedUpTo == tStart+tSeg
 	})
 
-	var tl timelineJSON
+	var tl httpapi.Timeline
 	url := fmt.Sprintf("http://%s/v1/tenant/%s/timeline/%s", s.HTTPAddr(), tTenant, tTimeline)
 	if code := getJSON(t, url, &tl); code != 200 {
 		t.Fatalf("%s: %d", url, code)

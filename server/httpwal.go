@@ -8,6 +8,7 @@ import (
 
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/server/httpapi"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -22,9 +23,7 @@ import (
 // maxWALStreams answers at once).
 
 const (
-	walStartHeader = "X-Wal-Start"
-	walEndHeader   = "X-Wal-End"
-	walReadChunk   = 1 << 20
+	walReadChunk = 1 << 20
 	// maxWALStreams bounds the GET .../wal answers under way at once.
 	// Each holds a read buffer of walReadChunk and may take long (a slow
 	// client of a large range): without a bound, clients could make the
@@ -108,8 +107,8 @@ func (a *httpAPI) wal(w http.ResponseWriter, r *http.Request) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
-	h.Set(walStartHeader, start.String())
-	h.Set(walEndHeader, end.String())
+	h.Set(httpapi.WALStartHeader, start.String())
+	h.Set(httpapi.WALEndHeader, end.String())
 	h.Set("Content-Length", strconv.FormatUint(uint64(end-start), 10))
 	w.WriteHeader(http.StatusOK)
 	// Each ReadWAL is its own short read transaction, copied out: nothing

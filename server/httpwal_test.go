@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/server/httpapi"
 )
 
 // TestHTTPWAL: GET .../wal serves the timeline's WAL bytes as pushed, by
@@ -56,7 +57,7 @@ func TestHTTPWAL(t *testing.T) {
 	} {
 		resp, b := get(c.query)
 		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/octet-stream" ||
-			resp.Header.Get(walStartHeader) != c.start.String() || resp.Header.Get(walEndHeader) != c.end.String() ||
+			resp.Header.Get(httpapi.WALStartHeader) != c.start.String() || resp.Header.Get(httpapi.WALEndHeader) != c.end.String() ||
 			resp.ContentLength != int64(c.end-c.start) || !bytes.Equal(b, wal[c.start-tStart:c.end-tStart]) {
 			t.Errorf("GET wal%s: %d %v, %d bytes; want %s..%s as pushed", c.query, resp.StatusCode, resp.Header, len(b), c.start, c.end)
 		}

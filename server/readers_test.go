@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/server/httpapi"
 )
 
 // TestReaderLagCountsFromStreamStartUntilReported: a reader's lag is
@@ -47,7 +48,7 @@ func TestReaderLagCountsFromStreamStartUntilReported(t *testing.T) {
 	url := fmt.Sprintf("http://%s/v1/tenant/%s/timeline/%s", s.HTTPAddr(), tTenant, tTimeline)
 	check := func(when string, want uint64) {
 		t.Helper()
-		var tl timelineJSON
+		var tl httpapi.Timeline
 		if code := getJSON(t, url, &tl); code != 200 || len(tl.Readers) != 1 || tl.CommitLSN != committed {
 			t.Fatalf("%s: %d, commit_lsn %s (want %s), readers %+v", when, code, tl.CommitLSN, committed, tl.Readers)
 		}

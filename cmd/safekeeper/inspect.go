@@ -12,50 +12,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/server/httpapi"
 	"github.com/safekeeper/safekeeper/storage"
 )
-
-// inspectJSON is `safekeeper inspect --json`.
-type inspectJSON struct {
-	DataDir   string         `json:"data_dir"`
-	NodeID    *uint64        `json:"node_id"`
-	FileBytes int64          `json:"file_bytes"`
-	Timelines []inspectedTLI `json:"timelines"`
-}
-
-type inspectedTLI struct {
-	TenantID         string           `json:"tenant_id"`
-	TimelineID       string           `json:"timeline_id"`
-	Term             uint64           `json:"term"`
-	VotedFor         string           `json:"voted_for"`
-	LastLogTerm      uint64           `json:"last_log_term"`
-	TermHistory      []termSwitchJSON `json:"term_history"`
-	TimelineStartLSN proto.LSN        `json:"timeline_start_lsn"`
-	FlushLSN         proto.LSN        `json:"flush_lsn"`
-	CommitLSN        proto.LSN        `json:"commit_lsn"`
-	TruncateLSN      proto.LSN        `json:"truncate_lsn"`
-	RemovedUpTo      proto.LSN        `json:"removed_up_to"`
-	WALStartLSN      proto.LSN        `json:"wal_start_lsn"`
-	WALEndLSN        proto.LSN        `json:"wal_end_lsn"`
-	WALBytes         uint64           `json:"wal_bytes"`
-	PgVersion        uint32           `json:"pg_version"`
-	PgTimeline       uint32           `json:"pg_timeline"`
-	PgHistory        string           `json:"pg_history,omitempty"`
-	SystemID         uint64           `json:"system_id,string"`
-	WalSegSize       uint32           `json:"wal_seg_size"`
-	Slots            []inspectedSlot  `json:"slots"`
-}
-
-type termSwitchJSON struct {
-	Term     uint64    `json:"term"`
-	StartLSN proto.LSN `json:"start_lsn"`
-}
-
-type inspectedSlot struct {
-	Name       string    `json:"slot_name"`
-	RestartLSN proto.LSN `json:"restart_lsn"`
-	RestartTLI uint32    `json:"restart_tli"`
-}
 
 func inspectCommand() *cli.Command {
 	return &cli.Command{
@@ -109,7 +68,7 @@ func inspectCommand() *cli.Command {
 }
 
 // inspect reads dir's database read-only.
-func inspect(dir string, tenant, timeline *proto.ID) (*inspectJSON, error) {
+func inspect(dir string, tenant, timeline *proto.ID) (*httpapi.Inspection, error) {
 	path := filepath.Join(dir, "safekeeper.db")
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -124,7 +83,7 @@ func inspect(dir string, tenant, timeline *proto.ID) (*inspectJSON, error) {
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
 	defer db.Close()
-	out := &inspectJSON{DataDir: dir, FileBytes: fi.Size(), Timelines: []inspectedTLI{}}
+	out := &httpapi.Inspection{DataDir: dir, FileBytes: fi.Size(), Timelines: []httpapi.StoredTimeline{}}
 	if id, ok, err := db.NodeID(); err != nil {
 		return nil, fmt.Errorf("inspect: %w", err)
 	} else if ok {
@@ -142,15 +101,17 @@ func inspect(dir string, tenant, timeline *proto.ID) (*inspectJSON, error) {
 		if err != nil {
 			return nil, fmt.Errorf("inspect: timeline %s: %w", k, err)
 		}
-		j := inspectedTLI{
-			TenantID: k.TenantID.String(), TimelineID: k.TimelineID.String(), Term: st.VotedFor.Term, VotedFor: st.VotedFor.String(),
-			LastLogTerm: st.LastLogTerm(), TermHistory: []termSwitchJSON{}, TimelineStartLSN: st.TimelineStartLSN, FlushLSN: st.FlushLSN,
-			CommitLSN: st.CommitLSN, TruncateLSN: st.TruncateLSN, RemovedUpTo: max(st.RemovedUpTo, tl.RemovedUpTo()), WALEndLSN: tl.EndLSN(),
-			PgVersion: st.PgVersion, PgTimeline: st.PgTimeline, PgHistory: string(st.PgHistory), SystemID: st.SystemID,
-			WalSegSize: st.WalSegSize, Slots: []inspectedSlot{},
+		j := httpapi.StoredTimeline{
+			TimelineState: httpapi.TimelineState{
+				TenantID: k.TenantID.String(), TimelineID: k.TimelineID.String(), Term: st.VotedFor.Term, VotedFor: st.VotedFor.String(),
+				LastLogTerm: st.LastLogTerm(), TermHistory: []httpapi.TermSwitch{}, TimelineStartLSN: st.TimelineStartLSN, FlushLSN: st.FlushLSN,
+				CommitLSN: st.CommitLSN, TruncateLSN: st.TruncateLSN, RemovedUpTo: max(st.RemovedUpTo, tl.RemovedUpTo()),
+			},
+			WALEndLSN: tl.EndLSN(), PgVersion: st.PgVersion, PgTimeline: st.PgTimeline, PgHistory: string(st.PgHistory), SystemID: st.SystemID,
+			WalSegSize: st.WalSegSize, Slots: []httpapi.StoredSlot{},
 		}
 		for _, e := range st.History {
-			j.TermHistory = append(j.TermHistory, termSwitchJSON{Term: e.Term, StartLSN: e.StartLSN})
+			j.TermHistory = append(j.TermHistory, httpapi.TermSwitch{Term: e.Term, StartLSN: e.StartLSN})
 		}
 		if st.TimelineStartLSN != 0 {
 			j.WALStartLSN = max(j.RemovedUpTo, st.TimelineStartLSN)
@@ -163,7 +124,7 @@ func inspect(dir string, tenant, timeline *proto.ID) (*inspectJSON, error) {
 			return nil, fmt.Errorf("inspect: timeline %s: %w", k, err)
 		}
 		for _, s := range slots {
-			j.Slots = append(j.Slots, inspectedSlot{Name: s.Name, RestartLSN: s.RestartLSN, RestartTLI: s.RestartTLI})
+			j.Slots = append(j.Slots, httpapi.StoredSlot{Name: s.Name, RestartLSN: s.RestartLSN, RestartTLI: s.RestartTLI})
 		}
 		out.Timelines = append(out.Timelines, j)
 	}
@@ -173,7 +134,7 @@ func inspect(dir string, tenant, timeline *proto.ID) (*inspectJSON, error) {
 	return out, nil
 }
 
-func printInspect(c *cli.Context, out *inspectJSON) {
+func printInspect(c *cli.Context, out *httpapi.Inspection) {
 	w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "data dir\t%s\n", out.DataDir)
 	if out.NodeID != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/server/httpapi"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -53,7 +54,7 @@ func TestInspect(t *testing.T) {
 		}
 	}
 	code, out, _ = cli("inspect", "--data-dir", dir, "--json")
-	var j inspectJSON
+	var j httpapi.Inspection
 	if code != 0 || json.Unmarshal([]byte(out), &j) != nil || j.NodeID == nil || *j.NodeID != 4 || len(j.Timelines) != 1 ||
 		j.Timelines[0].FlushLSN != end || j.Timelines[0].WALBytes != 2*exportSegSize+100 || len(j.Timelines[0].Slots) != 1 {
 		t.Fatalf("inspect --json: exit %d %s", code, out)

@@ -1,25 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/safekeeper/safekeeper/proposer"
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/server/httpapi"
 )
 
 // The commands that read a running safekeeper's HTTP API (docs/http.md).
@@ -63,154 +60,57 @@ func writeJSONLine(c *cli.Context, v any) error {
 	return json.NewEncoder(c.App.Writer).Encode(v)
 }
 
-// apiGet fetches path from the HTTP API at c's --http into v, and returns
-// the raw body too. An error answer becomes one line naming its status.
-func apiGet(c *cli.Context, path string, v any) ([]byte, error) {
-	return apiDo(c, http.MethodGet, path, v)
-}
-
-// apiClient is how a command reaches the HTTP API at --http: the client
-// (verifying an https:// API against --http-cacert), the base URL and the
-// token to present (empty: none).
-type apiClient struct {
-	client *http.Client
-	base   string
-	addr   string // as given, for messages
-	token  string
-}
-
-func newAPIClient(c *cli.Context) (*apiClient, error) {
-	scheme, hostPort := "http", c.String("http")
-	if rest, ok := strings.CutPrefix(hostPort, "https://"); ok {
-		scheme, hostPort = "https", rest
-	} else {
-		hostPort = strings.TrimPrefix(hostPort, "http://")
-	}
+// apiClient is the client of the HTTP API at --http: verifying an
+// https:// API against --http-cacert, presenting the token.
+func apiClient(c *cli.Context) (*httpapi.Client, error) {
+	_, hostPort := httpapi.SplitAddr(c.String("http"))
 	if err := checkDialAddr(hostPort); err != nil {
 		return nil, usagef("--http %q: %w", c.String("http"), err)
 	}
-	a := &apiClient{client: http.DefaultClient, base: scheme + "://" + hostPort, addr: c.String("http")}
+	var pool *x509.CertPool
 	if f := c.String("http-cacert"); f != "" {
 		pem, err := os.ReadFile(f)
 		if err != nil {
 			return nil, usagef("--http-cacert: %w", err)
 		}
-		pool := x509.NewCertPool()
+		pool = x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, usagef("--http-cacert %s: no PEM certificate in it", f)
 		}
-		a.client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	}
-	var err error
-	if a.token, err = token(c); err != nil {
-		return nil, err
-	}
-	return a, nil
-}
-
-// request is a request to path with the token.
-func (a *apiClient) request(ctx context.Context, method, path string) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, nil)
+	tok, err := token(c)
 	if err != nil {
 		return nil, err
 	}
-	if a.token != "" {
-		req.Header.Set("Authorization", "Bearer "+a.token)
-	}
-	return req, nil
+	return httpapi.NewClient(c.String("http"), pool, tok), nil
 }
 
-// apiDo is apiGet with another method.
-func apiDo(c *cli.Context, method, path string, v any) ([]byte, error) {
-	a, err := newAPIClient(c)
+// apiCall runs one call of the HTTP API at --http, bounded to 10 s, and
+// returns its answer and raw body. An error answer is one line naming its
+// status.
+func apiCall[T any](c *cli.Context, call func(*httpapi.Client, context.Context) (T, []byte, error)) (T, []byte, error) {
+	var zero T
+	api, err := apiClient(c)
 	if err != nil {
-		return nil, err
+		return zero, nil, err
 	}
 	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
 	defer cancel()
-	req, err := a.request(ctx, method, path)
+	v, body, err := call(api, ctx)
 	if err != nil {
-		return nil, err
+		return zero, nil, apiError(err)
 	}
-	url := req.URL.String()
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return nil, a.unreachable(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, a.errorAnswer(method, url, resp, body)
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber() // ids and sizes print as written, not as floats
-	if err := dec.Decode(v); err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, url, err)
-	}
-	return body, nil
+	return v, body, nil
 }
 
-// unreachable is the error for a request that got no answer. A plain
-// request that the server closed without one may have gone to an HTTPS
-// port (Go's server answers only requests that start with GET, HEAD, POST,
-// PUT or OPTIONS with a 400 that says so): the error says what to try.
-func (a *apiClient) unreachable(err error) error {
-	err = fmt.Errorf("cannot reach the safekeeper's HTTP API at %s: %w", a.addr, err)
-	if strings.HasPrefix(a.base, "http://") && errors.Is(err, io.EOF) {
-		err = fmt.Errorf("%w; if it serves HTTPS, use --http https://%s (with --http-cacert CA.pem unless the system trusts its certificate)", err, strings.TrimPrefix(a.base, "http://"))
-	}
-	// net/http says so only in words (transport.go, a TLS record header
-	// that reads as HTTP).
-	if host, ok := strings.CutPrefix(a.base, "https://"); ok && strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
-		err = fmt.Errorf("%w; it serves plain HTTP there (no --tls-cert): use --http %s", err, host)
+// apiError is an error of the HTTP API client as a command reports it: a
+// plain request to the API's HTTPS port is a usage error naming --http.
+func apiError(err error) error {
+	var he *httpapi.HTTPSError
+	if errors.As(err, &he) {
+		return usagef("--http %s: the safekeeper's HTTP API serves HTTPS there: use --http https://%s, with --http-cacert CA.pem unless the system trusts its certificate", he.Addr, he.Host)
 	}
 	return err
-}
-
-// maxErrorBody is how much of an error answer's body that is not the API's
-// JSON a command shows.
-const maxErrorBody = 200
-
-// errorAnswer is the one-line error for an HTTP answer other than 200: the
-// API's own {"error","code"}, else the status and the start of the body
-// (a proxy's page, another server); a plain HTTP request to the API's
-// HTTPS port says to use https://.
-func (a *apiClient) errorAnswer(method, url string, resp *http.Response, body []byte) error {
-	var e struct{ Error, Code string }
-	if json.Unmarshal(body, &e) == nil && e.Error != "" {
-		return fmt.Errorf("%s (HTTP %d %s)", e.Error, resp.StatusCode, e.Code)
-	}
-	// Go's HTTPS server answers a plain request so (net/http.Server.serve).
-	if resp.StatusCode == http.StatusBadRequest && strings.HasPrefix(a.base, "http://") &&
-		bytes.Contains(body, []byte("Client sent an HTTP request to an HTTPS server")) {
-		host := strings.TrimPrefix(a.base, "http://")
-		return usagef("--http %s: the safekeeper's HTTP API serves HTTPS there: use --http https://%s, with --http-cacert CA.pem unless the system trusts its certificate", a.addr, host)
-	}
-	msg := fmt.Sprintf("%s %s: HTTP %s", method, url, resp.Status)
-	if b := oneLine(body, maxErrorBody); b != "" {
-		msg += ": " + b
-	}
-	return errors.New(msg)
-}
-
-// oneLine is b as one line of at most max bytes (then "..."): spaces
-// trimmed, every run of control characters and blanks made one space,
-// invalid UTF-8 replaced.
-func oneLine(b []byte, max int) string {
-	s := strings.Join(strings.FieldsFunc(strings.ToValidUTF8(string(b), "\ufffd"), func(r rune) bool {
-		return unicode.IsSpace(r) || unicode.IsControl(r)
-	}), " ")
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
 }
 
 func statusCommand() *cli.Command {
@@ -224,23 +124,7 @@ func statusCommand() *cli.Command {
 			if c.NArg() > 0 {
 				return usagef("status takes no arguments, got %q", c.Args().Slice())
 			}
-			var st struct {
-				ID             uint64  `json:"id"`
-				Version        string  `json:"version"`
-				UptimeSeconds  float64 `json:"uptime_seconds"`
-				DataDir        string  `json:"data_dir"`
-				ListenPG       string  `json:"listen_pg"`
-				ListenHTTP     string  `json:"listen_http"`
-				Timelines      int     `json:"timelines"`
-				DiskUsageBytes int64   `json:"disk_usage_bytes"`
-				DiskFreeBytes  uint64  `json:"disk_free_bytes"`
-				WALRefused     *struct {
-					Reason string    `json:"reason"`
-					Detail string    `json:"detail"`
-					Since  time.Time `json:"since"`
-				} `json:"wal_refused"`
-			}
-			body, err := apiGet(c, "/v1/status", &st)
+			st, body, err := apiCall(c, (*httpapi.Client).Status)
 			if err != nil {
 				return err
 			}
@@ -299,8 +183,7 @@ func timelineListCommand() *cli.Command {
 			if c.NArg() > 0 {
 				return usagef("timeline list takes no arguments, got %q", c.Args().Slice())
 			}
-			var list []map[string]any
-			body, err := apiGet(c, "/v1/tenant/timeline", &list)
+			list, body, err := apiCall(c, (*httpapi.Client).Timelines)
 			if err != nil {
 				return err
 			}
@@ -311,7 +194,7 @@ func timelineListCommand() *cli.Command {
 			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, timelineListHeader)
 			for _, t := range list {
-				fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%v\t%v\t%v\n", t["tenant_id"], t["timeline_id"], t["term"], t["pg_timeline"], t["flush_lsn"], t["commit_lsn"], t["removed_up_to"])
+				fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.TenantID, t.TimelineID, t.Term, t.PgTimeline, t.FlushLSN, t.CommitLSN, t.RemovedUpTo)
 			}
 			return w.Flush()
 		},
@@ -337,8 +220,10 @@ func timelineShowCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			var tl map[string]any
-			body, err := apiGet(c, fmt.Sprintf("/v1/tenant/%s/timeline/%s", tenant, timeline), &tl)
+			key := proto.TimelineKey{TenantID: tenant, TimelineID: timeline}
+			tl, body, err := apiCall(c, func(api *httpapi.Client, ctx context.Context) (*httpapi.Timeline, []byte, error) {
+				return api.Timeline(ctx, key)
+			})
 			if err != nil {
 				return err
 			}
@@ -346,43 +231,7 @@ func timelineShowCommand() *cli.Command {
 				_, err := c.App.Writer.Write(body)
 				return err
 			}
-			w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(w, "timeline\t%v/%v\n", tl["tenant_id"], tl["timeline_id"])
-			for _, k := range []string{"term", "voted_for", "last_log_term", "pg_timeline", "timeline_start_lsn", "flush_lsn", "commit_lsn",
-				"truncate_lsn", "removed_up_to", "wal_start_lsn", "wal_bytes", "remote_consistent_lsn", "retention_horizon", "retention_reason", "system_id", "wal_seg_size", "pg_version"} {
-				fmt.Fprintf(w, "%s\t%v\n", strings.ReplaceAll(k, "_", " "), tl[k])
-			}
-			if p, ok := tl["proposer"].(map[string]any); ok {
-				fmt.Fprintf(w, "proposer\t%v, term %v, since %v, sent up to %v, commit_lsn %v, last streamed %.1fs ago\n",
-					p["address"], p["term"], p["since"], p["write_lsn"], p["commit_lsn"], number(p["last_push_age_seconds"]))
-			} else {
-				fmt.Fprintln(w, "proposer\tnone connected")
-			}
-			w.Flush()
-			readers, _ := tl["readers"].([]any)
-			fmt.Fprintf(c.App.Writer, "\nreaders: %d\n", len(readers))
-			if len(readers) > 0 {
-				w = tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, readersHeader)
-				for _, r := range readers {
-					m, _ := r.(map[string]any)
-					fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%v\t%v\t%v\t%v\t%v\t%s\t%s\t%s\n", m["kind"], m["address"], m["application_name"], orDash(m["slot"]),
-						m["sent_lsn"], m["write_lsn"], m["flush_lsn"], m["apply_lsn"], m["lag_bytes"],
-						lagText(m["write_lag_seconds"]), lagText(m["flush_lag_seconds"]), lagText(m["replay_lag_seconds"]))
-				}
-				w.Flush()
-			}
-			slots, _ := tl["slots"].([]any)
-			fmt.Fprintf(c.App.Writer, "\nslots: %d\n", len(slots))
-			if len(slots) > 0 {
-				w = tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, slotsHeader)
-				for _, s := range slots {
-					m, _ := s.(map[string]any)
-					fmt.Fprintf(w, "%v\t%v\t%v\t%v\n", m["slot_name"], m["temporary"], m["active"], m["restart_lsn"])
-				}
-				w.Flush()
-			}
+			printTimeline(c.App.Writer, tl)
 			return nil
 		},
 	}
@@ -414,11 +263,10 @@ func timelineDeleteCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			var res struct {
-				DirExisted bool `json:"dir_existed"`
-				WasActive  bool `json:"was_active"`
-			}
-			body, err := apiDo(c, http.MethodDelete, fmt.Sprintf("/v1/tenant/%s/timeline/%s?force=%t", tenant, timeline, c.Bool("force")), &res)
+			key := proto.TimelineKey{TenantID: tenant, TimelineID: timeline}
+			res, body, err := apiCall(c, func(api *httpapi.Client, ctx context.Context) (*httpapi.DeleteResult, []byte, error) {
+				return api.DeleteTimeline(ctx, key, c.Bool("force"))
+			})
 			if err != nil {
 				return err
 			}
@@ -436,33 +284,63 @@ func timelineDeleteCommand() *cli.Command {
 	}
 }
 
-// orDash is v, or "-" when the API left it out.
-func orDash(v any) any {
-	if v == nil || v == "" {
-		return "-"
+// printTimeline prints timeline show's tables.
+func printTimeline(out io.Writer, tl *httpapi.Timeline) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "timeline\t%s/%s\n", tl.TenantID, tl.TimelineID)
+	for _, r := range []struct {
+		name string
+		v    any
+	}{{"term", tl.Term}, {"voted_for", tl.VotedFor}, {"last_log_term", tl.LastLogTerm}, {"pg_timeline", tl.PgTimeline},
+		{"timeline_start_lsn", tl.TimelineStartLSN}, {"flush_lsn", tl.FlushLSN}, {"commit_lsn", tl.CommitLSN},
+		{"truncate_lsn", tl.TruncateLSN}, {"removed_up_to", tl.RemovedUpTo}, {"wal_start_lsn", tl.WALStartLSN}, {"wal_bytes", tl.WALBytes},
+		{"remote_consistent_lsn", tl.RemoteConsistentLSN}, {"retention_horizon", tl.RetentionHorizon}, {"retention_reason", tl.RetentionReason},
+		{"system_id", tl.SystemID}, {"wal_seg_size", tl.WalSegSize}, {"pg_version", tl.PgVersion}} {
+		fmt.Fprintf(w, "%s\t%v\n", strings.ReplaceAll(r.name, "_", " "), r.v)
 	}
-	return v
+	if p := tl.Proposer; p != nil {
+		fmt.Fprintf(w, "proposer\t%s, term %d, since %s, sent up to %s, commit_lsn %s, last streamed %.1fs ago\n",
+			p.Address, p.Term, p.Since.Format(time.RFC3339Nano), p.WriteLSN, p.CommitLSN, p.LastPushAge)
+	} else {
+		fmt.Fprintln(w, "proposer\tnone connected")
+	}
+	w.Flush()
+	fmt.Fprintf(out, "\nreaders: %d\n", len(tl.Readers))
+	if len(tl.Readers) > 0 {
+		w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, readersHeader)
+		for _, r := range tl.Readers {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Kind, r.Address, r.ApplicationName, orDash(r.Slot),
+				r.SentLSN, r.WriteLSN, r.FlushLSN, r.ApplyLSN, r.LagBytes, lagText(r.WriteLag), lagText(r.FlushLag), lagText(r.ReplayLag))
+		}
+		w.Flush()
+	}
+	fmt.Fprintf(out, "\nslots: %d\n", len(tl.Slots))
+	if len(tl.Slots) > 0 {
+		w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, slotsHeader)
+		for _, s := range tl.Slots {
+			fmt.Fprintf(w, "%s\t%t\t%t\t%s\n", s.Name, s.Temporary, s.Active, s.RestartLSN)
+		}
+		w.Flush()
+	}
 }
 
-// number is a JSON number apiGet decoded (json.Number), 0 if it is not.
-func number(v any) float64 {
-	n, _ := v.(json.Number)
-	f, _ := n.Float64()
-	return f
+// orDash is s, or "-" when the API left it out.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // lagText prints a lag in seconds as psql shows pg_stat_replication's
 // intervals, or "-" for none (NULL there).
-func lagText(v any) string {
-	n, ok := v.(json.Number)
-	if !ok {
+func lagText(secs *float64) string {
+	if secs == nil {
 		return "-"
 	}
-	f, err := n.Float64()
-	if err != nil {
-		return "-"
-	}
-	d := time.Duration(f * float64(time.Second))
+	d := time.Duration(*secs * float64(time.Second))
 	h, m, sec := int(d/time.Hour), int(d%time.Hour/time.Minute), (d % time.Minute).Seconds()
 	return fmt.Sprintf("%02d:%02d:%09.6f", h, m, sec)
 }

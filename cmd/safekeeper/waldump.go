@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/xlog"
+	"github.com/safekeeper/safekeeper/server/httpapi"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -442,91 +441,36 @@ func (s *dataDirSource) read(ctx context.Context, from, to proto.LSN, fn func([]
 // httpSource reads from a running safekeeper's HTTP API: the timeline's
 // state from GET /v1/tenant/{t}/timeline/{tl}, the WAL from .../wal.
 type httpSource struct {
-	api  *apiClient
-	addr string
-	key  proto.TimelineKey
-	in   dumpInfo
+	api *httpapi.Client
+	key proto.TimelineKey
+	in  dumpInfo
 }
 
 func openHTTPSource(c *cli.Context, key proto.TimelineKey) (*httpSource, error) {
-	var tl struct {
-		TimelineStartLSN proto.LSN `json:"timeline_start_lsn"`
-		FlushLSN         proto.LSN `json:"flush_lsn"`
-		RemovedUpTo      proto.LSN `json:"removed_up_to"`
-		WalSegSize       uint64    `json:"wal_seg_size"`
-	}
-	if _, err := apiGet(c, timelinePath(key), &tl); err != nil {
+	tl, _, err := apiCall(c, func(api *httpapi.Client, ctx context.Context) (*httpapi.Timeline, []byte, error) {
+		return api.Timeline(ctx, key)
+	})
+	if err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("wal dump: %w", err)
 	}
-	api, err := newAPIClient(c)
+	api, err := apiClient(c)
 	if err != nil {
 		return nil, err
 	}
-	return &httpSource{api: api, addr: c.String("http"), key: key, in: dumpInfo{segSize: tl.WalSegSize, start: tl.TimelineStartLSN,
+	return &httpSource{api: api, key: key, in: dumpInfo{segSize: uint64(tl.WalSegSize), start: tl.TimelineStartLSN,
 		removedUpTo: tl.RemovedUpTo, flush: tl.FlushLSN}}, nil
-}
-
-func timelinePath(key proto.TimelineKey) string {
-	return "/v1/tenant/" + key.TenantID.String() + "/timeline/" + key.TimelineID.String()
 }
 
 func (s *httpSource) info() dumpInfo { return s.in }
 func (s *httpSource) close()         {}
 
 func (s *httpSource) read(ctx context.Context, from, to proto.LSN, fn func([]byte) error) error {
-	q := url.Values{"start": {from.String()}, "end": {to.String()}}
-	req, err := s.api.request(ctx, http.MethodGet, timelinePath(s.key)+"/wal?"+q.Encode())
-	if err != nil {
-		return err
-	}
-	u := req.URL.String()
-	resp, err := s.api.client.Do(req)
-	if err != nil {
-		return s.api.unreachable(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return s.api.errorAnswer(http.MethodGet, u, resp, body)
-	}
-	if got := resp.Header.Get(walStartHeader); got != from.String() {
-		return fmt.Errorf("GET %s: the server sent WAL from %q, not %s", u, got, from)
-	}
-	buf := make([]byte, dumpChunk)
-	pos := from
-	for {
-		n, err := io.ReadFull(resp.Body, buf)
-		if n > 0 {
-			if ferr := fn(buf[:n]); ferr != nil {
-				return ferr
-			}
-			pos += proto.LSN(n)
-		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("reading WAL at %s from %s: %w", pos, s.addr, err)
-		}
-	}
-	if pos < to {
-		if end := resp.Header.Get(walEndHeader); end != to.String() {
-			return fmt.Errorf("the server had WAL only up to %s, not %s", end, to)
-		}
-		return fmt.Errorf("the WAL stream from %s ended at %s, before %s", s.addr, pos, to)
-	}
-	return nil
+	return apiError(s.api.WAL(ctx, s.key, from, to, fn))
 }
-
-// The headers of GET .../wal naming the range served (server/httpwal.go).
-const (
-	walStartHeader = "X-Wal-Start"
-	walEndHeader   = "X-Wal-End"
-)
 
 // localTimestamp is xlog.TimestampFormat in the local time zone (TZ, or
 // /etc/localtime), as pg_waldump prints commit times.

@@ -1,0 +1,190 @@
+package httpapi
+
+import (
+	"time"
+
+	"github.com/safekeeper/safekeeper/proto"
+)
+
+// The JSON bodies of the API, one Go type each, used by the handlers that
+// write them, by the Client that reads them (the CLI's status, timeline
+// list|show|delete, wal dump --http) and, for a timeline's stored state, by
+// `safekeeper inspect`. LSNs are "X/X" (proto.LSN's text form), times RFC
+// 3339. A field's place in its struct is its place in the JSON.
+
+// Status is GET /v1/status.
+type Status struct {
+	ID             uint64  `json:"id"`
+	Version        string  `json:"version"`
+	UptimeSeconds  float64 `json:"uptime_seconds"`
+	DataDir        string  `json:"data_dir"`
+	ListenPG       string  `json:"listen_pg"`
+	ListenHTTP     string  `json:"listen_http"`
+	Timelines      int     `json:"timelines"`
+	DiskUsageBytes int64   `json:"disk_usage_bytes"`
+	DiskFreeBytes  uint64  `json:"disk_free_bytes"`
+	// WALRefused is the disk circuit breaker while it refuses new WAL
+	// (53100, /readyz 503); null while WAL is taken.
+	WALRefused *WALRefused `json:"wal_refused"`
+}
+
+// WALRefused is why the disk circuit breaker refuses new WAL.
+type WALRefused struct {
+	// Reason is RefusedMinFreeDisk or RefusedMaxDiskUsage.
+	Reason string `json:"reason"`
+	// Detail is the reading in words, with the numbers: the 53100
+	// message proposers get.
+	Detail string `json:"detail"`
+	// Since is when the breaker tripped (RFC 3339, UTC).
+	Since time.Time `json:"since"`
+}
+
+// The disk circuit breaker's reasons (WALRefused.Reason).
+const (
+	// RefusedMinFreeDisk: the file system's free space, with the free
+	// pages inside the database file, is below --min-free-disk or its
+	// auto reserve.
+	RefusedMinFreeDisk = "min_free_disk"
+	// RefusedMaxDiskUsage: the database file's pages in use reached
+	// --max-disk-usage.
+	RefusedMaxDiskUsage = "max_disk_usage"
+)
+
+// TimelineSummary is one element of GET /v1/tenant/timeline.
+type TimelineSummary struct {
+	TenantID    string    `json:"tenant_id"`
+	TimelineID  string    `json:"timeline_id"`
+	Term        uint64    `json:"term"`
+	PgTimeline  uint32    `json:"pg_timeline"`
+	FlushLSN    proto.LSN `json:"flush_lsn"`
+	CommitLSN   proto.LSN `json:"commit_lsn"`
+	RemovedUpTo proto.LSN `json:"removed_up_to"`
+}
+
+// TermSwitch is one entry of a term history: the term and the LSN its
+// WAL starts at.
+type TermSwitch struct {
+	Term     uint64    `json:"term"`
+	StartLSN proto.LSN `json:"start_lsn"`
+}
+
+// TimelineState is a timeline's durable state as both the API
+// (Timeline) and `safekeeper inspect` (StoredTimeline) show it: their
+// first fields.
+type TimelineState struct {
+	TenantID         string       `json:"tenant_id"`
+	TimelineID       string       `json:"timeline_id"`
+	Term             uint64       `json:"term"`
+	VotedFor         string       `json:"voted_for"`
+	LastLogTerm      uint64       `json:"last_log_term"`
+	TermHistory      []TermSwitch `json:"term_history"`
+	TimelineStartLSN proto.LSN    `json:"timeline_start_lsn"`
+	FlushLSN         proto.LSN    `json:"flush_lsn"`
+	CommitLSN        proto.LSN    `json:"commit_lsn"`
+	TruncateLSN      proto.LSN    `json:"truncate_lsn"`
+	RemovedUpTo      proto.LSN    `json:"removed_up_to"`
+	WALStartLSN      proto.LSN    `json:"wal_start_lsn"` // the first byte stored
+}
+
+// Timeline is GET /v1/tenant/{tenant_id}/timeline/{timeline_id}.
+type Timeline struct {
+	TimelineState
+	WALBytes            uint64    `json:"wal_bytes"` // stored: flush_lsn - wal_start_lsn
+	RemoteConsistentLSN proto.LSN `json:"remote_consistent_lsn"`
+	RetentionHorizon    proto.LSN `json:"retention_horizon"`
+	RetentionReason     string    `json:"retention_reason"`
+	PgVersion           uint32    `json:"pg_version"`
+	PgTimeline          uint32    `json:"pg_timeline"`
+	SystemID            uint64    `json:"system_id,string"`
+	WalSegSize          uint32    `json:"wal_seg_size"`
+	Proposer            *Proposer `json:"proposer"`
+	Readers             []Reader  `json:"readers"`
+	Slots               []Slot    `json:"slots"`
+}
+
+// Proposer is the proposer streaming to a timeline.
+type Proposer struct {
+	Address string    `json:"address"`
+	Term    uint64    `json:"term"`
+	Since   time.Time `json:"since"`
+	// WriteLSN is the end of the WAL it sent, CommitLSN the commit_lsn it
+	// last sent: what it reports to its primary as write_lsn and
+	// flush_lsn (pg_stat_replication there).
+	WriteLSN    proto.LSN `json:"write_lsn"`
+	CommitLSN   proto.LSN `json:"commit_lsn"`
+	LastPushAge float64   `json:"last_push_age_seconds"`
+}
+
+// Reader is one replication stream of a timeline.
+type Reader struct {
+	Kind            string    `json:"kind"`
+	Address         string    `json:"address"`
+	ApplicationName string    `json:"application_name"`
+	Slot            string    `json:"slot,omitempty"`
+	Since           time.Time `json:"since"`
+	SentLSN         proto.LSN `json:"sent_lsn"`
+	WriteLSN        proto.LSN `json:"write_lsn"`
+	FlushLSN        proto.LSN `json:"flush_lsn"`
+	ApplyLSN        proto.LSN `json:"apply_lsn"`
+	LagBytes        uint64    `json:"lag_bytes"`
+	// The lags in time as pg_stat_replication's write_lag, flush_lag and
+	// replay_lag; null when not measured or cleared.
+	WriteLag  *float64   `json:"write_lag_seconds"`
+	FlushLag  *float64   `json:"flush_lag_seconds"`
+	ReplayLag *float64   `json:"replay_lag_seconds"`
+	LastReply *time.Time `json:"last_reply,omitempty"`
+}
+
+// Slot is one replication slot of a timeline.
+type Slot struct {
+	Name       string    `json:"slot_name"`
+	Temporary  bool      `json:"temporary"`
+	Active     bool      `json:"active"`
+	RestartLSN proto.LSN `json:"restart_lsn"`
+}
+
+// DeleteResult is what DELETE of a timeline found, in Neon's names;
+// DELETE of a tenant answers one per timeline id.
+type DeleteResult struct {
+	// DirExisted: the timeline was stored.
+	DirExisted bool `json:"dir_existed"`
+	// WasActive: connections were ended (force).
+	WasActive bool `json:"was_active"`
+}
+
+// ErrorBody is every error answer: the message and a machine-readable
+// code (not_found, busy, bad_id, ...).
+type ErrorBody struct {
+	Code  string `json:"code"`
+	Error string `json:"error"`
+}
+
+// Inspection is `safekeeper inspect --json`: what a stopped
+// safekeeper's data directory holds.
+type Inspection struct {
+	DataDir   string           `json:"data_dir"`
+	NodeID    *uint64          `json:"node_id"`
+	FileBytes int64            `json:"file_bytes"`
+	Timelines []StoredTimeline `json:"timelines"`
+}
+
+// StoredTimeline is one timeline of an Inspection: its durable state, the
+// WAL it holds, its persistent slots.
+type StoredTimeline struct {
+	TimelineState
+	WALEndLSN  proto.LSN    `json:"wal_end_lsn"`
+	WALBytes   uint64       `json:"wal_bytes"`
+	PgVersion  uint32       `json:"pg_version"`
+	PgTimeline uint32       `json:"pg_timeline"`
+	PgHistory  string       `json:"pg_history,omitempty"`
+	SystemID   uint64       `json:"system_id,string"`
+	WalSegSize uint32       `json:"wal_seg_size"`
+	Slots      []StoredSlot `json:"slots"`
+}
+
+// StoredSlot is a persistent replication slot as stored.
+type StoredSlot struct {
+	Name       string    `json:"slot_name"`
+	RestartLSN proto.LSN `json:"restart_lsn"`
+	RestartTLI uint32    `json:"restart_tli"`
+}
