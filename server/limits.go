@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
 	"github.com/safekeeper/safekeeper/proto/pgwire"
@@ -57,18 +56,6 @@ const (
 	diskCheckInterval = time.Second
 	maxDiskReserve    = 1 << 30
 )
-
-// refused counts refusals by reason.
-var refusedReasons = []string{"too_many_clients", "startup_evicted", "startup_timeout", "timelines", "slots", "disk", "http_wal_streams"}
-
-func newRefusedCounter() *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "safekeeper_refused_total",
-		Help: "Connections and requests refused by a resource limit, by reason."}, []string{"reason"})
-	for _, r := range refusedReasons {
-		c.WithLabelValues(r) // every series present from the start
-	}
-	return c
-}
 
 // refuseTooMany answers a connection over MaxConnections as the postmaster
 // does: after its startup packet, FATAL 53300.
