@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/binary"
 	"testing"
 
@@ -43,52 +42,6 @@ func TestStalledPushersOfOneTenantDoNotStopOthers(t *testing.T) {
 	}
 }
 
-// TestBudgetForgetsIdleTenants: a tenant's share is kept only while it
-// holds or waits for budget, so tenant churn does not grow the map; a
-// share dropped and made again is whole.
-func TestBudgetForgetsIdleTenants(t *testing.T) {
-	b := newBudget(4 << 20)
-	ctx := context.Background()
-	for i := range 100 {
-		id := proto.ID{0xee, byte(i)}
-		if err := b.acquire(ctx, id, b.share); err != nil {
-			t.Fatal(err)
-		}
-		b.release(id, b.share)
-	}
-	// One that waits and gives up, one that holds.
-	held := proto.ID{0xee, 0xff}
-	if err := b.acquire(ctx, held, b.share); err != nil {
-		t.Fatal(err)
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	if err := b.acquire(cctx, held, 1); err == nil {
-		t.Fatal("an acquire over the tenant's share succeeded")
-	}
-	if n := len(b.tenants); n != 1 {
-		t.Fatalf("%d tenants remembered, want 1 (the one holding budget)", n)
-	}
-	b.release(held, b.share)
-	if n := len(b.tenants); n != 0 {
-		t.Fatalf("%d tenants remembered after every release, want 0", n)
-	}
-	if err := b.acquire(ctx, held, b.share); err != nil {
-		t.Fatalf("the whole share again: %v", err)
-	}
-	b.release(held, b.share)
-	// The owner gives back a group commit's messages in one release.
-	for range 3 {
-		if err := b.acquire(ctx, held, 1000); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b.release(held, 3000)
-	if n := len(b.tenants); n != 0 {
-		t.Fatalf("%d tenants remembered after one release of three acquires, want 0", n)
-	}
-}
-
 // TestWALBudgetForgetsTenantAfterPush: after a push whose messages the
 // owner gave back in group commits, the tenant holds no share entry.
 func TestWALBudgetForgetsTenantAfterPush(t *testing.T) {
@@ -96,8 +49,6 @@ func TestWALBudgetForgetsTenantAfterPush(t *testing.T) {
 	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
 	p.push(200, 8000, 0)
 	waitFor(t, "the tenant's budget share to be dropped", func() bool {
-		s.walBudget.mu.Lock()
-		defer s.walBudget.mu.Unlock()
-		return len(s.walBudget.tenants) == 0
+		return s.reg.Budget().Tenants() == 0
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/proto/replcmd"
 	"github.com/safekeeper/safekeeper/server/auth"
+	"github.com/safekeeper/safekeeper/server/timeline"
 )
 
 // replConn is one client connection in query mode.
@@ -22,20 +23,20 @@ type replConn struct {
 	log      *slog.Logger
 	id       uint64 // connection number: the "PID" in slot errors
 	physical bool   // replication=true: the walsender command set
-	tl       *timeline
+	tl       *timeline.Timeline
 	claims   *auth.Claims // the token's, when auth is on
 }
 
 // close releases what the connection holds: its temporary slots.
 func (c *replConn) close() {
 	if c.tl != nil {
-		c.tl.repl.dropTemporary(c.id)
-		c.tl.unbind(c.pc)
+		c.tl.DropTemporary(c.id)
+		c.tl.Unbind(c.pc)
 	}
 }
 
 // timeline resolves (once) the timeline this connection reads.
-func (c *replConn) timeline() (*timeline, error) {
+func (c *replConn) timeline() (*timeline.Timeline, error) {
 	if c.tl != nil {
 		return c.tl, nil
 	}
@@ -43,12 +44,12 @@ func (c *replConn) timeline() (*timeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := allows(c.claims, c.srv.auth != nil, tl.key); err != nil {
-		c.log.Info("refused: the token does not cover the timeline", "tenant_id", tl.key.TenantID.String(), "timeline_id", tl.key.TimelineID.String())
+	if err := allows(c.claims, c.srv.auth != nil, tl.Key()); err != nil {
+		c.log.Info("refused: the token does not cover the timeline", "tenant_id", tl.Key().TenantID.String(), "timeline_id", tl.Key().TimelineID.String())
 		return nil, err
 	}
-	if err := tl.bind(c.pc); err != nil {
-		return nil, err
+	if err := tl.Bind(c.pc); err != nil {
+		return nil, fromTimeline(err)
 	}
 	c.tl = tl
 	return tl, nil
@@ -116,6 +117,49 @@ func (c *replConn) handle(q string) bool {
 
 func text(s string) []byte { return []byte(s) }
 
+func (c *replConn) readSlot(cmd replcmd.ReadSlot) bool {
+	tl, err := c.timeline()
+	if err != nil {
+		return c.fail(err)
+	}
+	cols := []pgwire.Column{pgwire.TextColumn("slot_type"), pgwire.TextColumn("restart_lsn"), pgwire.Int8Column("restart_tli")}
+	row := [][]byte{nil, nil, nil}
+	if restart, tli, ok := tl.ReadSlot(cmd.Slot); ok {
+		row[0] = text("physical")
+		if restart != 0 {
+			row[1] = text(restart.String())
+			row[2] = text(strconv.FormatUint(uint64(tli), 10))
+		}
+	}
+	return c.done(c.pc.SendRows(cols, [][][]byte{row}, "READ_REPLICATION_SLOT"))
+}
+
+func (c *replConn) createSlot(cmd replcmd.CreateSlot) bool {
+	tl, err := c.timeline()
+	if err != nil {
+		return c.fail(err)
+	}
+	restart, err := tl.CreateSlot(cmd.Slot, cmd.ReserveWAL, cmd.Temporary, c.id)
+	if err != nil {
+		return c.fail(err)
+	}
+	c.log.Info("created replication slot", "slot", cmd.Slot, "temporary", cmd.Temporary, "restart_lsn", restart)
+	cols := []pgwire.Column{pgwire.TextColumn("slot_name"), pgwire.TextColumn("consistent_point"), pgwire.TextColumn("snapshot_name"), pgwire.TextColumn("output_plugin")}
+	return c.done(c.pc.SendRows(cols, [][][]byte{{text(cmd.Slot), text("0/0"), nil, nil}}, "CREATE_REPLICATION_SLOT"))
+}
+
+func (c *replConn) dropSlot(cmd replcmd.DropSlot) bool {
+	tl, err := c.timeline()
+	if err != nil {
+		return c.fail(err)
+	}
+	if err := tl.DropSlot(cmd.Slot); err != nil {
+		return c.fail(err)
+	}
+	c.log.Info("dropped replication slot", "slot", cmd.Slot)
+	return c.done(c.pc.SendCommandComplete("DROP_REPLICATION_SLOT"))
+}
+
 // timelineHistory answers TIMELINE_HISTORY n with the history file of
 // PostgreSQL timeline n, the bytes PostgreSQL wrote: the timeline's own
 // (recorded at the switch to it) or, for an ancestor, its first lines. A
@@ -165,7 +209,7 @@ const noWALWait = 60 * time.Second
 // starts up), which a standby's walreceiver retries by itself: never a
 // position it does not have (0/0), which pg_receivewal would ask for and be
 // refused.
-func (c *replConn) walStarted(tl *timeline) (acceptor.State, error) {
+func (c *replConn) walStarted(tl *timeline.Timeline) (acceptor.State, error) {
 	wait := c.srv.cfg.WalSenderTimeout
 	if wait <= 0 {
 		wait = noWALWait
@@ -181,7 +225,7 @@ func (c *replConn) walStarted(tl *timeline) (acceptor.State, error) {
 		case <-changed:
 		case <-deadline.C:
 			c.log.Debug("refused a reader: the timeline holds no WAL yet")
-			return st, errNoWALYet(tl.key)
+			return st, errNoWALYet(tl.Key())
 		case <-c.srv.stopCtx.Done():
 			return st, errShutdown
 		}
@@ -220,10 +264,9 @@ func (c *replConn) timelineStatus() bool {
 		return c.fail(err)
 	}
 	st, _ := tl.Status()
-	tl.repl.mu.Lock()
-	readers, slots := len(tl.repl.readers), len(tl.repl.slots)
-	tl.repl.mu.Unlock()
-	push, ret := tl.pushStatus(), tl.retention()
+	readers, slots := tl.Counts()
+	push := tl.Proposer()
+	horizon, reason := tl.Retention()
 	cols := []pgwire.Column{
 		pgwire.TextColumn("tenant_id"), pgwire.TextColumn("timeline_id"),
 		pgwire.Int8Column("term"), pgwire.TextColumn("voted_for"), pgwire.Int8Column("last_log_term"),
@@ -239,19 +282,19 @@ func (c *replConn) timelineStatus() bool {
 		text(st.TenantID.String()), text(st.TimelineID.String()),
 		u(st.VotedFor.Term), text(st.VotedFor.String()), u(st.LastLogTerm()),
 		text(st.FlushLSN.String()), text(st.CommitLSN.String()), text(st.TruncateLSN.String()),
-		text(st.TimelineStartLSN.String()), text(max(st.RemovedUpTo, tl.store.RemovedUpTo()).String()),
+		text(st.TimelineStartLSN.String()), text(max(st.RemovedUpTo, tl.RemovedUpTo()).String()),
 		u(uint64(st.PgTimeline)), u(st.SystemID), u(uint64(st.WalSegSize)),
 		u(uint64(readers)), u(uint64(slots)), u(uint64(st.PgVersion)),
-		nil, u(push.term), nil, // NULL: no proposer connected; none since the server started
-		text(ret.Horizon.String()), text(ret.Reason),
+		nil, u(push.Term), nil, // NULL: no proposer connected; none since the server started
+		text(horizon.String()), text(reason),
 	}
-	if push.connected {
-		row[16] = text(push.addr)
+	if push.Connected {
+		row[16] = text(push.Addr)
 	}
-	if !push.at.IsZero() {
-		row[18] = u(uint64(time.Since(push.at).Milliseconds()))
+	if !push.At.IsZero() {
+		row[18] = u(uint64(time.Since(push.At).Milliseconds()))
 	}
-	if ret.Reason == "" {
+	if reason == "" {
 		row[20] = text("not computed yet")
 	}
 	return c.done(c.pc.SendRows(cols, [][][]byte{row}, "TIMELINE_STATUS"))

@@ -17,6 +17,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/server/httpapi"
+	"github.com/safekeeper/safekeeper/server/timeline"
 )
 
 func httpDo(t *testing.T, method, url string, v any) int {
@@ -82,7 +83,7 @@ func TestDeleteTimeline(t *testing.T) {
 		t.Fatalf("after the refused delete: %d %+v", code, tl)
 	}
 
-	var res DeleteResult
+	var res httpapi.DeleteResult
 	if code := httpDo(t, "DELETE", url+"?force=true", &res); code != 200 || !res.DirExisted || !res.WasActive {
 		t.Fatalf("DELETE ?force=true: %d %+v", code, res)
 	}
@@ -147,20 +148,9 @@ func TestDeleteTimeline(t *testing.T) {
 		t.Fatalf("recreated: %d %+v", code, tl)
 	}
 	p.c.Close()
-	waitFor(t, "every connection to leave", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for _, tl := range s.timelines {
-			if tl.usersMu.Lock(); len(tl.users) > 0 {
-				tl.usersMu.Unlock()
-				return false
-			}
-			tl.usersMu.Unlock()
-		}
-		return true
-	})
+	waitFor(t, "every connection to leave", func() bool { return connections(s) == 0 })
 
-	var all map[string]DeleteResult
+	var all map[string]httpapi.DeleteResult
 	if code := httpDo(t, "DELETE", fmt.Sprintf("%s/v1/tenant/%s", base, tTenant), &all); code != 200 || len(all) != 2 {
 		t.Fatalf("DELETE tenant: %d %v", code, all)
 	}
@@ -211,7 +201,7 @@ func TestForcedDeleteEndsAStreamingProposerAtOnce(t *testing.T) {
 		waitFor(t, "the stream to be under way", func() bool { return statusOf(t, s).FlushLSN > tStart+10_000 })
 
 		start := time.Now()
-		var res DeleteResult
+		var res httpapi.DeleteResult
 		if code := httpDo(t, "DELETE", url+"?force=true", &res); code != 200 || !res.WasActive {
 			t.Fatalf("round %d: DELETE ?force=true: %d %+v", round, code, res)
 		}
@@ -242,6 +232,7 @@ func TestDeleteTenantWithoutForceIsAllOrNothing(t *testing.T) {
 		p.push(5, 1000, 0)
 		p.c.Close()
 	}
+	waitFor(t, "the pushers' connections to end", func() bool { return connections(s) == 0 })
 	rd := replConnect(t, addr, false, fmt.Sprintf("-c tenant_id=%s -c timeline_id=%s", tTenant, busy))
 	defer rd.Close(testCtx(t))
 	if _, err := exec(t, rd, "IDENTIFY_SYSTEM"); err != nil {
@@ -262,7 +253,7 @@ func TestDeleteTenantWithoutForceIsAllOrNothing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a reader of %s after the refused tenant delete: %v (left retired)", idle, err)
 	}
-	var res map[string]DeleteResult
+	var res map[string]httpapi.DeleteResult
 	if code := httpDo(t, "DELETE", url+"?force=true", &res); code != 200 || len(res) != 2 || !res[busy.String()].WasActive {
 		t.Fatalf("DELETE ?force=true: %d %+v", code, res)
 	}
@@ -288,8 +279,8 @@ func TestDeleteTenantThatFailsLeavesTheRestUsable(t *testing.T) {
 	}
 	var err error
 	waitFor(t, "the pushers' connections to end", func() bool {
-		_, err = s.DeleteTenant(tTenant, false)
-		return !errors.Is(err, ErrTimelineBusy)
+		_, err = s.reg.DeleteTenant(tTenant, false)
+		return !errors.Is(err, timeline.ErrBusy)
 	})
 	if !errors.Is(err, errDisk) {
 		t.Fatalf("DeleteTenant with a failing disk: %v, want %v", err, errDisk)
@@ -302,4 +293,13 @@ func TestDeleteTenantThatFailsLeavesTheRestUsable(t *testing.T) {
 			t.Fatalf("a reader of %s after the failed tenant delete: %v", tl, err)
 		}
 	}
+}
+
+// connections counts the connections bound to s's open timelines.
+func connections(s *Server) int {
+	n := 0
+	for _, tl := range s.reg.Running() {
+		n += tl.Connections()
+	}
+	return n
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/proto/replcmd"
+	"github.com/safekeeper/safekeeper/server/timeline"
 )
 
 // The SQLSTATEs of the WAL push protocol's refusals (README_PROTO.md,
@@ -40,15 +41,6 @@ const (
 	codeStorageFailure = pgwire.IoError
 )
 
-// Slot errors, with PostgreSQL's texts and SQLSTATEs.
-func errSlotMissing(name string) error {
-	return pgwire.Errorf(pgwire.UndefinedObject, "replication slot %q does not exist", name)
-}
-
-func errSlotActive(name string, conn uint64) error {
-	return pgwire.Errorf(pgwire.ObjectInUse, "replication slot %q is active for PID %d", name, conn)
-}
-
 func errSegmentRemoved(tli uint32, lsn proto.LSN, segSize uint64) error {
 	return pgwire.Errorf(pgwire.UndefinedFile, "requested WAL segment %s has already been removed", proto.SegmentFileName(tli, lsn, segSize))
 }
@@ -62,6 +54,47 @@ func errBadID(name, value string) *pgwire.Error {
 }
 
 var errShutdown = pgwire.Errorf(pgwire.AdminShutdown, "terminating connection due to administrator command")
+
+// errTimelineDeleted ends the connections of a deleted timeline.
+var errTimelineDeleted = pgwire.Errorf(pgwire.AdminShutdown, "terminating connection: the timeline was deleted")
+
+// fromTimeline gives a refusal of the timeline host (server/timeline) its
+// SQLSTATE: the *pgwire.Error this server answers with, its text the
+// refusal's, the refusal reachable through it (errors.Is on timeline's
+// sentinels still works). Any other error is returned as it is.
+func fromTimeline(err error) error {
+	var pe *pgwire.Error
+	if err == nil || errors.As(err, &pe) {
+		return err // nothing to do, or mapped already
+	}
+	if errors.Is(err, timeline.ErrStopped) {
+		return errShutdown
+	}
+	var nf *timeline.NotFoundError
+	if errors.As(err, &nf) {
+		return pgwire.Errorf(pgwire.UndefinedObject, "%w", nf)
+	}
+	var te *timeline.Error
+	if !errors.As(err, &te) {
+		return err
+	}
+	code := pgwire.InternalError
+	switch {
+	case errors.Is(te, timeline.ErrLimit):
+		code = pgwire.ConfigurationLimitExceeded
+	case errors.Is(te, timeline.ErrSlotExists):
+		code = pgwire.DuplicateObject
+	case errors.Is(te, timeline.ErrNoSlot):
+		code = pgwire.UndefinedObject
+	case errors.Is(te, timeline.ErrSlotActive):
+		code = pgwire.ObjectInUse
+	case errors.Is(te, timeline.ErrSlotStorage):
+		code = pgwire.IoError
+	}
+	e := pgwire.Errorf(code, "%w", te)
+	e.Hint = te.Hint
+	return e
+}
 
 // fatalError is err as the ErrorResponse of an error after which the
 // server closes the connection: severity FATAL, as PostgreSQL sends it. It
@@ -80,6 +113,7 @@ func fatalError(err error) *pgwire.Error {
 // bad slot name, an acceptor's refusal or a storage failure; an error that
 // already carries one is returned as it is, anything else is XX000.
 func wireError(err error) error {
+	err = fromTimeline(err)
 	var pe *pgwire.Error
 	if errors.As(err, &pe) {
 		return err

@@ -3,9 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,7 +15,6 @@ import (
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/proto/replcmd"
 	"github.com/safekeeper/safekeeper/storage"
-	"github.com/safekeeper/safekeeper/test/harness"
 )
 
 func wireOf(t *testing.T, err error) *pgwire.Error {
@@ -133,48 +130,5 @@ func TestCreateTimelineOnFullDiskIs53100(t *testing.T) {
 	var pe *pgconn.PgError
 	if _, err := q.Recv(testCtx(t)); !errors.As(err, &pe) || pe.Code != pgwire.DiskFull {
 		t.Fatalf("creating a timeline on a full disk: %v, want SQLSTATE %s", err, pgwire.DiskFull)
-	}
-}
-
-// TestSlotSaveFailureIsLogged: a slot whose restart_lsn cannot be written
-// is logged (not dropped silently) and marked unsaved, so the next save
-// tries again.
-func TestSlotSaveFailureIsLogged(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "safekeeper.db")
-	db, err := storage.Open(path, storage.Options{UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := acceptor.NewState(&proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018, SystemID: tSysID,
-		TenantID: tTenant, TimelineID: tTimeline, PgTimeline: 1, WalSegSize: tSeg})
-	tl, err := db.CreateTimeline(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tl.CreateSlot(storage.Slot{Name: "s1"}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	db, err = storage.Open(path, storage.Options{ReadOnly: true}) // every write fails
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	tl, _, err = db.OpenTimeline(tTenant, tTimeline)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs harness.SyncBuffer
-	r, err := newReplState(tl, 1, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.slots["s1"].RestartLSN, r.slots["s1"].saved = tStart, tStart
-	r.saveSlot(storage.Slot{Name: "s1", RestartLSN: tStart, RestartTLI: 1})
-	if !strings.Contains(logs.String(), "could not save replication slot") || !strings.Contains(logs.String(), "s1") {
-		t.Fatalf("a failed slot save was not logged: %q", logs.String())
-	}
-	if r.slots["s1"].saved != 0 {
-		t.Fatalf("a failed slot save left the slot marked saved at %s", r.slots["s1"].saved)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -20,7 +19,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/server/httpapi"
-	"github.com/safekeeper/safekeeper/storage"
+	"github.com/safekeeper/safekeeper/server/timeline"
 )
 
 // The HTTP API (Config.ListenHTTP): Neon's safekeeper paths where one
@@ -62,7 +61,7 @@ func writeError(w http.ResponseWriter, err error) {
 	var ae *apiError
 	switch {
 	case errors.As(err, &ae):
-	case errors.Is(err, errShutdown):
+	case errors.Is(err, timeline.ErrStopped):
 		ae = &apiError{http.StatusServiceUnavailable, "shutting_down", "the safekeeper is shutting down"}
 	default:
 		ae = &apiError{status: http.StatusInternalServerError, code: "internal", msg: err.Error()}
@@ -167,13 +166,13 @@ func (a *httpAPI) timelines(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []httpapi.TimelineSummary{}
 	for _, k := range keys {
-		tl, err := a.s.timelineByKey(k)
+		tl, err := a.s.reg.Open(k)
 		if err != nil {
 			continue // deleted meanwhile
 		}
 		st, _ := tl.Status()
 		out = append(out, httpapi.TimelineSummary{TenantID: k.TenantID.String(), TimelineID: k.TimelineID.String(), Term: st.VotedFor.Term,
-			PgTimeline: st.PgTimeline, FlushLSN: st.FlushLSN, CommitLSN: st.CommitLSN, RemovedUpTo: max(st.RemovedUpTo, tl.store.RemovedUpTo())})
+			PgTimeline: st.PgTimeline, FlushLSN: st.FlushLSN, CommitLSN: st.CommitLSN, RemovedUpTo: max(st.RemovedUpTo, tl.RemovedUpTo())})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -207,11 +206,11 @@ func forceParam(r *http.Request) (bool, error) {
 // deleteError maps a delete's failure to its answer.
 func deleteError(err error) error {
 	switch {
-	case errors.Is(err, storage.ErrNoTimeline):
+	case errors.Is(err, timeline.ErrNotFound):
 		return &apiError{http.StatusNotFound, "not_found", err.Error()}
-	case errors.Is(err, ErrTimelineBusy):
+	case errors.Is(err, timeline.ErrBusy):
 		return &apiError{http.StatusConflict, "busy", err.Error()}
-	case errors.Is(err, errShutdown):
+	case errors.Is(err, timeline.ErrStopped):
 		return &apiError{http.StatusServiceUnavailable, "shutting_down", "the safekeeper is shutting down"}
 	}
 	return err
@@ -228,12 +227,12 @@ func (a *httpAPI) deleteTimeline(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	res, err := a.s.DeleteTimeline(key, force)
+	res, err := a.s.reg.Delete(key, force)
 	if err != nil {
 		writeError(w, deleteError(err))
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	writeJSON(w, http.StatusOK, httpapi.DeleteResult(res))
 }
 
 func (a *httpAPI) deleteTenant(w http.ResponseWriter, r *http.Request) {
@@ -247,12 +246,16 @@ func (a *httpAPI) deleteTenant(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	res, err := a.s.DeleteTenant(tenant, force)
+	res, err := a.s.reg.DeleteTenant(tenant, force)
 	if err != nil {
 		writeError(w, deleteError(err))
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	out := map[string]httpapi.DeleteResult{}
+	for id, r := range res {
+		out[id] = httpapi.DeleteResult(r)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (a *httpAPI) timeline(w http.ResponseWriter, r *http.Request) {
@@ -261,9 +264,8 @@ func (a *httpAPI) timeline(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	tl, err := a.s.timelineByKey(key)
-	var pe *pgwire.Error
-	if errors.As(err, &pe) && pe.Code == pgwire.UndefinedObject {
+	tl, err := a.s.reg.Open(key)
+	if errors.Is(err, timeline.ErrNotFound) {
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "timeline " + key.String() + " does not exist on this safekeeper"})
 		return
 	}
@@ -274,47 +276,40 @@ func (a *httpAPI) timeline(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, a.describe(tl))
 }
 
-func (a *httpAPI) describe(tl *timeline) httpapi.Timeline {
+func (a *httpAPI) describe(tl *timeline.Timeline) httpapi.Timeline {
 	st, _ := tl.Status()
-	ret := tl.retention()
+	horizon, reason := tl.Retention()
 	out := httpapi.Timeline{
 		TimelineState: httpapi.TimelineState{
 			TenantID: st.TenantID.String(), TimelineID: st.TimelineID.String(), Term: st.VotedFor.Term, VotedFor: st.VotedFor.String(),
 			LastLogTerm: st.LastLogTerm(), TimelineStartLSN: st.TimelineStartLSN, FlushLSN: st.FlushLSN, CommitLSN: st.CommitLSN,
-			TruncateLSN: st.TruncateLSN, RemovedUpTo: max(st.RemovedUpTo, tl.store.RemovedUpTo()), TermHistory: []httpapi.TermSwitch{},
+			TruncateLSN: st.TruncateLSN, RemovedUpTo: max(st.RemovedUpTo, tl.RemovedUpTo()), TermHistory: []httpapi.TermSwitch{},
 		},
-		RetentionHorizon: ret.Horizon, RetentionReason: ret.Reason, PgVersion: st.PgVersion, PgTimeline: st.PgTimeline,
+		RetentionHorizon: horizon, RetentionReason: reason, PgVersion: st.PgVersion, PgTimeline: st.PgTimeline,
 		SystemID: st.SystemID, WalSegSize: st.WalSegSize, Readers: []httpapi.Reader{}, Slots: []httpapi.Slot{},
 	}
 	out.WALStartLSN, out.WALBytes = storedWAL(st, out.RemovedUpTo)
 	for _, e := range st.History {
 		out.TermHistory = append(out.TermHistory, httpapi.TermSwitch{Term: e.Term, StartLSN: e.StartLSN})
 	}
-	if p := tl.pushStatus(); p.connected {
-		out.Proposer = &httpapi.Proposer{Address: p.addr, Term: p.term, Since: p.since, WriteLSN: p.end, CommitLSN: p.commit, LastPushAge: time.Since(p.at).Seconds()}
+	if p := tl.Proposer(); p.Connected {
+		out.Proposer = &httpapi.Proposer{Address: p.Addr, Term: p.Term, Since: p.Since, WriteLSN: p.End, CommitLSN: p.Commit, LastPushAge: time.Since(p.At).Seconds()}
 	}
-	r := tl.repl
-	r.mu.Lock()
-	out.RemoteConsistentLSN = r.remoteConsistent
-	for rd := range r.readers {
-		rd.mu.Lock()
-		j := httpapi.Reader{Kind: rd.kind(), Address: rd.addr, ApplicationName: rd.appName, Slot: rd.slot, Since: rd.since,
-			SentLSN: rd.position(), WriteLSN: rd.status.Write, FlushLSN: rd.status.Flush, ApplyLSN: rd.status.Apply,
-			WriteLag: rd.lags.seconds(0), FlushLag: rd.lags.seconds(1), ReplayLag: rd.lags.seconds(2),
-			LagBytes: rd.lagBytes(st.CommitLSN)}
-		if !rd.lastReply.IsZero() {
-			at := rd.lastReply
+	repl := tl.Replication(st.CommitLSN)
+	out.RemoteConsistentLSN = repl.RemoteConsistentLSN
+	for _, rd := range repl.Readers {
+		j := httpapi.Reader{Kind: rd.Kind, Address: rd.Addr, ApplicationName: rd.AppName, Slot: rd.Slot, Since: rd.Since,
+			SentLSN: rd.Sent, WriteLSN: rd.Write, FlushLSN: rd.Flush, ApplyLSN: rd.Apply,
+			WriteLag: rd.WriteLag, FlushLag: rd.FlushLag, ReplayLag: rd.ReplayLag, LagBytes: rd.LagBytes}
+		if !rd.LastReply.IsZero() {
+			at := rd.LastReply
 			j.LastReply = &at
 		}
-		rd.mu.Unlock()
 		out.Readers = append(out.Readers, j)
 	}
-	for _, s := range r.slots {
-		out.Slots = append(out.Slots, httpapi.Slot{Name: s.Name, Temporary: s.temporary, Active: s.active != 0, RestartLSN: s.RestartLSN})
+	for _, s := range repl.Slots {
+		out.Slots = append(out.Slots, httpapi.Slot{Name: s.Name, Temporary: s.Temporary, Active: s.Active, RestartLSN: s.RestartLSN})
 	}
-	r.mu.Unlock()
-	sort.Slice(out.Readers, func(i, j int) bool { return out.Readers[i].Since.Before(out.Readers[j].Since) })
-	sort.Slice(out.Slots, func(i, j int) bool { return out.Slots[i].Name < out.Slots[j].Name })
 	return out
 }
 

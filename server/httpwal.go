@@ -7,8 +7,8 @@ import (
 	"strconv"
 
 	"github.com/safekeeper/safekeeper/proto"
-	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/server/httpapi"
+	"github.com/safekeeper/safekeeper/server/timeline"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -45,20 +45,13 @@ func (a *httpAPI) wal(w http.ResponseWriter, r *http.Request) {
 	if a.s.hooks.httpWAL != nil {
 		a.s.hooks.httpWAL()
 	}
-	tenant, err := proto.ParseID(r.PathValue("tenant_id"))
+	key, err := pathKey(r)
 	if err != nil {
-		writeError(w, &apiError{http.StatusBadRequest, "bad_id", "tenant_id: " + err.Error()})
+		writeError(w, err)
 		return
 	}
-	timeline, err := proto.ParseID(r.PathValue("timeline_id"))
-	if err != nil {
-		writeError(w, &apiError{http.StatusBadRequest, "bad_id", "timeline_id: " + err.Error()})
-		return
-	}
-	key := proto.TimelineKey{TenantID: tenant, TimelineID: timeline}
-	tl, err := a.s.timelineByKey(key)
-	var pe *pgwire.Error
-	if errors.As(err, &pe) && pe.Code == pgwire.UndefinedObject {
+	tl, err := a.s.reg.Open(key)
+	if errors.Is(err, timeline.ErrNotFound) {
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "timeline " + key.String() + " does not exist on this safekeeper"})
 		return
 	}
@@ -67,7 +60,7 @@ func (a *httpAPI) wal(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st, _ := tl.Status()
-	first := max(st.TimelineStartLSN, st.RemovedUpTo, tl.store.RemovedUpTo())
+	first := max(st.TimelineStartLSN, st.RemovedUpTo, tl.RemovedUpTo())
 	start, end := first, st.FlushLSN
 	for _, p := range []struct {
 		name string
@@ -87,7 +80,7 @@ func (a *httpAPI) wal(w http.ResponseWriter, r *http.Request) {
 	case start < first:
 		writeError(w, &apiError{http.StatusNotFound, "wal_removed",
 			fmt.Sprintf("WAL at %s is not held: this safekeeper holds timeline %s from %s (timeline start %s, removed up to %s)",
-				start, key, first, st.TimelineStartLSN, max(st.RemovedUpTo, tl.store.RemovedUpTo()))})
+				start, key, first, st.TimelineStartLSN, max(st.RemovedUpTo, tl.RemovedUpTo()))})
 		return
 	case start > end:
 		writeError(w, &apiError{http.StatusBadRequest, "bad_range", fmt.Sprintf("start %s is above the end %s (flush_lsn %s)", start, end, st.FlushLSN)})
@@ -96,7 +89,7 @@ func (a *httpAPI) wal(w http.ResponseWriter, r *http.Request) {
 	// The first chunk is read before the answer starts, so that a range
 	// retention removed meanwhile is still a 404.
 	buf := make([]byte, min(uint64(end-start), walReadChunk))
-	n, err := tl.store.ReadWAL(start, buf)
+	n, err := tl.ReadWAL(start, buf)
 	if errors.Is(err, storage.ErrWALRemoved) {
 		writeError(w, &apiError{http.StatusNotFound, "wal_removed", err.Error()})
 		return
@@ -128,7 +121,7 @@ func (a *httpAPI) wal(w http.ResponseWriter, r *http.Request) {
 		if pos >= end {
 			return
 		}
-		n, err = tl.store.ReadWAL(pos, buf[:min(uint64(end-pos), walReadChunk)])
+		n, err = tl.ReadWAL(pos, buf[:min(uint64(end-pos), walReadChunk)])
 		if err != nil {
 			n = 0
 		}

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/server/timeline"
 )
 
 // Resource limits (Config.MaxConnections, AuthenticationTimeout,
@@ -49,9 +50,6 @@ import (
 //     (the proposer reconnects).
 
 const (
-	// refusalWarning: a timeline's WAL refusals (disk limits) are warned
-	// about at most this often, the others logged at debug.
-	refusalWarning    = time.Minute
 	maxRefusing       = 512
 	diskCheckInterval = time.Second
 	maxDiskReserve    = 1 << 30
@@ -196,7 +194,7 @@ func (s *Server) walRefusal() *diskRefusal {
 }
 
 // walRefused returns the 53100 error for new WAL on tl, or nil.
-func (s *Server) walRefused(tl *timeline) error {
+func (s *Server) walRefused(tl *timeline.Timeline) error {
 	if last := s.disk.checked.Load(); time.Now().UnixNano()-last > int64(diskRecheck) && s.disk.checked.CompareAndSwap(last, time.Now().UnixNano()) {
 		s.checkDisk()
 	}
@@ -205,12 +203,12 @@ func (s *Server) walRefused(tl *timeline) error {
 		return pgwire.Errorf(pgwire.DiskFull, "could not write WAL: %s", r.why)
 	}
 	if limit := s.cfg.MaxTimelineDiskUsage; limit > 0 {
-		end := tl.store.EndLSN()
-		start := max(tl.store.RemovedUpTo(), tl.startLSN())
+		end := tl.EndLSN()
+		start := max(tl.RemovedUpTo(), tl.StartLSN())
 		if end > start && int64(end-start) >= limit {
 			s.metrics.refused.WithLabelValues("disk").Inc()
 			return pgwire.Errorf(pgwire.DiskFull, "could not write WAL: timeline %s holds %d bytes of WAL, at --max-timeline-disk-usage %d",
-				tl.key, uint64(end-start), limit)
+				tl.Key(), uint64(end-start), limit)
 		}
 	}
 	return nil

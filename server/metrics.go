@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/safekeeper/safekeeper/server/timeline"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -38,6 +39,11 @@ func (m *serverMetrics) observeCommit(c storage.CommitStats) {
 	if c.Apply+c.Write > m.slowFsync {
 		m.slowFsyncs.Inc()
 	}
+}
+
+// timelines are the instruments the timelines update.
+func (m *serverMetrics) timelines() *timeline.Metrics {
+	return &timeline.Metrics{WriteBytes: m.writeBytes, Appends: m.appends, Received: m.received, Refused: m.refused}
 }
 
 func newMetrics(slowFsync time.Duration) *serverMetrics {
@@ -89,36 +95,23 @@ func (c *timelineCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *timelineCollector) Collect(ch chan<- prometheus.Metric) {
-	c.s.mu.Lock()
-	tls := make([]*timeline, 0, len(c.s.timelines))
-	for _, tl := range c.s.timelines {
-		tls = append(tls, tl)
-	}
-	c.s.mu.Unlock()
+	tls := c.s.reg.Running()
 	proposers, readers := 0, 0
 	for _, tl := range tls {
 		st, _ := tl.Status()
-		l := []string{tl.key.TenantID.String(), tl.key.TimelineID.String()}
+		l := []string{tl.Key().TenantID.String(), tl.Key().TimelineID.String()}
 		ch <- prometheus.MustNewConstMetric(descFlush, prometheus.GaugeValue, float64(st.FlushLSN), l...)
 		ch <- prometheus.MustNewConstMetric(descCommit, prometheus.GaugeValue, float64(st.CommitLSN), l...)
 		ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(st.VotedFor.Term), l...)
-		removed := max(st.RemovedUpTo, tl.store.RemovedUpTo())
+		removed := max(st.RemovedUpTo, tl.RemovedUpTo())
 		ch <- prometheus.MustNewConstMetric(descRemovedTo, prometheus.GaugeValue, float64(removed), l...)
 		_, retained := storedWAL(st, removed)
 		ch <- prometheus.MustNewConstMetric(descRetained, prometheus.GaugeValue, float64(retained), l...)
-		tl.repl.mu.Lock()
-		remote := tl.repl.remoteConsistent
-		readers += len(tl.repl.readers)
-		var lag uint64 // of the reader furthest behind
-		for rd := range tl.repl.readers {
-			rd.mu.Lock()
-			lag = max(lag, rd.lagBytes(st.CommitLSN))
-			rd.mu.Unlock()
-		}
-		tl.repl.mu.Unlock()
+		remote, n, lag := tl.ReplicationSummary(st.CommitLSN) // lag: of the reader furthest behind
+		readers += n
 		ch <- prometheus.MustNewConstMetric(descRemote, prometheus.GaugeValue, float64(remote), l...)
 		ch <- prometheus.MustNewConstMetric(descReaderLag, prometheus.GaugeValue, float64(lag), l...)
-		if tl.pushStatus().connected {
+		if tl.Proposer().Connected {
 			proposers++
 		}
 	}
@@ -139,7 +132,7 @@ func (c *timelineCollector) Collect(ch chan<- prometheus.Metric) {
 	if unix.Statfs(c.s.cfg.DataDir, &fs) == nil {
 		ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(fs.Bavail*uint64(fs.Bsize)))
 	}
-	ch <- prometheus.MustNewConstMetric(descRemovedSeg, prometheus.CounterValue, float64(c.s.removedSegments.Load()))
+	ch <- prometheus.MustNewConstMetric(descRemovedSeg, prometheus.CounterValue, float64(c.s.reg.RemovedSegments()))
 }
 
 // refused counts refusals by reason.

@@ -6,9 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -136,9 +134,9 @@ func TestMetricsCoverStoredTimelinesAfterRestart(t *testing.T) {
 // at the end counts both.
 func TestOpenAtStartSurvivesABrokenTimeline(t *testing.T) {
 	dir := t.TempDir()
-	// More timelines than openAtStartWorkers, the broken one among the
-	// first: a failure must not end the opens of the rest.
-	want := storeTimelines(t, dir, 2*openAtStartWorkers)
+	// More timelines than the registry opens at once, the broken one
+	// among the first: a failure must not end the opens of the rest.
+	want := storeTimelines(t, dir, 8)
 	broken := proto.TimelineKey{TenantID: tTenant, TimelineID: proto.ID{0xbb, 0x11}}
 	bdb, err := bolt.Open(filepath.Join(dir, "safekeeper.db"), 0o600, nil)
 	if err != nil {
@@ -200,64 +198,6 @@ func TestOpenAtStartSurvivesABrokenTimeline(t *testing.T) {
 	}
 }
 
-// TestShutdownDuringOpenAtStart: Shutdown while the opens at start are
-// under way waits for the open in progress (the database stays open under
-// it), starts no other, and stops the owners of those that opened; it
-// returns cleanly.
-func TestShutdownDuringOpenAtStart(t *testing.T) {
-	dir := t.TempDir()
-	const n = 12 // more than openAtStartWorkers
-	storeTimelines(t, dir, n)
-
-	gate := make(chan struct{})
-	release := sync.OnceFunc(func() { close(gate) })
-	defer release()
-	entered := make(chan struct{}, n)
-	var mu sync.Mutex
-	started := 0
-	s := startHookedServer(t, dir, nil, hooks{beforeOpen: func(proto.TimelineKey) {
-		mu.Lock()
-		started++
-		mu.Unlock()
-		entered <- struct{}{}
-		<-gate
-	}})
-	for range openAtStartWorkers {
-		select {
-		case <-entered:
-		case <-time.After(tTimeout):
-			t.Fatal("the opens at start did not begin")
-		}
-	}
-	stopped := shutdownInBackground(t, s)
-	select {
-	case err := <-stopped:
-		t.Fatalf("Shutdown returned (%v) while opens at start were under way", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	release()
-	if err := <-stopped; err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if started != openAtStartWorkers {
-		t.Errorf("%d opens began, want the %d under way at shutdown and no more", started, openAtStartWorkers)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.timelines) != openAtStartWorkers {
-		t.Errorf("%d timelines open, want the %d whose open was under way", len(s.timelines), openAtStartWorkers)
-	}
-	for k, tl := range s.timelines {
-		select {
-		case <-tl.stopped:
-		default:
-			t.Errorf("Shutdown returned with timeline %s's owner running", k)
-		}
-	}
-}
-
 // TestOpenAtStartSkipsADeletedTimeline: a timeline deleted after the opens
 // at start listed the stored ones (here: removed from storage just before
 // its open reads it) is skipped quietly, counted as deleted in the closing
@@ -294,9 +234,7 @@ func TestOpenAtStartSkipsADeletedTimeline(t *testing.T) {
 			t.Errorf("the closing line: %v, want %d opened, 1 deleted, 0 failed", m, len(want))
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.timelines) != len(want) || s.timelines[gone] != nil {
-		t.Errorf("%d timelines open (the deleted one: %v), want the %d still stored", len(s.timelines), s.timelines[gone] != nil, len(want))
+	if open := s.reg.Running(); len(open) != len(want) || running(s, gone) != nil {
+		t.Errorf("%d timelines open (the deleted one: %v), want the %d still stored", len(open), running(s, gone) != nil, len(want))
 	}
 }

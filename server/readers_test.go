@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/server/httpapi"
 )
 
@@ -12,30 +11,10 @@ import (
 // commit_lsn minus the higher of the write and flush it reported; one
 // that has reported nothing yet (a standby or pg_receivewal before its
 // first status update) lags by what lies between its stream's start and
-// commit_lsn, not by its whole LSN (a position of 0). Checked on lagBytes,
-// then on a live stream through the timeline detail's lag_bytes and
-// safekeeper_reader_lag_bytes.
+// commit_lsn, not by its whole LSN (a position of 0): on a live stream,
+// through the timeline detail's lag_bytes and safekeeper_reader_lag_bytes
+// (server/timeline's TestReaderLagBytes checks the cases).
 func TestReaderLagCountsFromStreamStartUntilReported(t *testing.T) {
-	const commit = lsn(0x3000000)
-	for _, c := range []struct {
-		name   string
-		start  lsn
-		status pgwire.StandbyStatusUpdate
-		want   uint64
-	}{
-		{"nothing reported: from the stream's start", 0x2000000, pgwire.StandbyStatusUpdate{}, 0x1000000},
-		{"only write reported (pg_receivewal without --synchronous)", 0x2000000, pgwire.StandbyStatusUpdate{Write: 0x2800000}, 0x800000},
-		{"flush reported", 0x2000000, pgwire.StandbyStatusUpdate{Write: 0x2c00000, Flush: 0x2e00000}, 0x200000},
-		{"a report below the start counts as reported", 0x2000000, pgwire.StandbyStatusUpdate{Write: 0x1000000, Flush: 0x1000000}, 0x2000000},
-		{"write past commit (a term reader): no lag, no wrap", 0x2000000, pgwire.StandbyStatusUpdate{Write: 0x3100000, Flush: 0x2f00000}, 0},
-		{"started past commit: no lag", 0x3100000, pgwire.StandbyStatusUpdate{}, 0},
-	} {
-		rd := &walReader{start: c.start, status: c.status}
-		if got := rd.lagBytes(commit); got != c.want {
-			t.Errorf("%s: lag %#x, want %#x", c.name, got, c.want)
-		}
-	}
-
 	s := startTestServer(t, t.TempDir(), func(c *Config) { c.ListenHTTP = "127.0.0.1:0" })
 	addr := s.Addr().String()
 	p := newTestPush(t, addr, tTimeline, 1, hist1(tStart), tStart)

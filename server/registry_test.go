@@ -164,14 +164,12 @@ func TestShutdownWaitsForTimelineOpens(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	s.mu.Lock()
-	tl := s.timelines[key]
-	s.mu.Unlock()
+	tl := running(s, key)
 	if tl == nil {
 		t.Fatal("the open under way at shutdown failed")
 	}
 	select {
-	case <-tl.stopped:
+	case <-tl.Done():
 	default:
 		t.Fatal("Shutdown returned with the opened timeline's owner running")
 	}

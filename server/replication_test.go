@@ -19,6 +19,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/proto/xlog/xlogtest"
+	"github.com/safekeeper/safekeeper/server/timeline"
 )
 
 type lsn = proto.LSN
@@ -39,6 +40,16 @@ var (
 func startTestServer(t *testing.T, dir string, tweak func(*Config)) *Server {
 	t.Helper()
 	return startHookedServer(t, dir, tweak, hooks{})
+}
+
+// running is timeline key if it is open, else nil.
+func running(s *Server, key proto.TimelineKey) *timeline.Timeline {
+	for _, tl := range s.reg.Running() {
+		if tl.Key() == key {
+			return tl
+		}
+	}
+	return nil
 }
 
 // startHookedServer is startTestServer with test hooks.
@@ -305,11 +316,9 @@ func must(res []*pgconn.Result, err error) []*pgconn.Result {
 
 func statusOf(t *testing.T, s *Server) (st struct{ FlushLSN, CommitLSN, RemovedUpTo lsn }) {
 	t.Helper()
-	s.mu.Lock()
-	tl := s.timelines[proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline}]
-	s.mu.Unlock()
+	tl := running(s, proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline})
 	a, _ := tl.Status()
-	st.FlushLSN, st.CommitLSN, st.RemovedUpTo = a.FlushLSN, a.CommitLSN, tl.store.RemovedUpTo()
+	st.FlushLSN, st.CommitLSN, st.RemovedUpTo = a.FlushLSN, a.CommitLSN, tl.RemovedUpTo()
 	return st
 }
 
@@ -720,10 +729,8 @@ func TestFeedbackReachesProposerAndRetention(t *testing.T) {
 		p.heartbeat()
 		return statusOf(t, s).RemovedUpTo == tStart+2*tSeg
 	})
-	s.mu.Lock()
-	tl := s.timelines[proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline}]
-	s.mu.Unlock()
-	s.retainOnce(tl) // one more pass with every input settled
+	tl := running(s, proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline})
+	s.reg.Retain(tl) // one more pass with every input settled
 	if got := statusOf(t, s).RemovedUpTo; got != tStart+2*tSeg {
 		t.Fatalf("removed_up_to %s, want %s: the consumer's remote_consistent_lsn %s did not hold retention", got, tStart+2*tSeg, remote)
 	}

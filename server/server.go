@@ -19,6 +19,7 @@ import (
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/server/timeline"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -241,38 +242,31 @@ type Server struct {
 	stopCancel context.CancelFunc
 
 	connSeq atomic.Uint64 // numbers connections: the "PID" of slot errors
-	// walBudget holds Config.MaxBufferedWAL: a push reader acquires a
-	// request's WAL bytes before queueing it, the timeline's owner releases
-	// them once the group commit that took them is done.
-	walBudget *budget   // budget.go
-	mem       reclaimer // memory.go
+	// reg holds the timelines. Its WAL budget (Config.MaxBufferedWAL): a
+	// push reader acquires a request's WAL bytes before queueing it, the
+	// timeline's owner releases them once the group commit that took them
+	// is done.
+	reg *timeline.Registry
+	mem reclaimer // memory.go
 	// writeLimit is the latest write deadline of any connection (unix
 	// nanoseconds), set by Shutdown; 0 before. See limitedConn.
 	writeLimit atomic.Int64
 
-	http            *httpAPI     // nil without Config.ListenHTTP
-	certs           *certSource  // nil without Config.TLSCertFile
-	auth            *authState   // nil without Config.AuthPublicKeys
-	disk            diskState    // the disk circuit breaker (limits.go)
-	refusing        atomic.Int32 // refusals under way: refuseTooMany and evicted connections (at most maxRefusing)
-	evictions       atomic.Int64 // evictions since the last warning about them (conns.go)
-	evictWarned     atomic.Int64 // when that warning was last logged (unix nanoseconds)
-	metrics         *serverMetrics
-	removedSegments atomic.Int64 // WAL segments retention removed
+	http        *httpAPI     // nil without Config.ListenHTTP
+	certs       *certSource  // nil without Config.TLSCertFile
+	auth        *authState   // nil without Config.AuthPublicKeys
+	disk        diskState    // the disk circuit breaker (limits.go)
+	refusing    atomic.Int32 // refusals under way: refuseTooMany and evicted connections (at most maxRefusing)
+	evictions   atomic.Int64 // evictions since the last warning about them (conns.go)
+	evictWarned atomic.Int64 // when that warning was last logged (unix nanoseconds)
+	metrics     *serverMetrics
 
-	mu        sync.Mutex
-	timelines map[proto.TimelineKey]*timeline
-	opening   map[proto.TimelineKey]*opening // opens in progress (registry.go)
-	deleting  map[proto.TimelineKey]struct{} // deletes in progress (delete.go)
-	conns     map[net.Conn]*connEntry        // every connection holding a slot (conns.go)
-	starting  list.List                      // of *connEntry: those still in their startup, oldest first
-	connWG    sync.WaitGroup
-	ownerWG   sync.WaitGroup
-	// openWG counts the timeline opens under way and the opens at start
-	// (openStored) (registry.go). Added to under mu and only while not
-	// stopping, so Shutdown, which marks stopping under mu, can wait for it
-	// before it stops the owners and closes the database.
-	openWG sync.WaitGroup
+	// mu guards the connection table (conns.go); the timelines have the
+	// registry's own lock.
+	mu       sync.Mutex
+	conns    map[net.Conn]*connEntry // every connection holding a slot (conns.go)
+	starting list.List               // of *connEntry: those still in their startup, oldest first
+	connWG   sync.WaitGroup
 
 	hooks hooks // tests only
 }
@@ -286,17 +280,12 @@ func New(cfg Config) (*Server, error) { return newServer(cfg, hooks{}) }
 // hooks are test hooks, in the style of storage's open(..., hooks): New
 // sets none, tests call newServer with some.
 type hooks struct {
-	// beforeOpen runs before a timeline is opened from disk (outside every
-	// lock, in the goroutine of the connection that opens it).
-	beforeOpen func(proto.TimelineKey)
-	// storage wraps what a timeline's session writes through (to make it
-	// fail like a full disk).
-	storage func(*storage.Timeline) acceptor.Storage
-	// onPublish runs after each publication of a timeline's new state.
-	onPublish func()
-	// create replaces storage.DB.CreateTimeline (to fail like a full disk).
-	create func(acceptor.State) (*storage.Timeline, error)
-	// persistInterval replaces persistInterval (0: the default).
+	// beforeOpen, storage, onPublish, create, persistInterval and
+	// deleteTimeline are the registry's (timeline.Hooks).
+	beforeOpen      func(proto.TimelineKey)
+	storage         func(*storage.Timeline) acceptor.Storage
+	onPublish       func()
+	create          func(acceptor.State) (*storage.Timeline, error)
 	persistInterval time.Duration
 	// httpWAL runs in a GET .../wal handler once it holds its slot.
 	httpWAL func()
@@ -306,9 +295,7 @@ type hooks struct {
 	// statfs replaces unix.Statfs in the disk circuit breaker.
 	statfs func(path string, fs *unix.Statfs_t) error
 	// evictGrace replaces evictGraceMax (0: the default).
-	evictGrace time.Duration
-	// deleteTimeline replaces storage.DB.DeleteTimeline (to fail like a
-	// full disk).
+	evictGrace     time.Duration
 	deleteTimeline func(tenant, timeline proto.ID) error
 }
 
@@ -380,13 +367,20 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 		stopCtx: stopCtx, stopCancel: stopCancel,
 		cfg: cfg, log: cfg.Logger, db: db, ln: ln,
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}),
-		timelines: map[proto.TimelineKey]*timeline{}, opening: map[proto.TimelineKey]*opening{}, deleting: map[proto.TimelineKey]struct{}{}, conns: map[net.Conn]*connEntry{},
-		walBudget: newBudget(cfg.MaxBufferedWAL),
-		metrics:   metrics,
-		hooks:     h,
-		certs:     certs,
-		auth:      authn,
+		conns:   map[net.Conn]*connEntry{},
+		metrics: metrics,
+		hooks:   h,
+		certs:   certs,
+		auth:    authn,
 	}
+	s.reg = timeline.NewRegistry(db, timeline.Config{
+		NodeID: cfg.NodeID, Logger: cfg.Logger, MaxTimelines: cfg.MaxTimelines, MaxSlots: cfg.MaxSlots,
+		WalKeepSize: cfg.WalKeepSize, MaxPeerWALKeepSize: cfg.MaxPeerWALKeepSize, MaxSlotWALKeepSize: cfg.MaxSlotWALKeepSize,
+		RetentionInterval: cfg.RetentionInterval, MaxBufferedWAL: cfg.MaxBufferedWAL,
+		Metrics: metrics.timelines(), Recycle: recycle,
+		Hooks: timeline.Hooks{BeforeOpen: h.beforeOpen, Storage: h.storage, OnPublish: h.onPublish, Create: h.create,
+			PersistInterval: h.persistInterval, DeleteTimeline: h.deleteTimeline},
+	})
 	if httpLn != nil {
 		s.http = newHTTPAPI(s, httpLn)
 	}
@@ -428,12 +422,9 @@ func (s *Server) Serve() error {
 	s.log.Info("safekeeper listening", append(where, "node_id", s.cfg.NodeID, "data_dir", s.cfg.DataDir,
 		"tls", s.certs != nil, "tls_required", s.cfg.TLSRequired)...)
 	go s.mem.run(s.ctx, s)
-	s.mu.Lock()
-	if !s.isStopping() && !s.hooks.lazyOpen { // openWG only while not stopping: Shutdown waits for it
-		s.openWG.Add(1)
-		go s.openStored()
+	if !s.hooks.lazyOpen {
+		s.reg.OpenStored() // nothing once Shutdown began
 	}
-	s.mu.Unlock()
 	go s.watchDisk()
 	if s.certs != nil {
 		go s.certs.watch(s.ctx)
@@ -549,6 +540,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// hold a write, and so Shutdown, for the whole write timeout.
 		limit := time.Now().Add(s.cfg.ShutdownGrace + shutdownWriteSlack)
 		s.writeLimit.Store(limit.UnixNano())
+		s.reg.Stop() // no timeline is opened, created or deleted from now on
 		s.mu.Lock()
 		close(s.stopping)
 		s.stopCancel()
@@ -579,10 +571,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	// An open under way (from the HTTP API, whose handlers are not waited
 	// for, or a connection cut short by ctx) still uses the database and
-	// may start an owner: wait for it. New ones are refused.
-	s.openWG.Wait()
+	// may start an owner: Close waits for it, then stops the owners.
+	s.reg.Close()
 	s.cancel()
-	s.ownerWG.Wait()
 	return s.db.Close()
 }
 
@@ -699,7 +690,7 @@ func (s *Server) serveConn(e *connEntry) {
 				pc.SendError(fatalError(errShutdown))
 				pc.Flush()
 				return
-			case rc.tl != nil && rc.tl.isDeleted():
+			case rc.tl != nil && rc.tl.Deleted():
 				pc.SendError(fatalError(errTimelineDeleted))
 				pc.Flush()
 				return

@@ -124,14 +124,10 @@ func TestShutdownNotHeldByReaderThatStoppedReading(t *testing.T) {
 	if err := c.Frontend().Flush(); err != nil {
 		t.Fatal(err)
 	}
-	s.mu.Lock()
-	tl := s.timelines[proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline}]
-	s.mu.Unlock()
+	tl := running(s, proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline})
 	waitFor(t, "the stream to send", func() bool {
-		tl.repl.mu.Lock()
-		defer tl.repl.mu.Unlock()
-		for rd := range tl.repl.readers {
-			return rd.position() > tStart
+		for _, rd := range tl.Replication(0).Readers {
+			return rd.Sent > tStart
 		}
 		return false
 	})

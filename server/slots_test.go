@@ -117,13 +117,10 @@ func TestReportedPositionsClampedToWALSent(t *testing.T) {
 		t.Fatalf("consumer feedback relayed as %+v, want every position clamped to %s", r.Consumer, y)
 	}
 	c.c.Close(context.Background())
-	s.mu.Lock()
-	tl := s.timelines[proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline}]
-	s.mu.Unlock()
+	tl := running(s, proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline})
 	waitFor(t, "the reader to leave", func() bool {
-		tl.repl.mu.Lock()
-		defer tl.repl.mu.Unlock()
-		return len(tl.repl.readers) == 0
+		readers, _ := tl.Counts()
+		return readers == 0
 	})
 
 	// More WAL, committed and on every safekeeper (truncate_lsn): only the
@@ -136,7 +133,7 @@ func TestReportedPositionsClampedToWALSent(t *testing.T) {
 		p.heartbeat()
 		return statusOf(t, s).RemovedUpTo >= horizon
 	})
-	s.retainOnce(tl) // one more pass with every input settled
+	s.reg.Retain(tl) // one more pass with every input settled
 	if got := statusOf(t, s).RemovedUpTo; got != horizon {
 		t.Fatalf("removed_up_to %s, want %s: WAL past what the reader was sent (%s) was removed", got, horizon, y)
 	}

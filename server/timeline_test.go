@@ -44,9 +44,9 @@ func TestCommitLSNWithoutWALPersistedLazily(t *testing.T) {
 	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
 	p.push(200, 8000, tStart) // WAL, committed only up to its start
 	end := p.pos
-	tl := s.timelines[proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline}]
+	tl := running(s, proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline})
 	durable := func() acceptor.State {
-		st, err := tl.store.Load()
+		st, err := tl.Stored()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +67,7 @@ func TestCommitLSNWithoutWALPersistedLazily(t *testing.T) {
 		}
 	}
 	if n := s.db.Stats().Commits - before; n >= beats/2 {
-		t.Fatalf("%d heartbeats carrying only commit_lsn made %d commits, want far fewer (one per %v)", beats, n, persistInterval)
+		t.Fatalf("%d heartbeats carrying only commit_lsn made %d commits, want far fewer (one per 100 ms)", beats, n)
 	}
 	waitFor(t, "commit_lsn on disk", func() bool { return durable().CommitLSN == end })
 }
@@ -79,8 +79,8 @@ func TestShutdownPersistsCommitLSN(t *testing.T) {
 	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
 	p.push(50, 8000, tStart)
 	p.heartbeat() // commit_lsn = the end, in memory only
-	tl := s.timelines[proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline}]
-	if st, _ := tl.store.Load(); st.CommitLSN != tStart {
+	tl := running(s, proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline})
+	if st, _ := tl.Stored(); st.CommitLSN != tStart {
 		t.Fatalf("commit_lsn %s on disk before the shutdown, want %s (in memory only)", st.CommitLSN, tStart)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

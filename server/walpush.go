@@ -13,6 +13,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/proto/replcmd"
 	"github.com/safekeeper/safekeeper/server/auth"
+	"github.com/safekeeper/safekeeper/server/timeline"
 )
 
 // maxOutQueue bounds the replies waiting for one proposer connection's
@@ -22,7 +23,8 @@ const maxOutQueue = 4096
 
 // pushConn is one START_WAL_PUSH stream. Its reader goroutine (the
 // connection's own) decodes CopyData into events for the timeline owner; its
-// writer goroutine sends what the owner queues, in order.
+// writer goroutine sends what the owner queues (timeline.Replies), in
+// order.
 type pushConn struct {
 	srv    *Server
 	pc     *pgwire.Conn
@@ -37,9 +39,13 @@ type pushConn struct {
 	// sync_replication_slots; slotsync.go).
 	syncSlots bool
 
-	id    acceptor.ConnID // the connection's name in its timeline's session
-	since time.Time       // when the stream started
-	tl    *timeline       // set once ServerInfo named the timeline
+	id    acceptor.ConnID    // the connection's name in its timeline's session
+	since time.Time          // when the stream started
+	tl    *timeline.Timeline // set once ServerInfo named the timeline
+	tc    *timeline.Conn     // the connection as tl's owner knows it, with tl
+	// final is the stream's last item, set by the reader before it hands
+	// the end to the owner, which queues it (End) after answering the rest.
+	final outItem
 
 	mu     sync.Mutex
 	queue  []outItem     // queued for the writer; grows only as far as it is used
@@ -57,18 +63,13 @@ type outItem struct {
 	done bool  // send CopyDone, CommandComplete, ReadyForQuery
 }
 
-func (c *pushConn) dead() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.isDead
-}
-
-// enqueue hands an item to the writer without blocking the owner.
-func (c *pushConn) enqueue(it outItem) {
+// enqueue hands an item to the writer without blocking the owner. It
+// returns false when the connection takes nothing more.
+func (c *pushConn) enqueue(it outItem) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.isDead {
-		return
+		return false
 	}
 	if len(c.queue) >= maxOutQueue {
 		c.isDead, c.closed = true, true
@@ -86,11 +87,15 @@ func (c *pushConn) enqueue(it outItem) {
 	case c.wake <- struct{}{}:
 	default:
 	}
+	return !c.isDead
 }
 
-func (c *pushConn) send(m proto.Message) { c.enqueue(outItem{msg: m}) }
+// Reply, Fail and End are the owner's (timeline.Replies).
+func (c *pushConn) Reply(m proto.Message) bool { return c.enqueue(outItem{msg: m}) }
 
-func (c *pushConn) fail(err error) { c.enqueue(outItem{err: err}) }
+func (c *pushConn) Fail(err error) { c.enqueue(outItem{err: err}) }
+
+func (c *pushConn) End() { c.enqueue(c.final) }
 
 // take waits until something is queued or the queue is closed, and returns
 // every queued item, giving the queue spare (emptied) to fill next.
@@ -221,17 +226,17 @@ func (s *Server) runPush(pc *pgwire.Conn, cmd replcmd.StartWALPush, ids startupI
 		return false
 	}
 	go c.writer()
-	final := c.readLoop()
+	c.final = c.readLoop()
 	if c.tl != nil {
 		// The owner makes durable and answers what this connection sent,
-		// then queues the final item, so nothing is cut off.
-		c.tl.in <- event{conn: c, end: &final}
+		// then queues the final item (End), so nothing is cut off.
+		c.tl.Enqueue(timeline.Event{Conn: c.tc, End: true})
 	} else {
-		c.enqueue(final)
+		c.enqueue(c.final)
 	}
 	<-c.finished
 	if c.tl != nil {
-		c.tl.unbind(pc)
+		c.tl.Unbind(pc)
 	}
 	return c.endedOK
 }
@@ -257,8 +262,8 @@ func (c *pushConn) readLoop() outItem {
 				return outItem{err: pgwire.Errorf(pgwire.ProtocolViolation,
 					"the first message of a WAL push is %d bytes; a greeting (ServerInfo) is at most %d", n, maxGreeting)}
 			case c.tl != nil:
-				cost = c.srv.walBudget.cost(n)
-				if err := c.srv.walBudget.acquire(c.srv.stopCtx, c.tl.key.TenantID, cost); err != nil {
+				cost = c.srv.reg.Budget().Cost(n)
+				if err := c.srv.reg.Budget().Acquire(c.srv.stopCtx, c.tl.Key().TenantID, cost); err != nil {
 					return outItem{err: errShutdown}
 				}
 				c.setReadDeadline(time.Now().Add(bodyTimeout))
@@ -270,17 +275,17 @@ func (c *pushConn) readLoop() outItem {
 		}
 		if m == nil {
 			if cost > 0 {
-				c.srv.walBudget.release(c.tl.key.TenantID, cost)
+				c.srv.reg.Budget().Release(c.tl.Key().TenantID, cost)
 			}
 			return item
 		}
 		if r, ok := m.(*proto.SafeKeeperRequest); ok && len(r.WAL) > 0 {
 			if err := c.srv.walRefused(c.tl); err != nil {
 				if cost > 0 {
-					c.srv.walBudget.release(c.tl.key.TenantID, cost)
+					c.srv.reg.Budget().Release(c.tl.Key().TenantID, cost)
 				}
 				pgwire.Recycle(payload)
-				if now, last := time.Now().UnixNano(), c.tl.refusalWarned.Load(); now-last >= int64(refusalWarning) && c.tl.refusalWarned.CompareAndSwap(last, now) {
+				if c.tl.RefusalWarningDue() {
 					c.log.Warn("refusing WAL: disk limit", "err", err)
 				} else {
 					c.log.Debug("refusing WAL: disk limit", "err", err)
@@ -289,7 +294,7 @@ func (c *pushConn) readLoop() outItem {
 			}
 			c.srv.mem.walIn.Add(int64(len(r.WAL)))
 		}
-		c.tl.in <- event{conn: c, msg: m, payload: payload, cost: cost}
+		c.tl.Enqueue(timeline.Event{Conn: c.tc, Msg: m, Payload: payload, Cost: cost})
 	}
 }
 
@@ -303,7 +308,7 @@ func (c *pushConn) readLoop() outItem {
 // deadline, and the connection went on until its socket was closed.
 func (c *pushConn) setReadDeadline(t time.Time) {
 	c.pc.SetReadDeadline(t)
-	if c.srv.isStopping() || (c.tl != nil && c.tl.isDeleted()) {
+	if c.srv.isStopping() || (c.tl != nil && c.tl.Deleted()) {
 		c.pc.SetReadDeadline(time.Now())
 	}
 }
@@ -328,7 +333,7 @@ func (c *pushConn) readOne() (outItem, proto.Message, []byte) {
 		if c.srv.isStopping() {
 			return outItem{err: errShutdown}, nil, nil
 		}
-		if c.tl != nil && c.tl.isDeleted() {
+		if c.tl != nil && c.tl.Deleted() {
 			return outItem{err: errTimelineDeleted}, nil, nil
 		}
 		if !errors.Is(err, io.EOF) {
@@ -345,7 +350,7 @@ func (c *pushConn) readOne() (outItem, proto.Message, []byte) {
 		if err == nil {
 			err = c.opts.check(si)
 		}
-		var tl *timeline
+		var tl *timeline.Timeline
 		if err == nil {
 			// Checked before the greeting may create the timeline.
 			if err = allows(c.claims, c.srv.auth != nil, proto.TimelineKey{TenantID: si.TenantID, TimelineID: si.TimelineID}); err != nil {
@@ -356,11 +361,12 @@ func (c *pushConn) readOne() (outItem, proto.Message, []byte) {
 			tl, err = c.srv.timelineFor(si, c.create)
 		}
 		if err == nil {
-			if err = tl.bind(c.pc); err == nil {
+			if err = fromTimeline(tl.Bind(c.pc)); err == nil {
 				c.tl = tl
+				c.tc = &timeline.Conn{ID: c.id, Remote: c.remote, Since: c.since, SyncSlots: c.syncSlots, Out: c}
 				// From here the stream's lines name the timeline. (The
 				// writer reads c.log only for items queued after this.)
-				c.log = tl.log.With("peer", c.remote, "conn", uint64(c.id))
+				c.log = tl.Log().With("peer", c.remote, "conn", uint64(c.id))
 				c.log.Info("proposer connected", "wal_end", si.WalEnd, "pg_timeline", si.PgTimeline, "proposer_uuid", si.ProposerUUID.String())
 			}
 		}
@@ -380,4 +386,12 @@ func (ids startupIDs) check(m *proto.ServerInfo) error {
 		return fmt.Errorf("%w: ServerInfo timeline_id %s differs from startup option timeline_id %s", acceptor.ErrProtocol, m.TimelineID, ids.timeline)
 	}
 	return nil
+}
+
+// recycle gives the bodies of the messages a group commit took back to
+// pgwire (timeline.Config.Recycle).
+func recycle(bufs [][]byte) {
+	for _, b := range bufs {
+		pgwire.Recycle(b)
+	}
 }

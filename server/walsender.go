@@ -14,6 +14,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/proto/replcmd"
 	"github.com/safekeeper/safekeeper/proto/xlog"
+	"github.com/safekeeper/safekeeper/server/timeline"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -157,10 +158,10 @@ func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 		}
 	}
 	if cmd.Slot != "" {
-		if err := tl.repl.acquireSlot(cmd.Slot, c.id); err != nil {
+		if err := tl.AcquireSlot(cmd.Slot, c.id); err != nil {
 			return c.fail(err)
 		}
-		defer tl.repl.releaseSlot(cmd.Slot, c.id)
+		defer tl.ReleaseSlot(cmd.Slot, c.id)
 	}
 	// Like the walsender: CopyBothResponse first, then the checks.
 	if c.pc.StartCopyBoth() != nil || c.pc.Flush() != nil {
@@ -179,15 +180,14 @@ func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 	w := &walSender{
 		c: c, tl: tl, cmd: cmd, pos: cmd.Start, segSize: uint64(st.WalSegSize), tli: tli, hist: hist,
 		tlStart: st.TimelineStartLSN, firstTLI: firstTLI, pgTLI: st.PgTimeline, pgEnds: pgEnds, sysID: st.SystemID,
-		rd: &walReader{connID: c.id, slot: cmd.Slot, addr: c.pc.RemoteAddr().String(), appName: c.pc.Params()["application_name"],
-			since: time.Now(), termReader: cmd.HasTerm, start: cmd.Start, lags: newLagTrackerPtr()},
+		rd: timeline.NewReader(timeline.ReaderConfig{ConnID: c.id, Slot: cmd.Slot, Addr: c.pc.RemoteAddr().String(),
+			AppName: c.pc.Params()["application_name"], TermReader: cmd.HasTerm, Start: cmd.Start}),
 		replyNow: make(chan struct{}, 1), gotStatus: make(chan struct{}, 1), readerDone: make(chan error, 1),
 	}
-	w.rd.pos.Store(uint64(cmd.Start))
 	// Register before the check, so retention cannot remove the start
 	// segment between the check and the first read.
-	tl.repl.addReader(w.rd)
-	defer tl.repl.removeReader(w.rd)
+	tl.AddReader(w.rd)
+	defer tl.RemoveReader(w.rd)
 	if err := startCheck(w.view(st), cmd); err != nil {
 		c.log.Info("refused START_REPLICATION", "start", cmd.Start, "err", err)
 		return c.fail(err)
@@ -208,7 +208,7 @@ type histView struct {
 
 type walSender struct {
 	c    *replConn
-	tl   *timeline
+	tl   *timeline.Timeline
 	cmd  replcmd.StartReplication
 	hist histView
 	// tlStart is the timeline's first byte; below it (inside its first
@@ -220,7 +220,7 @@ type walSender struct {
 	pgTLI   uint32
 	pgEnds  []proto.PgTimelineEnd
 	sysID   uint64
-	rd      *walReader
+	rd      *timeline.Reader
 	segSize uint64
 	tli     uint32
 
@@ -238,7 +238,7 @@ type walSender struct {
 func (w *walSender) view(st acceptor.State) startView {
 	v := startView{
 		PgTimeline: st.PgTimeline, Term: st.VotedFor.Term, Limit: st.CommitLSN,
-		RemovedUpTo: max(st.RemovedUpTo, w.tl.store.RemovedUpTo()), TimelineStart: st.TimelineStartLSN, SegSize: w.segSize,
+		RemovedUpTo: max(st.RemovedUpTo, w.tl.RemovedUpTo()), TimelineStart: st.TimelineStartLSN, SegSize: w.segSize,
 		PgEnds: w.pgEnds,
 	}
 	if w.cmd.HasTerm {
@@ -329,16 +329,17 @@ func (w *walSender) reader() {
 		switch m := msg.(type) {
 		case pgwire.StandbyStatusUpdate:
 			w.clampReported("standby status update", &m.Write, &m.Flush, &m.Apply)
-			w.tl.repl.onStatus(w.rd, m)
+			w.tl.OnStatus(w.rd, timeline.ReaderStatus{Write: m.Write, Flush: m.Flush, Apply: m.Apply})
 			signal(w.gotStatus)
 			if m.ReplyRequested {
 				signal(w.replyNow)
 			}
 		case pgwire.HotStandbyFeedback:
-			w.tl.repl.onHotStandby(w.rd, m)
+			w.tl.OnHotStandby(w.rd, hotStandby(m))
 		case pgwire.ConsumerFeedback:
 			w.clampReported("consumer feedback", &m.ReceivedLSN, &m.DiskConsistentLSN, &m.RemoteConsistentLSN)
-			w.tl.repl.onConsumer(w.rd, m)
+			w.tl.OnConsumer(w.rd, proto.ConsumerFeedback{TimelineSize: m.TimelineSize, ReceivedLSN: m.ReceivedLSN,
+				DiskConsistentLSN: m.DiskConsistentLSN, RemoteConsistentLSN: m.RemoteConsistentLSN, ReplyTime: m.ReplyTime})
 		}
 	}
 }
@@ -353,7 +354,7 @@ func (w *walSender) reader() {
 // timeline's WAL on this server is no client's WAL: the first one of a
 // stream is logged. Reader goroutine only.
 func (w *walSender) clampReported(what string, lsns ...*proto.LSN) {
-	sent := w.rd.position()
+	sent := w.rd.Position()
 	var over proto.LSN
 	for _, l := range lsns {
 		if *l > sent {
@@ -397,7 +398,7 @@ func (w *walSender) readerEnded(err error) streamEnd {
 		w.c.log.Info("WAL stream ended: client protocol violation", "err", err)
 		w.c.pc.SendError(fatalError(pe))
 		w.c.pc.Flush()
-	case w.tl.isDeleted():
+	case w.tl.Deleted():
 		w.c.log.Info("WAL stream ended: the timeline was deleted", "sent_up_to", w.pos)
 		w.c.pc.SendError(fatalError(errTimelineDeleted))
 		w.c.pc.Flush()
@@ -535,7 +536,7 @@ func (w *walSender) send(limit proto.LSN) (sent bool, err error) {
 	} else {
 		// ReadWAL copies out of a short read transaction: nothing is held
 		// across the socket write below.
-		n, err = w.tl.store.ReadWAL(w.pos, w.buf[:end-w.pos])
+		n, err = w.tl.ReadWAL(w.pos, w.buf[:end-w.pos])
 	}
 	if err != nil {
 		return false, err
@@ -547,14 +548,12 @@ func (w *walSender) send(limit proto.LSN) (sent bool, err error) {
 	// The reader's position moves first: the client may answer (its
 	// report clamped to the position) before SendXLogData returns. If
 	// the send fails the stream ends, and with it the reader's reports.
-	w.rd.pos.Store(uint64(w.pos) + uint64(n))
+	w.rd.Advance(w.pos + proto.LSN(n))
 	if err := w.c.pc.SendXLogData(&pgwire.XLogData{DataStart: w.pos, WALEnd: limit, SendTime: pgwire.TimeToPG(time.Now()), Data: w.buf[:n]}); err != nil {
 		return false, err
 	}
 	w.pos += proto.LSN(n)
-	w.rd.mu.Lock()
-	w.rd.lags.sent(w.pos, time.Now())
-	w.rd.mu.Unlock()
+	w.rd.Sent(w.pos, time.Now())
 	return true, w.c.pc.Flush()
 }
 
@@ -574,13 +573,7 @@ func (w *walSender) shutdown() streamEnd {
 			}
 			continue
 		}
-		w.rd.mu.Lock()
-		confirmed := w.rd.status.Flush
-		if confirmed == 0 {
-			confirmed = w.rd.status.Write
-		}
-		w.rd.mu.Unlock()
-		if confirmed >= w.pos {
+		if w.rd.Confirmed() >= w.pos {
 			break
 		}
 		if w.keepalive(true) != nil || w.c.pc.Flush() != nil {
@@ -600,4 +593,34 @@ func (w *walSender) shutdown() streamEnd {
 	w.c.pc.Flush()
 	w.c.log.Info("WAL stream ended by server shutdown", "sent_up_to", w.pos)
 	return endClose
+}
+
+// parseFeedback decodes one CopyData from a reader.
+func parseFeedback(payload []byte) (any, error) {
+	if len(payload) == 0 {
+		return nil, pgwire.Errorf(pgwire.ProtocolViolation, "invalid standby message: empty CopyData")
+	}
+	switch payload[0] {
+	case pgwire.TagStandbyStatusUpdate:
+		return pgwire.ParseStandbyStatusUpdate(payload)
+	case pgwire.TagHotStandbyFeedback:
+		return pgwire.ParseHotStandbyFeedback(payload)
+	case pgwire.TagConsumerFeedback:
+		return pgwire.ParseConsumerFeedback(payload)
+	}
+	return nil, pgwire.Errorf(pgwire.ProtocolViolation, "unexpected message type %q", fmt.Sprintf("%c", payload[0]))
+}
+
+// hotStandby is a reader's hot standby feedback as the proposer gets it:
+// xmin and catalog_xmin as 64-bit full transaction ids (epoch and xid),
+// 0 where the reader has none (an xid of 0).
+func hotStandby(m pgwire.HotStandbyFeedback) proto.HotStandbyFeedback {
+	h := proto.HotStandbyFeedback{TS: m.SendTime}
+	if m.Xmin != 0 {
+		h.Xmin = m.FullXmin()
+	}
+	if m.CatalogXmin != 0 {
+		h.CatalogXmin = m.FullCatalogXmin()
+	}
+	return h
 }

@@ -119,7 +119,7 @@ func cstring(s string) string {
 
 // ourPackages are the Go packages of this module whose names start their
 // errors' texts ("storage: timeline not found").
-var ourPackages = []string{"acceptor", "auth", "pgwire", "proposer", "proto", "replcmd", "server", "storage", "xlog"}
+var ourPackages = []string{"acceptor", "auth", "httpapi", "pgwire", "proposer", "proto", "replcmd", "server", "storage", "timeline", "xlog"}
 
 // ClientText is msg as a client is shown it: without the Go package names
 // that start it or one of its parts (after ": ", "; " or a new line):

@@ -1,13 +1,10 @@
-package server
+package timeline
 
 import (
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/safekeeper/safekeeper/proto"
-	"github.com/safekeeper/safekeeper/proto/pgwire"
-	"github.com/safekeeper/safekeeper/proto/replcmd"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -55,31 +52,42 @@ func (r *replState) invalidateSlot(name string, at proto.LSN) bool {
 	return true
 }
 
+// CreateSlot creates a replication slot; a temporary one belongs to
+// connection conn (DropTemporary drops it). With reserveWAL its
+// restart_lsn is the start of the segment a client would ask for first
+// (IDENTIFY_SYSTEM's xlogpos rounded down), once the timeline holds WAL;
+// it is returned. A bad name is a *proto.SlotNameError.
+func (t *Timeline) CreateSlot(name string, reserveWAL, temporary bool, conn uint64) (proto.LSN, error) {
+	st, _ := t.Status()
+	s := storage.Slot{Name: name}
+	if reserveWAL && st.CommitLSN != 0 {
+		s.RestartLSN = max(st.CommitLSN.SegmentStart(uint64(st.WalSegSize)), st.TimelineStartLSN, t.store.RemovedUpTo())
+		s.RestartTLI = st.PgTimeline
+	}
+	return s.RestartLSN, t.repl.createSlot(s, temporary, conn)
+}
+
 // createSlot creates a slot; a temporary one belongs to connection conn.
 func (r *replState) createSlot(s storage.Slot, temporary bool, conn uint64) error {
 	if err := proto.CheckSlotName(s.Name); err != nil {
-		return err // a *proto.SlotNameError: 42602, see wireError
+		return err // a *proto.SlotNameError
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.slots[s.Name]; ok {
-		return pgwire.Errorf(pgwire.DuplicateObject, "replication slot %q already exists", s.Name)
+		return errSlotExists(s.Name)
 	}
 	if r.maxSlots > 0 && len(r.slots) >= r.maxSlots {
-		if r.refused != nil {
-			r.refused.WithLabelValues("slots").Inc()
-		}
-		e := pgwire.Errorf(pgwire.ConfigurationLimitExceeded, "all replication slots are in use")
-		e.Hint = "Free one or increase the safekeeper's --max-slots."
-		return e
+		r.metrics.refused("slots")
+		return &Error{Kind: ErrLimit, Msg: "all replication slots are in use", Hint: "Free one or increase the safekeeper's --max-slots."}
 	}
 	if !temporary {
 		s.Incarnation = newIncarnation()
 		if err := r.store.CreateSlot(s); err != nil {
 			if errors.Is(err, storage.ErrSlotExists) {
-				return pgwire.Errorf(pgwire.DuplicateObject, "replication slot %q already exists", s.Name)
+				return errSlotExists(s.Name)
 			}
-			return pgwire.Errorf(pgwire.IoError, "could not create replication slot %q: %w", s.Name, err)
+			return errSlotStorage("create", s.Name, err)
 		}
 	}
 	r.slots[s.Name] = &slotState{Slot: s, temporary: temporary, owner: conn, saved: s.RestartLSN, savedAt: time.Now()}
@@ -88,6 +96,9 @@ func (r *replState) createSlot(s storage.Slot, temporary bool, conn uint64) erro
 	}
 	return nil
 }
+
+// DropSlot drops a replication slot no stream uses.
+func (t *Timeline) DropSlot(name string) error { return t.repl.dropSlot(name) }
 
 func (r *replState) dropSlot(name string) error {
 	r.mu.Lock()
@@ -107,7 +118,7 @@ func (r *replState) dropSlot(name string) error {
 		u := storage.SlotUpdate{Drop: []string{name}, PutTombstones: []storage.SlotTombstone{ts},
 			DropTombstones: r.expiredTombstonesLocked(now, 1)}
 		if err := r.store.UpdateSlots(u); err != nil {
-			return pgwire.Errorf(pgwire.IoError, "could not drop replication slot %q: %w", name, err)
+			return errSlotStorage("drop", name, err)
 		}
 		for _, old := range u.DropTombstones {
 			delete(r.tombstones, tombKey{old.Name, old.Incarnation})
@@ -120,19 +131,23 @@ func (r *replState) dropSlot(name string) error {
 	return nil
 }
 
-// readSlot returns a copy of a slot; ok is false if there is none.
-func (r *replState) readSlot(name string) (storage.Slot, bool) {
+// ReadSlot returns a slot's restart_lsn and the PostgreSQL timeline it
+// is on; ok is false if there is no slot of the name.
+func (t *Timeline) ReadSlot(name string) (restartLSN proto.LSN, restartTLI uint32, ok bool) {
+	r := t.repl
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, ok := r.slots[name]
 	if !ok {
-		return storage.Slot{}, false
+		return 0, 0, false
 	}
-	return s.Slot, true
+	return s.RestartLSN, s.RestartTLI, true
 }
 
-// acquireSlot marks a slot as streamed by connection conn.
-func (r *replState) acquireSlot(name string, conn uint64) error {
+// AcquireSlot marks a slot as streamed by connection conn; ReleaseSlot
+// ends that.
+func (t *Timeline) AcquireSlot(name string, conn uint64) error {
+	r := t.repl
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, ok := r.slots[name]
@@ -146,9 +161,10 @@ func (r *replState) acquireSlot(name string, conn uint64) error {
 	return nil
 }
 
-// releaseSlot ends a stream's use of its slot and saves its restart_lsn;
+// ReleaseSlot ends a stream's use of its slot and saves its restart_lsn;
 // a slot dropped on another safekeeper meanwhile is dropped now.
-func (r *replState) releaseSlot(name string, conn uint64) {
+func (t *Timeline) ReleaseSlot(name string, conn uint64) {
+	r := t.repl
 	r.mu.Lock()
 	s, ok := r.slots[name]
 	if !ok || s.active != conn {
@@ -177,8 +193,9 @@ func (r *replState) releaseSlot(name string, conn uint64) {
 	}
 }
 
-// dropTemporary drops the temporary slots of a closing connection.
-func (r *replState) dropTemporary(conn uint64) {
+// DropTemporary drops the temporary slots of a closing connection.
+func (t *Timeline) DropTemporary(conn uint64) {
+	r := t.repl
 	r.mu.Lock()
 	dropped := false
 	for name, s := range r.slots {
@@ -228,54 +245,4 @@ func (r *replState) saveSlot(s storage.Slot) {
 		st.saved, st.savedAt = 0, time.Time{}
 	}
 	r.mu.Unlock()
-}
-
-func (c *replConn) readSlot(cmd replcmd.ReadSlot) bool {
-	tl, err := c.timeline()
-	if err != nil {
-		return c.fail(err)
-	}
-	cols := []pgwire.Column{pgwire.TextColumn("slot_type"), pgwire.TextColumn("restart_lsn"), pgwire.Int8Column("restart_tli")}
-	row := [][]byte{nil, nil, nil}
-	if s, ok := tl.repl.readSlot(cmd.Slot); ok {
-		row[0] = text("physical")
-		if s.RestartLSN != 0 {
-			row[1] = text(s.RestartLSN.String())
-			row[2] = text(strconv.FormatUint(uint64(s.RestartTLI), 10))
-		}
-	}
-	return c.done(c.pc.SendRows(cols, [][][]byte{row}, "READ_REPLICATION_SLOT"))
-}
-
-func (c *replConn) createSlot(cmd replcmd.CreateSlot) bool {
-	tl, err := c.timeline()
-	if err != nil {
-		return c.fail(err)
-	}
-	st, _ := tl.Status()
-	s := storage.Slot{Name: cmd.Slot}
-	if cmd.ReserveWAL && st.CommitLSN != 0 {
-		// Reserve from the start of the segment a client would ask for
-		// first (IDENTIFY_SYSTEM's xlogpos rounded down).
-		s.RestartLSN = max(st.CommitLSN.SegmentStart(uint64(st.WalSegSize)), st.TimelineStartLSN, tl.store.RemovedUpTo())
-		s.RestartTLI = st.PgTimeline
-	}
-	if err := tl.repl.createSlot(s, cmd.Temporary, c.id); err != nil {
-		return c.fail(err)
-	}
-	c.log.Info("created replication slot", "slot", cmd.Slot, "temporary", cmd.Temporary, "restart_lsn", s.RestartLSN)
-	cols := []pgwire.Column{pgwire.TextColumn("slot_name"), pgwire.TextColumn("consistent_point"), pgwire.TextColumn("snapshot_name"), pgwire.TextColumn("output_plugin")}
-	return c.done(c.pc.SendRows(cols, [][][]byte{{text(cmd.Slot), text("0/0"), nil, nil}}, "CREATE_REPLICATION_SLOT"))
-}
-
-func (c *replConn) dropSlot(cmd replcmd.DropSlot) bool {
-	tl, err := c.timeline()
-	if err != nil {
-		return c.fail(err)
-	}
-	if err := tl.repl.dropSlot(cmd.Slot); err != nil {
-		return c.fail(err)
-	}
-	c.log.Info("dropped replication slot", "slot", cmd.Slot)
-	return c.done(c.pc.SendCommandComplete("DROP_REPLICATION_SLOT"))
 }

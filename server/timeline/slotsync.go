@@ -1,4 +1,4 @@
-package server
+package timeline
 
 import (
 	"math/rand/v2"

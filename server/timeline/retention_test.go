@@ -1,6 +1,10 @@
-package server
+package timeline
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/safekeeper/safekeeper/proto"
+)
 
 func TestRetentionHorizon(t *testing.T) {
 	const seg = 1 << 20
@@ -20,7 +24,7 @@ func TestRetentionHorizon(t *testing.T) {
 		{"a peer never heard from is capped", with(func(in *retentionInputs) { in.TruncateLSN = 0 }), 0x300000, "max_peer_wal_keep_size (a peer safekeeper is further behind)"},
 		{"nothing kept below commit: commit_lsn bounds", with(func(in *retentionInputs) { in.WalKeep, in.TruncateLSN = 0, 0x900000 }), 0x900000, "wal_keep_size"},
 		{"a slot bounds", with(func(in *retentionInputs) { in.Slots = []slotPos{{"a", 0x800000}, {"b", 0x2fffff}} }), 0x200000, `replication slot "b"`},
-		{"an active reader keeps its segment", with(func(in *retentionInputs) { in.ReaderPos = []lsn{0x400001} }), 0x400000, "an active reader"},
+		{"an active reader keeps its segment", with(func(in *retentionInputs) { in.ReaderPos = []proto.LSN{0x400001} }), 0x400000, "an active reader"},
 		{"short timeline: nothing", with(func(in *retentionInputs) { in.CommitLSN = 0x100000 }), 0, "wal_keep_size"},
 	}
 	for _, c := range cases {

@@ -1,4 +1,4 @@
-package server
+package timeline
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
-	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -22,31 +21,78 @@ const maxBatch = 64
 // requests (≤ 128 KiB of WAL each) wait in memory for the owner.
 const eventQueue = 64
 
-// event is one thing for the timeline owner to do: a message, or the end of
-// a connection's stream (end is then its final item: the end after CopyDone,
-// or the error that ended it). Either way the owner first makes durable and
-// answers everything staged (rule 7: a dropped connection flushes too).
-type event struct {
-	conn *pushConn
-	msg  proto.Message // decoded from payload (a SafeKeeperRequest's WAL is a slice of it)
-	// payload is the CopyData msg came in; the owner recycles it after the
-	// group commit that takes msg (storage may keep a request's WAL, a slice
-	// of it, until then).
-	payload []byte
-	end     *outItem
-	// cost is the WAL bytes the reader took from Server.walBudget for msg;
-	// the owner gives them back after the group commit that takes msg.
-	cost int64
+// Event is one thing for the timeline owner to do: a message a push
+// connection sent, or the end of its stream (End: the stream is over after
+// CopyDone or an error, whose final item the connection holds). Either way
+// the owner first makes durable and answers everything staged (rule 7: a
+// dropped connection flushes too).
+type Event struct {
+	Conn *Conn
+	Msg  proto.Message // decoded from Payload (a SafeKeeperRequest's WAL is a slice of it)
+	// Payload is the buffer Msg came in; the owner hands it to
+	// Config.Recycle after the group commit that takes Msg (storage may
+	// keep a request's WAL, a slice of it, until then).
+	Payload []byte
+	// Cost is the WAL bytes the reader took from the Budget for Msg; the
+	// owner gives them back after the group commit that takes Msg.
+	Cost int64
+	End  bool
 }
 
-// timeline is one running timeline: its owner goroutine (run), which alone
-// drives the timeline's acceptor.Session, fed by the push connections'
-// reader goroutines through a bounded queue; the durable state the owner
-// last published, for readers; and the replication side (readers, slots).
-type timeline struct {
+// Conn is a push connection as its timeline's owner knows it: who it is
+// and where its replies go. The push stream makes one when its greeting
+// names the timeline and hands it in every Event.
+type Conn struct {
+	ID     acceptor.ConnID // the connection's name in the timeline's session
+	Remote string          // the proposer's address (logs, the HTTP API)
+	Since  time.Time       // when the stream started
+	// SyncSlots: the stream carries slot tables (START_WAL_PUSH's
+	// sync_replication_slots; slotsync.go).
+	SyncSlots bool
+	Out       Replies
+	// dead: the connection takes no more replies (its queue overflowed or
+	// its error is queued). Owner goroutine only.
+	dead bool
+}
+
+// Replies is where the owner puts a push connection's replies, in order;
+// the server's push stream implements it with a queue its writer
+// goroutine drains. None of its methods may block the owner.
+type Replies interface {
+	// Reply queues m. It returns false when the connection takes nothing
+	// more (a proposer that stopped reading overflowed its queue and is
+	// being disconnected): the owner then drops what it sends.
+	Reply(m proto.Message) bool
+	// Fail queues err, which ends the stream (an ErrorResponse, then the
+	// connection closes).
+	Fail(err error)
+	// End queues the stream's final item (CopyDone or the error it ended
+	// with): the owner has made durable and answered everything it sent.
+	End()
+}
+
+func (c *Conn) reply(m proto.Message) {
+	if !c.dead && !c.Out.Reply(m) {
+		c.dead = true
+	}
+}
+
+func (c *Conn) fail(err error) {
+	if !c.dead {
+		c.Out.Fail(err)
+		c.dead = true
+	}
+}
+
+// Timeline is one running timeline: its owner goroutine (run), which
+// alone drives the timeline's acceptor.Session, fed by the push
+// connections' reader goroutines through a bounded queue (Enqueue); the
+// durable state the owner last published, for readers (Status); and the
+// replication side (readers, slots).
+type Timeline struct {
 	key proto.TimelineKey
 	log *slog.Logger
-	in  chan event
+	in  chan Event
 
 	mu      sync.Mutex
 	state   acceptor.State // the session's InMem state after the owner's last step
@@ -58,7 +104,7 @@ type timeline struct {
 
 	// refusalWarned is when WAL for it was last refused with a warning
 	// (unix nanoseconds): the refusals of a proposer that retries every
-	// second are warned about once a minute (refusalWarning).
+	// second are warned about once a minute (RefusalWarningDue).
 	refusalWarned atomic.Int64
 
 	stopped chan struct{} // closed when the owner returned
@@ -68,54 +114,98 @@ type timeline struct {
 
 	// usersMu guards users, deleted and usersGone (delete.go).
 	usersMu   sync.Mutex
-	users     map[*pgwire.Conn]int // bound connections
+	users     map[User]int // bound connections
 	deleted   bool
 	usersGone chan struct{} // closed when the last user of a deleted timeline unbinds
 
-	// onPublish is a test hook (hooks.onPublish), nil in production.
+	// onPublish is a test hook (Hooks.OnPublish), nil in production.
 	onPublish func()
 	// persistEvery is persistInterval (tests may change it).
 	persistEvery time.Duration
-	// walBudget is the server's (Server.walBudget).
-	walBudget *budget
-	// metrics is the server's (nil in tests that build a timeline alone).
-	metrics *serverMetrics
+	// budget is the registry's.
+	budget *Budget
+	// metrics is the registry's (nil: none).
+	metrics *Metrics
+	// recycle is Config.Recycle.
+	recycle func([][]byte)
 
 	// pushMu guards push and retained.
 	pushMu   sync.Mutex
-	push     pushInfo
+	push     PushInfo
 	retained retention // the last horizon retention computed
 }
 
-func (t *timeline) setRetention(r retention) {
+// Done is closed when the owner has returned (after a delete, or once the
+// registry's Close stopped it): it persisted what it held.
+func (t *Timeline) Done() <-chan struct{} { return t.stopped }
+
+// Key is the timeline's tenant and timeline id.
+func (t *Timeline) Key() proto.TimelineKey { return t.key }
+
+// Log is the timeline's logger: its lines carry tenant_id and timeline_id.
+func (t *Timeline) Log() *slog.Logger { return t.log }
+
+// Enqueue hands ev to the owner. It blocks while the owner's queue is
+// full: that backpressure reaches the proposer through TCP.
+func (t *Timeline) Enqueue(ev Event) { t.in <- ev }
+
+// RemovedUpTo is the retention horizon as stored: no WAL below it.
+func (t *Timeline) RemovedUpTo() proto.LSN { return t.store.RemovedUpTo() }
+
+// EndLSN is the end of the WAL stored.
+func (t *Timeline) EndLSN() proto.LSN { return t.store.EndLSN() }
+
+// ReadWAL reads stored WAL from pos into buf (storage.Timeline.ReadWAL: a
+// short read transaction, copied out).
+func (t *Timeline) ReadWAL(pos proto.LSN, buf []byte) (int, error) { return t.store.ReadWAL(pos, buf) }
+
+// Stored is the durable state on disk, which may lag what Status serves
+// (commit_lsn and truncate_lsn by up to persistInterval).
+func (t *Timeline) Stored() (acceptor.State, error) { return t.store.Load() }
+
+// RefusalWarningDue reports whether a refusal of WAL for the timeline is
+// to be warned about now (once a minute; the others are logged at debug),
+// and if so records that it was.
+func (t *Timeline) RefusalWarningDue() bool {
+	now, last := time.Now().UnixNano(), t.refusalWarned.Load()
+	return now-last >= int64(refusalWarning) && t.refusalWarned.CompareAndSwap(last, now)
+}
+
+// refusalWarning: a timeline's WAL refusals are warned about at most this
+// often.
+const refusalWarning = time.Minute
+
+func (t *Timeline) setRetention(r retention) {
 	t.pushMu.Lock()
 	t.retained = retention{Horizon: r.Horizon, Reason: r.Reason}
 	t.pushMu.Unlock()
 }
 
-func (t *timeline) retention() retention {
+// Retention is the horizon retention last computed and what bounds it
+// (reason "" before the first pass).
+func (t *Timeline) Retention() (horizon proto.LSN, reason string) {
 	t.pushMu.Lock()
 	defer t.pushMu.Unlock()
-	return t.retained
+	return t.retained.Horizon, t.retained.Reason
 }
 
-// pushInfo is the proposer that last streamed to the timeline (sent a
+// PushInfo is the proposer that last streamed to the timeline (sent a
 // SafeKeeperRequest, WAL or heartbeat, that the session did not refuse), as
 // TIMELINE_STATUS reports it: sync and wal fetch ask it whether a proposer
 // is live before they act on their own.
-type pushInfo struct {
-	conn      acceptor.ConnID
-	addr      string
-	term      uint64
-	at        time.Time // zero: none since the server started
-	connected bool      // conn is still open
-	since     time.Time // the connection's start
-	end       proto.LSN // EndLSN of its last request
-	commit    proto.LSN // CommitLSN of its last request
+type PushInfo struct {
+	Conn      acceptor.ConnID
+	Addr      string
+	Term      uint64
+	At        time.Time // zero: none since the server started
+	Connected bool      // Conn is still open
+	Since     time.Time // the connection's start
+	End       proto.LSN // EndLSN of its last request
+	Commit    proto.LSN // CommitLSN of its last request
 }
 
-// pushStatus returns the proposer that last streamed to the timeline.
-func (t *timeline) pushStatus() pushInfo {
+// Proposer returns the proposer that last streamed to the timeline.
+func (t *Timeline) Proposer() PushInfo {
 	t.pushMu.Lock()
 	defer t.pushMu.Unlock()
 	return t.push
@@ -125,21 +215,21 @@ func (t *timeline) pushStatus() pushInfo {
 // commit_lsn and truncate_lsn that may be ahead of the disk by at most
 // persistInterval: WAL below that commit_lsn is durable here and committed
 // on a quorum) and a channel closed at its next change.
-func (t *timeline) Status() (acceptor.State, <-chan struct{}) {
+func (t *Timeline) Status() (acceptor.State, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.state.Clone(), t.changed
 }
 
-// startLSN is the timeline's timeline_start_lsn (0 before the first
+// StartLSN is the timeline's timeline_start_lsn (0 before the first
 // election).
-func (t *timeline) startLSN() proto.LSN {
+func (t *Timeline) StartLSN() proto.LSN {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.state.TimelineStartLSN
 }
 
-func (t *timeline) publish(st acceptor.State) {
+func (t *Timeline) publish(st acceptor.State) {
 	if st.PgTimeline != t.state.PgTimeline && t.repl != nil {
 		t.repl.setTLI(st.PgTimeline) // a PostgreSQL timeline switch: slots restart on the new one
 	}
@@ -165,9 +255,9 @@ const persistInterval = 100 * time.Millisecond
 // new state, then send the replies. A commit_lsn held in memory only is
 // persisted within persistInterval and at the end. It returns when ctx is
 // done and every connection has left (the server closes them first).
-func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
+func (t *Timeline) run(ctx context.Context, sess *acceptor.Session) {
 	defer close(t.stopped)
-	o := owner{t: t, sess: sess, conns: map[acceptor.ConnID]*pushConn{}}
+	o := owner{t: t, sess: sess, conns: map[acceptor.ConnID]*Conn{}}
 	timer := time.NewTimer(t.persistEvery)
 	timer.Stop()
 	defer timer.Stop()
@@ -215,10 +305,10 @@ func (t *timeline) run(ctx context.Context, sess *acceptor.Session) {
 
 // owner is the state of the owner goroutine.
 type owner struct {
-	t     *timeline
+	t     *Timeline
 	sess  *acceptor.Session
-	conns map[acceptor.ConnID]*pushConn // connections the session knows
-	// cost is the walBudget bytes of the events handled since the last
+	conns map[acceptor.ConnID]*Conn // connections the session knows
+	// cost is the budget bytes of the events handled since the last
 	// release, and payloads their messages' buffers.
 	cost     int64
 	payloads [][]byte
@@ -226,7 +316,7 @@ type owner struct {
 	// slotConns are the connections that sync slots (slotsync.go), with
 	// the slot table generation each was sent last; slotNext is when the
 	// next report may go, slotTimer waits for it.
-	slotConns map[acceptor.ConnID]*pushConn
+	slotConns map[acceptor.ConnID]*Conn
 	slotSent  map[acceptor.ConnID]uint64
 	slotNext  time.Time
 	slotTimer *time.Timer
@@ -262,7 +352,7 @@ func (o *owner) slotWait() (<-chan struct{}, <-chan time.Time) {
 	tbl, gen := o.t.repl.slotTable()
 	for id, c := range o.slotConns {
 		if o.slotSent[id] != gen {
-			c.send(&proto.SafeKeeperSlots{SlotTable: tbl})
+			c.reply(&proto.SafeKeeperSlots{SlotTable: tbl})
 			o.slotSent[id] = gen
 		}
 	}
@@ -273,101 +363,104 @@ func (o *owner) slotWait() (<-chan struct{}, <-chan time.Time) {
 
 // syncSlotsWith starts reporting slot tables to c, whose greeting was just
 // answered: its first table goes now, right after the answer.
-func (o *owner) syncSlotsWith(c *pushConn) {
+func (o *owner) syncSlotsWith(c *Conn) {
 	if o.slotConns == nil {
-		o.slotConns, o.slotSent = map[acceptor.ConnID]*pushConn{}, map[acceptor.ConnID]uint64{}
+		o.slotConns, o.slotSent = map[acceptor.ConnID]*Conn{}, map[acceptor.ConnID]uint64{}
 	}
 	tbl, gen := o.t.repl.slotTable()
-	c.send(&proto.SafeKeeperSlots{SlotTable: tbl})
-	o.slotConns[c.id], o.slotSent[c.id] = c, gen
+	c.reply(&proto.SafeKeeperSlots{SlotTable: tbl})
+	o.slotConns[c.ID], o.slotSent[c.ID] = c, gen
 }
 
 // applySlots folds in a merged slot table a proposer sent on c.
-func (o *owner) applySlots(c *pushConn, m *proto.Slots) {
-	if !c.syncSlots {
+func (o *owner) applySlots(c *Conn, m *proto.Slots) {
+	if !c.SyncSlots {
 		c.fail(fmt.Errorf("%w: Slots on a WAL push stream that did not ask for sync_replication_slots", acceptor.ErrProtocol))
 		return
 	}
 	if err := o.t.repl.applySlots(m.SlotTable, o.t.store.RemovedUpTo()); err != nil {
 		o.t.log.Warn("could not store the replication slots copied from the other safekeepers; the proposer sends them again", "err", err)
-		delete(o.slotSent, c.id) // our table goes again, so the proposer sees what we hold
+		delete(o.slotSent, c.ID) // our table goes again, so the proposer sees what we hold
 	}
 }
 
 // release gives the WAL bytes of the events handled so far back to the
-// server's budget, and their buffers to pgwire. Call it only when what they
+// budget, and their buffers to Config.Recycle. Call it only when what they
 // staged is committed or dropped (after Flush, End or Persist): storage may
 // hold slices of them until then.
 func (o *owner) release() {
 	if o.cost > 0 {
-		o.t.walBudget.release(o.t.key.TenantID, o.cost)
+		o.t.budget.Release(o.t.key.TenantID, o.cost)
 		o.cost = 0
 	}
-	for i, p := range o.payloads {
-		pgwire.Recycle(p)
-		o.payloads[i] = nil
+	if len(o.payloads) == 0 {
+		return
 	}
+	if o.t.recycle != nil {
+		o.t.recycle(o.payloads)
+	}
+	clear(o.payloads)
 	o.payloads = o.payloads[:0]
 }
 
-func (o *owner) handle(ev event) {
-	o.cost += ev.cost
-	if ev.payload != nil {
-		o.payloads = append(o.payloads, ev.payload)
+func (o *owner) handle(ev Event) {
+	o.cost += ev.Cost
+	if ev.Payload != nil {
+		o.payloads = append(o.payloads, ev.Payload)
 	}
-	c := ev.conn
-	if ev.end != nil {
+	c := ev.Conn
+	if ev.End {
 		// The stream ended: what it sent is made durable and answered
 		// first, then its final item goes out.
-		o.conns[c.id] = c
-		o.act(o.sess.End(c.id))
-		delete(o.conns, c.id)
-		delete(o.slotConns, c.id)
-		delete(o.slotSent, c.id)
-		c.enqueue(*ev.end)
+		o.conns[c.ID] = c
+		o.act(o.sess.End(c.ID))
+		delete(o.conns, c.ID)
+		delete(o.slotConns, c.ID)
+		delete(o.slotSent, c.ID)
+		c.Out.End()
 		o.t.pushMu.Lock()
-		if o.t.push.conn == c.id {
-			o.t.push.connected = false
+		if o.t.push.Conn == c.ID {
+			o.t.push.Connected = false
 		}
 		o.t.pushMu.Unlock()
 		return
 	}
-	if c.dead() {
-		return // its writer gave up (an error, or a proposer that stopped reading)
+	if c.dead {
+		return // it takes no more replies (an error, or a proposer that stopped reading)
 	}
-	o.conns[c.id] = c
-	if m, ok := ev.msg.(*proto.Slots); ok {
+	o.conns[c.ID] = c
+	if m, ok := ev.Msg.(*proto.Slots); ok {
 		o.applySlots(c, m) // not the session's: slots are no part of the consensus
 		return
 	}
 	wasBroken := o.sess.Broken()
 	// Appends change no term, vote or timeline and never truncate: only
 	// the other messages pay for a copy of the state to compare with.
-	_, isAppend := ev.msg.(*proto.SafeKeeperRequest)
+	_, isAppend := ev.Msg.(*proto.SafeKeeperRequest)
 	var before acceptor.State
 	if !isAppend {
 		before = o.sess.State()
 	}
-	r := o.sess.Step(c.id, ev.msg)
+	r := o.sess.Step(c.ID, ev.Msg)
 	if !isAppend {
-		o.logChanges(c, ev.msg, before, r)
+		o.logChanges(c, ev.Msg, before, r)
 	}
-	if _, greeting := ev.msg.(*proto.ServerInfo); greeting && wasBroken != nil && o.sess.Broken() != nil {
+	if _, greeting := ev.Msg.(*proto.ServerInfo); greeting && wasBroken != nil && o.sess.Broken() != nil {
 		o.t.log.Warn("timeline still cannot write", "err", o.sess.Broken())
 	}
-	if m, ok := ev.msg.(*proto.SafeKeeperRequest); ok && len(m.WAL) > 0 && o.t.metrics != nil {
-		o.t.metrics.writeBytes.Observe(float64(len(m.WAL)))
-		o.t.metrics.appends.Inc()
-		o.t.metrics.received.Add(float64(len(m.WAL)))
+	if m, ok := ev.Msg.(*proto.SafeKeeperRequest); ok && len(m.WAL) > 0 && o.t.metrics != nil {
+		o.t.metrics.WriteBytes.Observe(float64(len(m.WAL)))
+		o.t.metrics.Appends.Inc()
+		o.t.metrics.Received.Add(float64(len(m.WAL)))
 	}
-	if m, ok := ev.msg.(*proto.SafeKeeperRequest); ok && !r.Ends(c.id) {
+	if m, ok := ev.Msg.(*proto.SafeKeeperRequest); ok && !r.Ends(c.ID) {
 		o.t.pushMu.Lock()
-		o.t.push = pushInfo{conn: c.id, addr: c.remote, term: m.Sender.Term, at: time.Now(), connected: true, since: c.since,
-			end: m.EndLSN, commit: m.CommitLSN}
+		o.t.push = PushInfo{Conn: c.ID, Addr: c.Remote, Term: m.Sender.Term, At: time.Now(), Connected: true, Since: c.Since,
+			End: m.EndLSN, Commit: m.CommitLSN}
 		o.t.pushMu.Unlock()
 	}
 	o.act(r)
-	if _, greeting := ev.msg.(*proto.ServerInfo); greeting && c.syncSlots && !r.Ends(c.id) {
+	if _, greeting := ev.Msg.(*proto.ServerInfo); greeting && c.SyncSlots && !r.Ends(c.ID) {
 		o.syncSlotsWith(c)
 	}
 }
@@ -375,36 +468,36 @@ func (o *owner) handle(ev event) {
 // logChanges logs, once each, the state changes a message made that an
 // operator wants to see (nothing per append): a vote granted or refused, a
 // term change, an election, a truncation of WAL.
-func (o *owner) logChanges(c *pushConn, msg proto.Message, before acceptor.State, r acceptor.Ready) {
+func (o *owner) logChanges(c *Conn, msg proto.Message, before acceptor.State, r acceptor.Ready) {
 	log := o.t.log
 	after := o.sess.State()
 	if m, ok := msg.(*proto.RequestVote); ok {
 		for _, out := range r.Out {
 			v, ok := out.Msg.(*proto.VoteResponse)
-			if !ok || out.Conn != c.id {
+			if !ok || out.Conn != c.ID {
 				continue
 			}
 			if v.VotedFor == m.Candidate {
-				log.Info("vote granted", "term", m.Candidate.Term, "candidate", m.Candidate.String(), "peer", c.remote,
+				log.Info("vote granted", "term", m.Candidate.Term, "candidate", m.Candidate.String(), "peer", c.Remote,
 					"flush_lsn", after.FlushLSN, "last_log_term", after.LastLogTerm())
 			} else {
-				log.Info("vote refused", "term", m.Candidate.Term, "candidate", m.Candidate.String(), "peer", c.remote,
+				log.Info("vote refused", "term", m.Candidate.Term, "candidate", m.Candidate.String(), "peer", c.Remote,
 					"voted_for", v.VotedFor.String())
 			}
 		}
 	}
 	if after.VotedFor.Term != before.VotedFor.Term {
-		log.Info("term changed", "term", after.VotedFor.Term, "previous_term", before.VotedFor.Term, "peer", c.remote)
+		log.Info("term changed", "term", after.VotedFor.Term, "previous_term", before.VotedFor.Term, "peer", c.Remote)
 	}
-	if m, ok := msg.(*proto.ProposerElected); ok && !r.Ends(c.id) {
-		log.Info("proposer elected", "term", m.Term, "start_streaming_at", m.StartStreamingAt, "peer", c.remote)
+	if m, ok := msg.(*proto.ProposerElected); ok && !r.Ends(c.ID) {
+		log.Info("proposer elected", "term", m.Term, "start_streaming_at", m.StartStreamingAt, "peer", c.Remote)
 	}
 	if after.FlushLSN < before.FlushLSN {
-		log.Info("truncated WAL", "lsn", after.FlushLSN, "previous_flush_lsn", before.FlushLSN, "term", after.VotedFor.Term, "peer", c.remote)
+		log.Info("truncated WAL", "lsn", after.FlushLSN, "previous_flush_lsn", before.FlushLSN, "term", after.VotedFor.Term, "peer", c.Remote)
 	}
 	if after.PgTimeline != before.PgTimeline {
 		log.Info("PostgreSQL timeline switched", "pg_timeline", after.PgTimeline, "previous_pg_timeline", before.PgTimeline,
-			"lsn", after.TimelineStartLSN, "peer", c.remote)
+			"lsn", after.TimelineStartLSN, "peer", c.Remote)
 	}
 }
 
@@ -439,6 +532,6 @@ func (o *owner) act(r acceptor.Ready) {
 			resp.HotStandby, resp.Consumer = o.t.repl.feedback()
 			fed = resp
 		}
-		c.send(out.Msg)
+		c.reply(out.Msg)
 	}
 }

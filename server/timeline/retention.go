@@ -1,4 +1,4 @@
-package server
+package timeline
 
 import (
 	"context"
@@ -115,52 +115,56 @@ func retentionHorizon(in retentionInputs) retention {
 
 // runRetention is a timeline's retention goroutine; it returns when ctx is
 // done.
-func (s *Server) runRetention(ctx context.Context, t *timeline) {
+func (r *Registry) runRetention(ctx context.Context, t *Timeline) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.repl.kick:
 		}
-		s.retainOnce(t)
+		r.retainOnce(t)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(s.cfg.RetentionInterval):
+		case <-time.After(r.cfg.RetentionInterval):
 		}
 	}
 }
 
 // retainOnce computes the horizon and removes WAL below it.
-func (s *Server) retainOnce(t *timeline) {
+func (r *Registry) retainOnce(t *Timeline) {
 	st, _ := t.Status()
 	in := retentionInputs{
 		SegSize: uint64(st.WalSegSize), CommitLSN: st.CommitLSN, TruncateLSN: st.TruncateLSN,
 		RemovedUpTo: max(st.RemovedUpTo, t.store.RemovedUpTo()),
-		WalKeep:     uint64(s.cfg.WalKeepSize), MaxPeerKeep: uint64(s.cfg.MaxPeerWALKeepSize),
+		WalKeep:     uint64(r.cfg.WalKeepSize), MaxPeerKeep: uint64(r.cfg.MaxPeerWALKeepSize),
 	}
-	if s.cfg.MaxSlotWALKeepSize > 0 {
-		in.MaxSlotKeep = uint64(s.cfg.MaxSlotWALKeepSize)
+	if r.cfg.MaxSlotWALKeepSize > 0 {
+		in.MaxSlotKeep = uint64(r.cfg.MaxSlotWALKeepSize)
 	}
 	t.repl.retentionInputs(&in)
-	r := retentionHorizon(in)
-	for _, sl := range r.Invalidate {
+	h := retentionHorizon(in)
+	for _, sl := range h.Invalidate {
 		if t.repl.invalidateSlot(sl.Name, sl.RestartLSN) {
 			t.log.Warn("invalidating replication slot because its restart_lsn exceeds max_slot_wal_keep_size",
 				"slot", sl.Name, "restart_lsn", sl.RestartLSN, "commit_lsn", in.CommitLSN, "max_slot_wal_keep_size", in.MaxSlotKeep)
 		}
 	}
-	t.setRetention(r)
-	if r.Horizon <= in.RemovedUpTo {
+	t.setRetention(h)
+	if h.Horizon <= in.RemovedUpTo {
 		return
 	}
-	if err := t.store.RemoveWAL(r.Horizon); err != nil {
-		t.log.Warn("WAL removal failed", "up_to", r.Horizon, "err", err)
+	if err := t.store.RemoveWAL(h.Horizon); err != nil {
+		t.log.Warn("WAL removal failed", "up_to", h.Horizon, "err", err)
 		return
 	}
-	if from := max(in.RemovedUpTo, st.TimelineStartLSN).SegmentStart(in.SegSize); r.Horizon > from {
-		s.removedSegments.Add(int64(uint64(r.Horizon-from) / in.SegSize))
+	if from := max(in.RemovedUpTo, st.TimelineStartLSN).SegmentStart(in.SegSize); h.Horizon > from {
+		r.removedSegments.Add(int64(uint64(h.Horizon-from) / in.SegSize))
 	}
-	t.log.Info("removed WAL", "up_to", r.Horizon, "bounded_by", r.Reason, "commit_lsn", in.CommitLSN, "truncate_lsn", in.TruncateLSN,
+	t.log.Info("removed WAL", "up_to", h.Horizon, "bounded_by", h.Reason, "commit_lsn", in.CommitLSN, "truncate_lsn", in.TruncateLSN,
 		"remote_consistent_lsn", in.RemoteConsistent)
 }
+
+// Retain runs one retention pass of t now, besides those its retention
+// goroutine runs (tests that need every input settled use it).
+func (r *Registry) Retain(t *Timeline) { r.retainOnce(t) }

@@ -1,4 +1,4 @@
-package server
+package timeline
 
 import (
 	"context"
@@ -9,14 +9,14 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 )
 
-// budget is Config.MaxBufferedWAL: the bytes of proposers' messages read
+// Budget is Config.MaxBufferedWAL: the bytes of proposers' messages read
 // (or being read) and not yet committed. A push reader takes a message's
 // length before it reads the body; the timeline's owner gives it back after
 // the group commit that took the message. Each tenant may hold at most half
 // of it (tenantShare), so that one tenant's connections — a stalled or
 // hostile proposer with a valid token among them — cannot hold all of it
 // and stop every other tenant's ingest.
-type budget struct {
+type Budget struct {
 	global *semaphore.Weighted
 	share  int64 // per tenant
 
@@ -34,17 +34,18 @@ type tenantBudget struct {
 	waiting int
 }
 
-func newBudget(total int64) *budget {
+// NewBudget is a budget of total bytes.
+func NewBudget(total int64) *Budget {
 	share := min(max(total/2, proto.MaxWALPerRequest+1024), total)
-	return &budget{global: semaphore.NewWeighted(total), share: share, tenants: map[proto.ID]*tenantBudget{}}
+	return &Budget{global: semaphore.NewWeighted(total), share: share, tenants: map[proto.ID]*tenantBudget{}}
 }
 
-// cost is what a message of n bytes takes.
-func (b *budget) cost(n int) int64 { return min(int64(n), b.share) }
+// Cost is what a message of n bytes takes.
+func (b *Budget) Cost(n int) int64 { return min(int64(n), b.share) }
 
-// acquire takes cost bytes for tenant: its share first, then the server's.
-// release gives them back, in one call or in several summed.
-func (b *budget) acquire(ctx context.Context, tenant proto.ID, cost int64) error {
+// Acquire takes cost bytes for tenant: its share first, then the
+// server's. Release gives them back, in one call or in several summed.
+func (b *Budget) Acquire(ctx context.Context, tenant proto.ID, cost int64) error {
 	b.mu.Lock()
 	t, ok := b.tenants[tenant]
 	if !ok {
@@ -69,14 +70,15 @@ func (b *budget) acquire(ctx context.Context, tenant proto.ID, cost int64) error
 	return err
 }
 
-func (b *budget) release(tenant proto.ID, cost int64) {
+// Release gives back what Acquire took.
+func (b *Budget) Release(tenant proto.ID, cost int64) {
 	b.global.Release(cost)
 	b.mu.Lock()
 	t := b.tenants[tenant]
 	t.held -= cost
 	if t.held < 0 {
 		b.mu.Unlock()
-		panic("server: WAL budget released more than was taken")
+		panic("timeline: WAL budget released more than was taken")
 	}
 	b.dropIdle(tenant, t)
 	b.mu.Unlock()
@@ -84,8 +86,15 @@ func (b *budget) release(tenant proto.ID, cost int64) {
 }
 
 // dropIdle forgets t when nothing of it is held or waited for. b.mu held.
-func (b *budget) dropIdle(tenant proto.ID, t *tenantBudget) {
+func (b *Budget) dropIdle(tenant proto.ID, t *tenantBudget) {
 	if t.held == 0 && t.waiting == 0 {
 		delete(b.tenants, tenant)
 	}
+}
+
+// Tenants is how many tenants hold or wait for budget.
+func (b *Budget) Tenants() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.tenants)
 }

@@ -1,4 +1,4 @@
-package server
+package timeline
 
 import (
 	"errors"
@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/safekeeper/safekeeper/proto"
-	"github.com/safekeeper/safekeeper/proto/pgwire"
-	"github.com/safekeeper/safekeeper/server/httpapi"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -25,42 +23,49 @@ import (
 //  4. storage.DeleteTimeline removes it in one transaction: a crash leaves
 //     it whole or gone.
 
-// ErrTimelineBusy: a delete without force found a proposer or reader
-// connected to the timeline. Nothing was changed.
-var ErrTimelineBusy = errors.New("server: timeline has connections")
-
-// errTimelineDeleted ends the connections of a deleted timeline.
-var errTimelineDeleted = pgwire.Errorf(pgwire.AdminShutdown, "terminating connection: the timeline was deleted")
-
 // deleteWait bounds how long a forced delete waits for the connections it
 // cut to end before it closes their sockets.
 const deleteWait = 5 * time.Second
 
-// DeleteResult is what a delete found (the API's answer).
-type DeleteResult = httpapi.DeleteResult
+// DeleteResult is what a delete found.
+type DeleteResult struct {
+	// DirExisted: the timeline was stored.
+	DirExisted bool
+	// WasActive: connections were ended (force).
+	WasActive bool
+}
 
-// bind counts pc as a connection of t (a proposer's stream, a reader's
-// commands); delete refuses or ends them. It fails once t is being
-// deleted.
-func (t *timeline) bind(pc *pgwire.Conn) error {
+// User is a connection bound to a timeline (a proposer's stream, a
+// reader's commands): a forced delete cuts its reads, so that it ends
+// (the server tells it why: the timeline was deleted), and closes it if it
+// has not ended within deleteWait.
+type User interface {
+	SetReadDeadline(time.Time) error
+	Close() error
+}
+
+// Bind counts u as a connection of t (a proposer's stream, a reader's
+// commands); a delete refuses or ends them. It fails (a *NotFoundError)
+// once t is being deleted.
+func (t *Timeline) Bind(u User) error {
 	t.usersMu.Lock()
 	defer t.usersMu.Unlock()
 	if t.deleted {
-		return pgwire.Errorf(pgwire.UndefinedObject, "timeline %s does not exist on this safekeeper (it was deleted)", t.key)
+		return &NotFoundError{Key: t.key, Why: "does not exist on this safekeeper (it was deleted)"}
 	}
 	if t.users == nil {
-		t.users = map[*pgwire.Conn]int{}
+		t.users = map[User]int{}
 	}
-	t.users[pc]++
+	t.users[u]++
 	return nil
 }
 
-// unbind undoes one bind of pc.
-func (t *timeline) unbind(pc *pgwire.Conn) {
+// Unbind undoes one Bind of u.
+func (t *Timeline) Unbind(u User) {
 	t.usersMu.Lock()
 	defer t.usersMu.Unlock()
-	if t.users[pc]--; t.users[pc] <= 0 {
-		delete(t.users, pc)
+	if t.users[u]--; t.users[u] <= 0 {
+		delete(t.users, u)
 	}
 	if t.deleted && len(t.users) == 0 && t.usersGone != nil {
 		close(t.usersGone)
@@ -68,9 +73,9 @@ func (t *timeline) unbind(pc *pgwire.Conn) {
 	}
 }
 
-// isDeleted reports whether t is being deleted: a read error on one of
-// its connections is then the delete's doing.
-func (t *timeline) isDeleted() bool {
+// Deleted reports whether t is being deleted: a read error on one of its
+// connections is then the delete's doing.
+func (t *Timeline) Deleted() bool {
 	t.usersMu.Lock()
 	defer t.usersMu.Unlock()
 	return t.deleted
@@ -78,7 +83,7 @@ func (t *timeline) isDeleted() bool {
 
 // retire marks t deleted unless it has connections and force is false. It
 // returns its connections and a channel closed when the last has unbound.
-func (t *timeline) retire(force bool) (users []*pgwire.Conn, gone <-chan struct{}, err error) {
+func (t *Timeline) retire(force bool) (users []User, gone <-chan struct{}, err error) {
 	t.usersMu.Lock()
 	defer t.usersMu.Unlock()
 	if len(t.users) > 0 && !force {
@@ -86,7 +91,7 @@ func (t *timeline) retire(force bool) (users []*pgwire.Conn, gone <-chan struct{
 		if len(t.users) == 1 {
 			what = "1 connection (a proposer or a reader); end it"
 		}
-		return nil, nil, fmt.Errorf("%w: timeline %s has %s or delete with force", ErrTimelineBusy, t.key, what)
+		return nil, nil, fmt.Errorf("%w: timeline %s has %s or delete with force", ErrBusy, t.key, what)
 	}
 	t.deleted = true
 	ch := make(chan struct{})
@@ -103,7 +108,7 @@ func (t *timeline) retire(force bool) (users []*pgwire.Conn, gone <-chan struct{
 
 // unretire undoes a retire(false), which found no connections: binds are
 // taken again.
-func (t *timeline) unretire() {
+func (t *Timeline) unretire() {
 	t.usersMu.Lock()
 	defer t.usersMu.Unlock()
 	t.deleted = false
@@ -113,7 +118,7 @@ func (t *timeline) unretire() {
 // runs, t) retired.
 type reservedDelete struct {
 	key  proto.TimelineKey
-	t    *timeline
+	t    *Timeline
 	gone <-chan struct{}
 }
 
@@ -126,67 +131,67 @@ func undoRetire(rs []reservedDelete) {
 	}
 }
 
-// DeleteTimeline deletes timeline key durably (see the steps above). It
-// fails with ErrTimelineBusy if it has connections and force is false, and
-// with storage.ErrNoTimeline if it is not stored.
-func (s *Server) DeleteTimeline(key proto.TimelineKey, force bool) (DeleteResult, error) {
-	t, err := s.reserveDelete(key)
+// Delete deletes timeline key durably (see the steps above). It fails
+// with ErrBusy if it has connections and force is false, with ErrNotFound
+// if it is not stored, and with ErrStopped once Stop ran.
+func (r *Registry) Delete(key proto.TimelineKey, force bool) (DeleteResult, error) {
+	t, err := r.reserveDelete(key)
 	if err != nil {
 		return DeleteResult{}, err
 	}
-	defer s.unreserveDelete(key)
-	var users []*pgwire.Conn
+	defer r.unreserveDelete(key)
+	var users []User
 	var gone <-chan struct{}
 	if t != nil {
 		if users, gone, err = t.retire(force); err != nil {
 			return DeleteResult{}, err
 		}
 	}
-	return s.finishDelete(key, t, users, gone, force)
+	return r.finishDelete(key, t, users, gone, force)
 }
 
 // reserveDelete marks key deleting (step 1), after an open of it under
 // way, and returns it if it runs. unreserveDelete undoes it.
-func (s *Server) reserveDelete(key proto.TimelineKey) (*timeline, error) {
+func (r *Registry) reserveDelete(key proto.TimelineKey) (*Timeline, error) {
 	for {
-		s.mu.Lock()
-		if s.isStopping() {
-			s.mu.Unlock()
-			return nil, errShutdown
+		r.mu.Lock()
+		if r.stopping {
+			r.mu.Unlock()
+			return nil, ErrStopped
 		}
-		if op, ok := s.opening[key]; ok {
-			s.mu.Unlock()
+		if op, ok := r.opening[key]; ok {
+			r.mu.Unlock()
 			<-op.done
 			continue
 		}
-		if _, ok := s.deleting[key]; ok {
-			s.mu.Unlock()
-			return nil, fmt.Errorf("%w: timeline %s is being deleted already", ErrTimelineBusy, key)
+		if _, ok := r.deleting[key]; ok {
+			r.mu.Unlock()
+			return nil, fmt.Errorf("%w: timeline %s is being deleted already", ErrBusy, key)
 		}
-		s.deleting[key] = struct{}{}
-		t := s.timelines[key]
-		s.mu.Unlock()
+		r.deleting[key] = struct{}{}
+		t := r.timelines[key]
+		r.mu.Unlock()
 		return t, nil
 	}
 }
 
-func (s *Server) unreserveDelete(key proto.TimelineKey) {
-	s.mu.Lock()
-	delete(s.deleting, key)
-	s.mu.Unlock()
+func (r *Registry) unreserveDelete(key proto.TimelineKey) {
+	r.mu.Lock()
+	delete(r.deleting, key)
+	r.mu.Unlock()
 }
 
 // finishDelete does steps 2 to 4 for a timeline reserved and, if it runs
 // (t), retired with the connections it had (users, gone when they end).
-func (s *Server) finishDelete(key proto.TimelineKey, t *timeline, users []*pgwire.Conn, gone <-chan struct{}, force bool) (DeleteResult, error) {
+func (r *Registry) finishDelete(key proto.TimelineKey, t *Timeline, users []User, gone <-chan struct{}, force bool) (DeleteResult, error) {
 	var res DeleteResult
 	if t != nil {
-		s.mu.Lock()
-		delete(s.timelines, key)
-		s.mu.Unlock()
+		r.mu.Lock()
+		delete(r.timelines, key)
+		r.mu.Unlock()
 		res.WasActive = len(users) > 0
 		for _, pc := range users {
-			pc.SetReadDeadline(time.Now()) // each ends with errTimelineDeleted
+			pc.SetReadDeadline(time.Now()) // each ends: the timeline was deleted
 		}
 		select {
 		case <-gone:
@@ -200,9 +205,9 @@ func (s *Server) finishDelete(key proto.TimelineKey, t *timeline, users []*pgwir
 		<-t.stopped
 		<-t.retired
 	}
-	del := s.db.DeleteTimeline
-	if s.hooks.deleteTimeline != nil {
-		del = s.hooks.deleteTimeline
+	del := r.db.DeleteTimeline
+	if r.cfg.Hooks.DeleteTimeline != nil {
+		del = r.cfg.Hooks.DeleteTimeline
 	}
 	err := del(key.TenantID, key.TimelineID)
 	if errors.Is(err, storage.ErrNoTimeline) && t == nil {
@@ -212,18 +217,18 @@ func (s *Server) finishDelete(key proto.TimelineKey, t *timeline, users []*pgwir
 		return res, err
 	}
 	res.DirExisted = true
-	s.log.Info("deleted timeline", "tenant_id", key.TenantID.String(), "timeline_id", key.TimelineID.String(),
+	r.log.Info("deleted timeline", "tenant_id", key.TenantID.String(), "timeline_id", key.TimelineID.String(),
 		"force", force, "connections_ended", res.WasActive)
 	return res, nil
 }
 
 // DeleteTenant deletes every timeline of tenant. Without force it is all
 // or nothing: every timeline is retired (connections refused from then on)
-// before any is deleted, and one with connections undoes that
-// (ErrTimelineBusy, nothing changed). It fails with storage.ErrNoTimeline
-// if the tenant has no timeline here.
-func (s *Server) DeleteTenant(tenant proto.ID, force bool) (map[string]DeleteResult, error) {
-	keys, err := s.db.Timelines()
+// before any is deleted, and one with connections undoes that (ErrBusy,
+// nothing changed). It fails with ErrNotFound if the tenant has no
+// timeline here.
+func (r *Registry) DeleteTenant(tenant proto.ID, force bool) (map[string]DeleteResult, error) {
+	keys, err := r.db.Timelines()
 	if err != nil {
 		return nil, err
 	}
@@ -240,14 +245,14 @@ func (s *Server) DeleteTenant(tenant proto.ID, force bool) (map[string]DeleteRes
 	out := map[string]DeleteResult{}
 	if force {
 		for _, k := range mine {
-			r, err := s.DeleteTimeline(k, true)
+			rd, err := r.Delete(k, true)
 			if errors.Is(err, storage.ErrNoTimeline) {
 				continue // deleted meanwhile
 			}
 			if err != nil {
 				return out, err
 			}
-			out[k.TimelineID.String()] = r
+			out[k.TimelineID.String()] = rd
 		}
 		return out, nil
 	}
@@ -256,28 +261,28 @@ func (s *Server) DeleteTenant(tenant proto.ID, force bool) (map[string]DeleteRes
 	// deleted; one with connections undoes them all.
 	var reserved []reservedDelete
 	defer func() {
-		for _, r := range reserved {
-			s.unreserveDelete(r.key)
+		for _, rd := range reserved {
+			r.unreserveDelete(rd.key)
 		}
 	}()
 	for _, k := range mine {
-		t, err := s.reserveDelete(k)
+		t, err := r.reserveDelete(k)
 		if err != nil {
 			undoRetire(reserved)
 			return nil, err
 		}
-		r := reservedDelete{key: k, t: t}
+		rd := reservedDelete{key: k, t: t}
 		if t != nil {
-			if _, r.gone, err = t.retire(false); err != nil {
-				s.unreserveDelete(k)
+			if _, rd.gone, err = t.retire(false); err != nil {
+				r.unreserveDelete(k)
 				undoRetire(reserved)
 				return nil, err
 			}
 		}
-		reserved = append(reserved, r)
+		reserved = append(reserved, rd)
 	}
-	for i, r := range reserved {
-		res, err := s.finishDelete(r.key, r.t, nil, r.gone, false)
+	for i, rd := range reserved {
+		res, err := r.finishDelete(rd.key, rd.t, nil, rd.gone, false)
 		if errors.Is(err, storage.ErrNoTimeline) {
 			continue // deleted meanwhile
 		}
@@ -287,7 +292,14 @@ func (s *Server) DeleteTenant(tenant proto.ID, force bool) (map[string]DeleteRes
 			undoRetire(reserved[i+1:])
 			return out, err
 		}
-		out[r.key.TimelineID.String()] = res
+		out[rd.key.TimelineID.String()] = res
 	}
 	return out, nil
+}
+
+// Connections is how many connections are bound to the timeline (Bind).
+func (t *Timeline) Connections() int {
+	t.usersMu.Lock()
+	defer t.usersMu.Unlock()
+	return len(t.users)
 }
