@@ -1,10 +1,7 @@
 package server
 
 import (
-	"errors"
 	"fmt"
-	"net/http"
-	"strings"
 	"sync/atomic"
 
 	"github.com/safekeeper/safekeeper/proto"
@@ -22,14 +19,8 @@ import (
 //   - A tenant token works on its own tenant's timelines only: the push
 //     greeting, every reader command and slot command check the timeline's
 //     tenant (FATAL or ERROR 28000 otherwise).
-//   - HTTP: Authorization: Bearer (the scheme in any case). /metrics,
-//     /healthz, /readyz and /v1/status stay open (as Neon's); a
-//     timeline's GET and GET .../wal take its tenant's token or a
-//     safekeeperdata one; listing every timeline, every DELETE (a
-//     timeline's or a tenant's) and pprof take safekeeperdata: stricter
-//     than Neon, so that a compute's tenant token cannot destroy WAL the
-//     safekeepers acknowledged. 401 without a valid token, 403 when it
-//     does not cover the request.
+//   - HTTP: Authorization: Bearer, with the same keys (server/httpapi's
+//     auth.go).
 //
 // The public keys are re-read with the TLS certificate (ReloadTLS, on
 // SIGHUP); a file that does not load keeps the previous keys.
@@ -97,67 +88,4 @@ func allows(claims *auth.Claims, authOn bool, key proto.TimelineKey) error {
 		return errTenantDenied(key)
 	}
 	return nil
-}
-
-// httpAccess is what an HTTP endpoint needs.
-type httpAccess int
-
-const (
-	accessOpen   httpAccess = iota // /metrics, /healthz, /readyz, /v1/status
-	accessTenant                   // the {tenant_id} of the path, or safekeeperdata
-	accessAdmin                    // safekeeperdata only
-)
-
-// checkHTTP authorises r for access; nil when allowed.
-func (a *httpAPI) checkHTTP(r *http.Request, access httpAccess) error {
-	if a.s.auth == nil || access == accessOpen {
-		return nil
-	}
-	token, ok := bearerToken(r.Header.Get("Authorization"))
-	if !ok {
-		return &apiError{http.StatusUnauthorized, "unauthorized", "missing Authorization: Bearer token"}
-	}
-	claims, err := a.s.auth.v.Load().Verify(token)
-	if err != nil {
-		a.s.log.Info("HTTP request refused: bad token", "peer", r.RemoteAddr, "path", r.URL.Path, "err", err)
-		return &apiError{http.StatusUnauthorized, "unauthorized", "invalid token"}
-	}
-	switch access {
-	case accessAdmin:
-		err = claims.CheckAdmin()
-	case accessTenant:
-		tenant, perr := proto.ParseID(r.PathValue("tenant_id"))
-		if perr != nil {
-			return &apiError{http.StatusBadRequest, "bad_id", "tenant_id: " + perr.Error()}
-		}
-		err = claims.CheckTenant(tenant)
-	}
-	if errors.Is(err, auth.ErrForbidden) {
-		a.s.log.Info("HTTP request refused: token does not cover it", "peer", r.RemoteAddr, "path", r.URL.Path, "err", err)
-		return &apiError{http.StatusForbidden, "forbidden", "the token does not allow this request"}
-	}
-	return err
-}
-
-// bearerToken is the token of an Authorization header value "Bearer
-// TOKEN". The scheme's name is case-insensitive (RFC 7235 §2.1: "bearer",
-// "BEARER"), and spaces or tabs may separate it from the token.
-func bearerToken(h string) (string, bool) {
-	i := strings.IndexAny(h, " \t")
-	if i < 0 || !strings.EqualFold(h[:i], "Bearer") {
-		return "", false
-	}
-	token := strings.Trim(h[i:], " \t")
-	return token, token != ""
-}
-
-// guard wraps h with the access check.
-func (a *httpAPI) guard(access httpAccess, h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if err := a.checkHTTP(r, access); err != nil {
-			writeError(w, err)
-			return
-		}
-		h(w, r)
-	}
 }

@@ -84,7 +84,7 @@ func (s *Server) admitLocked(nc *limitedConn) (e, victim *connEntry, ok bool) {
 // its startup packet and be answered 53300, or, when refusals are already at
 // maxRefusing, it is closed. Its goroutine ends promptly either way.
 func (s *Server) evict(v *connEntry) {
-	s.metrics.refused.WithLabelValues("startup_evicted").Inc()
+	s.metrics.Refused("startup_evicted")
 	age := time.Since(v.arrived)
 	if v.refusing {
 		grace := min(s.cfg.AuthenticationTimeout, evictGraceMax)
@@ -143,7 +143,7 @@ func (s *Server) release(e *connEntry) {
 // refuseEvicted answers an evicted connection whose startup packet came in
 // time as one over MaxConnections is answered.
 func (s *Server) refuseEvicted(pc *pgwire.Conn) {
-	s.metrics.refused.WithLabelValues("too_many_clients").Inc()
+	s.metrics.Refused("too_many_clients")
 	pc.SendError(fatalError(pgwire.Errorf(pgwire.TooManyConnections, "sorry, too many clients already")))
 	pc.Flush()
 }

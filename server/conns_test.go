@@ -8,8 +8,6 @@ import (
 	"net"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestEvictedInPasswordExchangeGets53300: the password exchange is part of
@@ -67,7 +65,7 @@ func TestEvictedInPasswordExchangeGets53300(t *testing.T) {
 	idle, _ := dial()
 	waitFor(t, "both slots held", func() bool { held, _, _ := slots(); return held == 2 })
 	newcomer, nr := dial()
-	evicted := func() float64 { return testutil.ToFloat64(s.metrics.refused.WithLabelValues("startup_evicted")) }
+	evicted := func() float64 { return refused(s, "startup_evicted") }
 	waitFor(t, "an eviction", func() bool { return evicted() == 1 })
 	if held, starting, refusing := slots(); held != 2 || starting != 2 || refusing != 1 {
 		t.Fatalf("after the eviction: %d slots held, %d in startup, %d refusing; want 2, 2 (idle, newcomer), 1 (the evicted)", held, starting, refusing)
@@ -96,7 +94,7 @@ func TestEvictedInPasswordExchangeGets53300(t *testing.T) {
 		held, starting, refusing := slots()
 		return held == 0 && starting == 0 && refusing == 0
 	})
-	if n := testutil.ToFloat64(s.metrics.refused.WithLabelValues("too_many_clients")); n != 1 {
+	if n := refused(s, "too_many_clients"); n != 1 {
 		t.Errorf("too_many_clients %v, want 1 (the evicted client's answer)", n)
 	}
 }

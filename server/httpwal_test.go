@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/server/httpapi"
 )
@@ -26,9 +24,9 @@ func TestHTTPWAL(t *testing.T) {
 	s := startTestServer(t, t.TempDir(), func(c *Config) { c.ListenHTTP = "127.0.0.1:0" })
 	base := fmt.Sprintf("http://%s/v1/tenant/%s/timeline/%s/wal", s.HTTPAddr(), tTenant, tTimeline)
 	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
-	wal, _ := p.push(400, 3000, 0) // more than one read chunk
+	wal, _ := p.push(400, 3000, 0) // more than one read chunk (1 MiB)
 	flush := p.pos
-	if len(wal) <= walReadChunk {
+	if len(wal) <= 1<<20 {
 		t.Fatalf("%d bytes of WAL: one chunk", len(wal))
 	}
 	get := func(query string) (*http.Response, []byte) {
@@ -81,7 +79,7 @@ func TestHTTPWAL(t *testing.T) {
 	}
 }
 
-// TestHTTPWALStreamsAreBounded: at most maxWALStreams GET .../wal answers
+// TestHTTPWALStreamsAreBounded: at most httpapi.MaxWALStreams GET .../wal answers
 // run at once; one more is refused with 429 and the API's JSON error
 // (counted in safekeeper_refused_total), without being served; once the
 // answers under way end, a new one is served again.
@@ -89,7 +87,7 @@ func TestHTTPWALStreamsAreBounded(t *testing.T) {
 	gate := make(chan struct{})
 	release := sync.OnceFunc(func() { close(gate) })
 	defer release()
-	entered := make(chan struct{}, maxWALStreams+1)
+	entered := make(chan struct{}, httpapi.MaxWALStreams+1)
 	var held atomic.Bool
 	held.Store(true)
 	s := startHookedServer(t, t.TempDir(), func(c *Config) { c.ListenHTTP = "127.0.0.1:0" }, hooks{httpWAL: func() {
@@ -117,15 +115,15 @@ func TestHTTPWALStreamsAreBounded(t *testing.T) {
 		b, err := io.ReadAll(resp.Body)
 		ch <- result{resp.StatusCode, b, err}
 	}
-	results := make(chan result, maxWALStreams)
-	for range maxWALStreams {
+	results := make(chan result, httpapi.MaxWALStreams)
+	for range httpapi.MaxWALStreams {
 		go get(results)
 	}
-	for i := range maxWALStreams {
+	for i := range httpapi.MaxWALStreams {
 		select {
 		case <-entered:
 		case <-time.After(tTimeout):
-			t.Fatalf("%d of %d WAL answers under way", i, maxWALStreams)
+			t.Fatalf("%d of %d WAL answers under way", i, httpapi.MaxWALStreams)
 		}
 	}
 
@@ -133,22 +131,22 @@ func TestHTTPWALStreamsAreBounded(t *testing.T) {
 	go get(one)
 	select {
 	case <-entered:
-		t.Fatalf("answer %d was served while %d were under way", maxWALStreams+1, maxWALStreams)
+		t.Fatalf("answer %d was served while %d were under way", httpapi.MaxWALStreams+1, httpapi.MaxWALStreams)
 	case r := <-one:
 		var e map[string]string
 		if r.err != nil || r.code != http.StatusTooManyRequests || json.Unmarshal(r.body, &e) != nil || e["code"] != "too_many_requests" || e["error"] == "" {
-			t.Fatalf("answer %d: %d %s %v, want 429 too_many_requests", maxWALStreams+1, r.code, r.body, r.err)
+			t.Fatalf("answer %d: %d %s %v, want 429 too_many_requests", httpapi.MaxWALStreams+1, r.code, r.body, r.err)
 		}
 	case <-time.After(tTimeout):
 		t.Fatal("no answer")
 	}
-	if got := testutil.ToFloat64(s.metrics.refused.WithLabelValues("http_wal_streams")); got != 1 {
+	if got := refused(s, "http_wal_streams"); got != 1 {
 		t.Errorf("safekeeper_refused_total{reason=\"http_wal_streams\"} = %v, want 1", got)
 	}
 
 	held.Store(false)
 	release()
-	for range maxWALStreams {
+	for range httpapi.MaxWALStreams {
 		if r := <-results; r.err != nil || r.code != 200 || !bytes.Equal(r.body, wal) {
 			t.Fatalf("an answer under way: %d, %d bytes, %v; want 200 and the WAL", r.code, len(r.body), r.err)
 		}

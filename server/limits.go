@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/server/httpapi"
 	"github.com/safekeeper/safekeeper/server/timeline"
 )
 
@@ -33,8 +34,8 @@ import (
 //     (slowloris). The startup packet is at most 10,000 bytes, the
 //     password message at most 64 KiB and every later message at most
 //     1 MiB (pgwire).
-//   - At most maxWALStreams GET .../wal answers run at once; more get 429
-//     (httpwal.go).
+//   - At most httpapi.MaxWALStreams GET .../wal answers run at once; more get 429
+//     (server/httpapi/wal.go).
 //   - A greeting that would create a timeline past MaxTimelines gets 53400.
 //   - A slot past MaxSlots on a timeline gets 53400, as PostgreSQL's "all
 //     replication slots are in use".
@@ -81,19 +82,9 @@ type diskState struct {
 	checked atomic.Int64 // unix nanoseconds of the last check
 }
 
-// The breaker's reasons, as GET /v1/status names them (wal_refused.reason).
-const (
-	// refusedMinFreeDisk: the file system has less free than the reserve
-	// (--min-free-disk, or its auto value).
-	refusedMinFreeDisk = "min_free_disk"
-	// refusedMaxDiskUsage: the database file's pages in use reached
-	// --max-disk-usage.
-	refusedMaxDiskUsage = "max_disk_usage"
-)
-
 // diskRefusal is why the breaker refuses WAL and since when.
 type diskRefusal struct {
-	reason string // refusedMinFreeDisk or refusedMaxDiskUsage
+	reason string // httpapi.RefusedMinFreeDisk or RefusedMaxDiskUsage
 	why    string // the numbers, in words (the 53100 message, the log)
 	since  time.Time
 }
@@ -144,11 +135,11 @@ func (s *Server) checkDisk() {
 	why, reason := "", ""
 	switch {
 	case free < reserve:
-		reason = refusedMinFreeDisk
+		reason = httpapi.RefusedMinFreeDisk
 		why = fmt.Sprintf("the file system of %s has %d bytes free (with %d free inside the database file), below the reserve of %d (%s)",
 			s.cfg.DataDir, free, reusable, reserve, rule)
 	case s.cfg.MaxDiskUsage > 0 && used >= s.cfg.MaxDiskUsage:
-		reason = refusedMaxDiskUsage
+		reason = httpapi.RefusedMaxDiskUsage
 		why = fmt.Sprintf("the database file holds %d bytes in use (%d free inside it), at --max-disk-usage %d", used, reusable, s.cfg.MaxDiskUsage)
 	}
 	s.disk.free.Store(free)
@@ -199,14 +190,14 @@ func (s *Server) walRefused(tl *timeline.Timeline) error {
 		s.checkDisk()
 	}
 	if r := s.walRefusal(); r != nil {
-		s.metrics.refused.WithLabelValues("disk").Inc()
+		s.metrics.Refused("disk")
 		return pgwire.Errorf(pgwire.DiskFull, "could not write WAL: %s", r.why)
 	}
 	if limit := s.cfg.MaxTimelineDiskUsage; limit > 0 {
 		end := tl.EndLSN()
 		start := max(tl.RemovedUpTo(), tl.StartLSN())
 		if end > start && int64(end-start) >= limit {
-			s.metrics.refused.WithLabelValues("disk").Inc()
+			s.metrics.Refused("disk")
 			return pgwire.Errorf(pgwire.DiskFull, "could not write WAL: timeline %s holds %d bytes of WAL, at --max-timeline-disk-usage %d",
 				tl.Key(), uint64(end-start), limit)
 		}

@@ -61,10 +61,10 @@ func TestTimelineAndSlotLimits(t *testing.T) {
 	if _, err := exec(t, rc, `CREATE_REPLICATION_SLOT "c" PHYSICAL`); err != nil {
 		t.Fatalf("a slot after one was dropped: %v", err)
 	}
-	if n := testutil.ToFloat64(s.metrics.refused.WithLabelValues("timelines")); n != 1 {
+	if n := refused(s, "timelines"); n != 1 {
 		t.Errorf("refused timelines %v", n)
 	}
-	if n := testutil.ToFloat64(s.metrics.refused.WithLabelValues("slots")); n != 1 {
+	if n := refused(s, "slots"); n != 1 {
 		t.Errorf("refused slots %v", n)
 	}
 }
@@ -225,4 +225,9 @@ func TestDiskBreakerCountsFreePagesInsideTheFile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// refused is safekeeper_refused_total{reason} of s.
+func refused(s *Server, reason string) float64 {
+	return testutil.ToFloat64(s.metrics.Timelines().Refused.WithLabelValues(reason))
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"container/list"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/server/httpapi"
 	"github.com/safekeeper/safekeeper/server/timeline"
 	"github.com/safekeeper/safekeeper/storage"
 )
@@ -252,14 +254,14 @@ type Server struct {
 	// nanoseconds), set by Shutdown; 0 before. See limitedConn.
 	writeLimit atomic.Int64
 
-	http        *httpAPI     // nil without Config.ListenHTTP
+	http        *httpapi.API // nil without Config.ListenHTTP
 	certs       *certSource  // nil without Config.TLSCertFile
 	auth        *authState   // nil without Config.AuthPublicKeys
 	disk        diskState    // the disk circuit breaker (limits.go)
 	refusing    atomic.Int32 // refusals under way: refuseTooMany and evicted connections (at most maxRefusing)
 	evictions   atomic.Int64 // evictions since the last warning about them (conns.go)
 	evictWarned atomic.Int64 // when that warning was last logged (unix nanoseconds)
-	metrics     *serverMetrics
+	metrics     *httpapi.Metrics
 
 	// mu guards the connection table (conns.go); the timelines have the
 	// registry's own lock.
@@ -336,7 +338,7 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 			httpLn.Close()
 		}
 	}
-	metrics := newMetrics(cfg.SlowFsyncThreshold)
+	metrics := httpapi.NewMetrics(cfg.SlowFsyncThreshold)
 	// Opening a large database on a busy disk can take long (bbolt waits
 	// for the file's lock, then rebuilds the freelist by reading every
 	// page: NoFreelistSync): say so, and how long it took.
@@ -345,7 +347,7 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 	opened := time.Now()
 	db, err := storage.Open(dbPath, storage.Options{
 		Logger: cfg.Logger, UnsafeNoFsync: cfg.UnsafeNoFsync, SlowCommit: cfg.SlowFsyncThreshold,
-		OnCommit: metrics.observeCommit,
+		OnCommit: metrics.ObserveCommit,
 	})
 	if err != nil {
 		closeListeners()
@@ -377,12 +379,12 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 		NodeID: cfg.NodeID, Logger: cfg.Logger, MaxTimelines: cfg.MaxTimelines, MaxSlots: cfg.MaxSlots,
 		WalKeepSize: cfg.WalKeepSize, MaxPeerWALKeepSize: cfg.MaxPeerWALKeepSize, MaxSlotWALKeepSize: cfg.MaxSlotWALKeepSize,
 		RetentionInterval: cfg.RetentionInterval, MaxBufferedWAL: cfg.MaxBufferedWAL,
-		Metrics: metrics.timelines(), Recycle: recycle,
+		Metrics: metrics.Timelines(), Recycle: recycle,
 		Hooks: timeline.Hooks{BeforeOpen: h.beforeOpen, Storage: h.storage, OnPublish: h.onPublish, Create: h.create,
 			PersistInterval: h.persistInterval, DeleteTimeline: h.deleteTimeline},
 	})
 	if httpLn != nil {
-		s.http = newHTTPAPI(s, httpLn)
+		s.http = s.newHTTPAPI(httpLn)
 	}
 	s.checkDisk()
 	return s, nil
@@ -393,7 +395,7 @@ func (s *Server) HTTPAddr() net.Addr {
 	if s.http == nil {
 		return nil
 	}
-	return s.http.addr()
+	return s.http.Addr()
 }
 
 // Addr is the address the server listens on.
@@ -417,7 +419,7 @@ func (s *Server) Serve() error {
 	// read them here. With a certificate the HTTP API speaks HTTPS (tls).
 	where := []any{"pg", s.ln.Addr().String()}
 	if s.http != nil {
-		where = append(where, "http", s.http.addr().String())
+		where = append(where, "http", s.http.Addr().String())
 	}
 	s.log.Info("safekeeper listening", append(where, "node_id", s.cfg.NodeID, "data_dir", s.cfg.DataDir,
 		"tls", s.certs != nil, "tls_required", s.cfg.TLSRequired)...)
@@ -430,12 +432,11 @@ func (s *Server) Serve() error {
 		go s.certs.watch(s.ctx)
 	}
 	if s.http != nil {
+		var tlsConfig *tls.Config
 		if s.certs != nil {
-			s.http.srv.TLSConfig = s.certs.config()
-			go s.http.srv.ServeTLS(s.http.ln, "", "")
-		} else {
-			go s.http.srv.Serve(s.http.ln)
+			tlsConfig = s.certs.config()
 		}
+		go s.http.Serve(tlsConfig)
 	}
 	var backoff time.Duration // while accept fails for lack of descriptors
 	failures := 0
@@ -485,7 +486,7 @@ func (s *Server) Serve() error {
 			// connWG only after it set stopping under s.mu.
 			s.connWG.Add(1)
 			s.mu.Unlock()
-			s.metrics.refused.WithLabelValues("too_many_clients").Inc()
+			s.metrics.Refused("too_many_clients")
 			if s.refusing.Add(1) > maxRefusing {
 				s.refusing.Add(-1)
 				s.connWG.Done()
@@ -564,10 +565,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-done
 	}
 	if s.http != nil {
-		hctx, hcancel := context.WithTimeout(ctx, time.Second)
-		s.http.srv.Shutdown(hctx)
-		hcancel()
-		s.http.srv.Close()
+		s.http.Shutdown(ctx)
 	}
 	// An open under way (from the HTTP API, whose handlers are not waited
 	// for, or a connection cut short by ctx) still uses the database and
@@ -601,7 +599,7 @@ func (s *Server) serveConn(e *connEntry) {
 			return
 		}
 		if errors.As(err, &ne) && ne.Timeout() {
-			s.metrics.refused.WithLabelValues("startup_timeout").Inc()
+			s.metrics.Refused("startup_timeout")
 			log.Info("connection closed: startup not finished within the authentication timeout", "timeout", s.cfg.AuthenticationTimeout)
 			return
 		}

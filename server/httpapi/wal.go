@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"errors"
@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/safekeeper/safekeeper/proto"
-	"github.com/safekeeper/safekeeper/server/httpapi"
 	"github.com/safekeeper/safekeeper/server/timeline"
 	"github.com/safekeeper/safekeeper/storage"
 )
@@ -20,37 +19,37 @@ import (
 // the X-Wal-Start and X-Wal-End headers and Content-Length. Errors: 400
 // bad_id / bad_lsn / bad_range, 404 not_found (no such timeline) or
 // wal_removed (start below the WAL held), 429 too_many_requests (more than
-// maxWALStreams answers at once).
+// MaxWALStreams answers at once).
 
 const (
 	walReadChunk = 1 << 20
-	// maxWALStreams bounds the GET .../wal answers under way at once.
+	// MaxWALStreams bounds the GET .../wal answers under way at once.
 	// Each holds a read buffer of walReadChunk and may take long (a slow
 	// client of a large range): without a bound, clients could make the
 	// server hold any number of them.
-	maxWALStreams = 32
+	MaxWALStreams = 32
 )
 
-func (a *httpAPI) wal(w http.ResponseWriter, r *http.Request) {
+func (a *API) wal(w http.ResponseWriter, r *http.Request) {
 	select {
 	case a.walStreams <- struct{}{}:
 		defer func() { <-a.walStreams }()
 	default:
-		a.s.metrics.refused.WithLabelValues("http_wal_streams").Inc()
+		a.cfg.Metrics.Refused("http_wal_streams")
 		w.Header().Set("Retry-After", "1")
 		writeError(w, &apiError{http.StatusTooManyRequests, "too_many_requests",
-			fmt.Sprintf("%d WAL answers are under way, the most this safekeeper serves at once; retry later", maxWALStreams)})
+			fmt.Sprintf("%d WAL answers are under way, the most this safekeeper serves at once; retry later", MaxWALStreams)})
 		return
 	}
-	if a.s.hooks.httpWAL != nil {
-		a.s.hooks.httpWAL()
+	if a.cfg.OnWAL != nil {
+		a.cfg.OnWAL()
 	}
 	key, err := pathKey(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	tl, err := a.s.reg.Open(key)
+	tl, err := a.reg.Open(key)
 	if errors.Is(err, timeline.ErrNotFound) {
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "timeline " + key.String() + " does not exist on this safekeeper"})
 		return
@@ -100,8 +99,8 @@ func (a *httpAPI) wal(w http.ResponseWriter, r *http.Request) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
-	h.Set(httpapi.WALStartHeader, start.String())
-	h.Set(httpapi.WALEndHeader, end.String())
+	h.Set(WALStartHeader, start.String())
+	h.Set(WALEndHeader, end.String())
 	h.Set("Content-Length", strconv.FormatUint(uint64(end-start), 10))
 	w.WriteHeader(http.StatusOK)
 	// Each ReadWAL is its own short read transaction, copied out: nothing
@@ -111,7 +110,7 @@ func (a *httpAPI) wal(w http.ResponseWriter, r *http.Request) {
 			// The stored WAL ended early (or was removed under us): cut
 			// the answer short, which the client sees against
 			// Content-Length.
-			a.s.log.Warn("GET wal: stored WAL ends below the range served", "timeline", key.String(), "pos", pos, "end", end, "err", err)
+			a.log.Warn("GET wal: stored WAL ends below the range served", "timeline", key.String(), "pos", pos, "end", end, "err", err)
 			panic(http.ErrAbortHandler)
 		}
 		if _, err := w.Write(buf[:n]); err != nil {

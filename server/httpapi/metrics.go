@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"time"
@@ -10,15 +10,17 @@ import (
 	"github.com/safekeeper/safekeeper/storage"
 )
 
-// The metrics /metrics serves: the server-wide instruments (serverMetrics,
-// updated where things happen: the group commit, the owner, the refusals)
-// and, at scrape time, the gauges of every running timeline and of the
-// process (timelineCollector). Names are Neon's where it has one; labels
-// tenant_id/timeline_id only on per-timeline gauges.
+// The metrics /metrics serves: the server-wide instruments (Metrics,
+// updated where things happen: the group commit, the owners, the
+// refusals) and, at scrape time, the gauges of every running timeline and
+// of the process (timelineCollector). Names are Neon's where it has one;
+// labels tenant_id/timeline_id only on per-timeline gauges.
 
-// serverMetrics are the server-wide instruments (bounded cardinality: no
-// per-timeline histograms).
-type serverMetrics struct {
+// Metrics are the server-wide instruments (bounded cardinality: no
+// per-timeline histograms). The server makes them before it opens the
+// database (ObserveCommit is storage's OnCommit), hands the timelines
+// theirs (Timelines) and counts refusals (Refused); New registers them.
+type Metrics struct {
 	writeSeconds prometheus.Histogram // one group commit: WAL into the store's pages
 	flushSeconds prometheus.Histogram // one group commit: written to the file and fsynced
 	slowFsyncs   prometheus.Counter
@@ -29,8 +31,8 @@ type serverMetrics struct {
 	refused      *prometheus.CounterVec
 }
 
-// observeCommit is storage's OnCommit.
-func (m *serverMetrics) observeCommit(c storage.CommitStats) {
+// ObserveCommit is storage's OnCommit.
+func (m *Metrics) ObserveCommit(c storage.CommitStats) {
 	if c.Err != nil || c.WALBytes == 0 {
 		return // a commit of control state only: no WAL written
 	}
@@ -41,13 +43,18 @@ func (m *serverMetrics) observeCommit(c storage.CommitStats) {
 	}
 }
 
-// timelines are the instruments the timelines update.
-func (m *serverMetrics) timelines() *timeline.Metrics {
+// Timelines are the instruments the timelines update.
+func (m *Metrics) Timelines() *timeline.Metrics {
 	return &timeline.Metrics{WriteBytes: m.writeBytes, Appends: m.appends, Received: m.received, Refused: m.refused}
 }
 
-func newMetrics(slowFsync time.Duration) *serverMetrics {
-	return &serverMetrics{
+// Refused counts a refusal by a resource limit (safekeeper_refused_total).
+func (m *Metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc() }
+
+// NewMetrics makes the instruments; a group commit longer than slowFsync
+// counts in safekeeper_slow_fsyncs_total.
+func NewMetrics(slowFsync time.Duration) *Metrics {
+	return &Metrics{
 		slowFsync: slowFsync,
 		refused:   newRefusedCounter(),
 		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "safekeeper_write_wal_seconds",
@@ -67,7 +74,7 @@ func newMetrics(slowFsync time.Duration) *serverMetrics {
 
 // timelineCollector reports every running timeline's positions at scrape
 // time, and the server-wide gauges.
-type timelineCollector struct{ s *Server }
+type timelineCollector struct{ a *API }
 
 var (
 	labels         = []string{"tenant_id", "timeline_id"}
@@ -95,7 +102,7 @@ func (c *timelineCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *timelineCollector) Collect(ch chan<- prometheus.Metric) {
-	tls := c.s.reg.Running()
+	tls := c.a.reg.Running()
 	proposers, readers := 0, 0
 	for _, tl := range tls {
 		st, _ := tl.Status()
@@ -118,24 +125,21 @@ func (c *timelineCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(len(tls)))
 	ch <- prometheus.MustNewConstMetric(descProposers, prometheus.GaugeValue, float64(proposers))
 	ch <- prometheus.MustNewConstMetric(descReaders, prometheus.GaugeValue, float64(readers))
-	ch <- prometheus.MustNewConstMetric(descDisk, prometheus.GaugeValue, float64(c.s.db.FileSize()))
+	ch <- prometheus.MustNewConstMetric(descDisk, prometheus.GaugeValue, float64(c.a.host.FileSize()))
 	tripped := 0.0
-	if c.s.disk.tripped.Load() {
+	if c.a.host.WALRefused() != nil {
 		tripped = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, tripped)
-	c.s.mu.Lock()
-	conns := len(c.s.conns)
-	c.s.mu.Unlock()
-	ch <- prometheus.MustNewConstMetric(descConns, prometheus.GaugeValue, float64(conns))
+	ch <- prometheus.MustNewConstMetric(descConns, prometheus.GaugeValue, float64(c.a.host.Connections()))
 	var fs unix.Statfs_t
-	if unix.Statfs(c.s.cfg.DataDir, &fs) == nil {
+	if unix.Statfs(c.a.cfg.DataDir, &fs) == nil {
 		ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(fs.Bavail*uint64(fs.Bsize)))
 	}
-	ch <- prometheus.MustNewConstMetric(descRemovedSeg, prometheus.CounterValue, float64(c.s.reg.RemovedSegments()))
+	ch <- prometheus.MustNewConstMetric(descRemovedSeg, prometheus.CounterValue, float64(c.a.reg.RemovedSegments()))
 }
 
-// refused counts refusals by reason.
+// refusedReasons are the reasons safekeeper_refused_total counts.
 var refusedReasons = []string{"too_many_clients", "startup_evicted", "startup_timeout", "timelines", "slots", "disk", "http_wal_streams"}
 
 func newRefusedCounter() *prometheus.CounterVec {
