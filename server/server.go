@@ -204,6 +204,10 @@ func (c *Config) withDefaults() error {
 	return nil
 }
 
+// ErrCorrupt is wrapped by the error of New when the database file is
+// damaged (storage.ErrCorrupt): a restart cannot fix it.
+var ErrCorrupt = storage.ErrCorrupt
+
 // ErrNodeIDMismatch is wrapped by the error of New when the data directory
 // was recorded as another node's (see NodeIDMismatchError).
 var ErrNodeIDMismatch = errors.New("server: data directory belongs to another node id")
@@ -273,7 +277,8 @@ type Server struct {
 	hooks hooks // tests only
 }
 
-// New opens the data directory and starts listening. Serve accepts. The
+// New creates the data directory if it is missing, starts listening and
+// opens the database in the directory. Serve accepts. The
 // first New on a data directory records Config.NodeID in it (a directory
 // from before that adopts the id it is given); a later New with another
 // NodeID fails with a *NodeIDMismatchError (errors.Is ErrNodeIDMismatch).
@@ -318,6 +323,12 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 		if certs, err = newCertSource(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.Logger); err != nil {
 			return nil, err
 		}
+	}
+	// The data directory (0700) is made durably before anything listens
+	// (a failure here, permission denied or a read-only file system, is the
+	// operator's to fix); it stays unclaimed until the database opens.
+	if err := storage.MkdirAllDurable(cfg.DataDir, 0o700); err != nil {
+		return nil, err
 	}
 	// Listen first: a server that cannot listen must leave the data
 	// directory as it was, not claimed for its node id.

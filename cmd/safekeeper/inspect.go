@@ -7,13 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/server/httpapi"
-	"github.com/safekeeper/safekeeper/storage"
+	"github.com/safekeeper/safekeeper/server/timeline"
 )
 
 func inspectCommand() *cli.Command {
@@ -67,71 +66,27 @@ func inspectCommand() *cli.Command {
 	}
 }
 
-// inspect reads dir's database read-only.
-func inspect(dir string, tenant, timeline *proto.ID) (*httpapi.Inspection, error) {
-	path := filepath.Join(dir, "safekeeper.db")
-	fi, err := os.Stat(path)
+// inspect reads dir's database read-only (timeline.Inspect), the
+// timelines of tenant and timeline when given.
+func inspect(dir string, tenant, timelineID *proto.ID) (*httpapi.Inspection, error) {
+	fi, err := os.Stat(filepath.Join(dir, timeline.DatabaseFile))
 	if err != nil {
 		return nil, fmt.Errorf("inspect: %w (is %s a safekeeper's data directory?)", err, dir)
 	}
-	db, err := storage.Open(path, storage.Options{ReadOnly: true, Timeout: 200 * time.Millisecond})
-	if errors.Is(err, storage.ErrLocked) {
+	in, err := timeline.Inspect(dir, func(k proto.TimelineKey) bool {
+		return (tenant == nil || k.TenantID == *tenant) && (timelineID == nil || k.TimelineID == *timelineID)
+	})
+	if errors.Is(err, timeline.ErrInUse) {
 		return nil, fmt.Errorf("inspect: %s is held by a running safekeeper; ask it instead: `safekeeper status --http HOST:PORT`, "+
 			"`safekeeper timeline list` and `safekeeper timeline show` (its --listen-http)", dir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
-	defer db.Close()
-	out := &httpapi.Inspection{DataDir: dir, FileBytes: fi.Size(), Timelines: []httpapi.StoredTimeline{}}
-	if id, ok, err := db.NodeID(); err != nil {
-		return nil, fmt.Errorf("inspect: %w", err)
-	} else if ok {
-		out.NodeID = &id
+	if (tenant != nil || timelineID != nil) && len(in.Timelines) == 0 {
+		return nil, fmt.Errorf("inspect: no timeline in %s matches --tenant-id/--timeline-id (%d stored)", dir, in.StoredCount)
 	}
-	keys, err := db.Timelines()
-	if err != nil {
-		return nil, fmt.Errorf("inspect: %w", err)
-	}
-	for _, k := range keys {
-		if (tenant != nil && k.TenantID != *tenant) || (timeline != nil && k.TimelineID != *timeline) {
-			continue
-		}
-		tl, st, err := db.OpenTimeline(k.TenantID, k.TimelineID)
-		if err != nil {
-			return nil, fmt.Errorf("inspect: timeline %s: %w", k, err)
-		}
-		j := httpapi.StoredTimeline{
-			TimelineState: httpapi.TimelineState{
-				TenantID: k.TenantID.String(), TimelineID: k.TimelineID.String(), Term: st.VotedFor.Term, VotedFor: st.VotedFor.String(),
-				LastLogTerm: st.LastLogTerm(), TermHistory: []httpapi.TermSwitch{}, TimelineStartLSN: st.TimelineStartLSN, FlushLSN: st.FlushLSN,
-				CommitLSN: st.CommitLSN, TruncateLSN: st.TruncateLSN, RemovedUpTo: max(st.RemovedUpTo, tl.RemovedUpTo()),
-			},
-			WALEndLSN: tl.EndLSN(), PgVersion: st.PgVersion, PgTimeline: st.PgTimeline, PgHistory: string(st.PgHistory), SystemID: st.SystemID,
-			WalSegSize: st.WalSegSize, Slots: []httpapi.StoredSlot{},
-		}
-		for _, e := range st.History {
-			j.TermHistory = append(j.TermHistory, httpapi.TermSwitch{Term: e.Term, StartLSN: e.StartLSN})
-		}
-		if st.TimelineStartLSN != 0 {
-			j.WALStartLSN = max(j.RemovedUpTo, st.TimelineStartLSN)
-			if j.WALEndLSN > j.WALStartLSN {
-				j.WALBytes = uint64(j.WALEndLSN - j.WALStartLSN)
-			}
-		}
-		slots, err := tl.Slots()
-		if err != nil {
-			return nil, fmt.Errorf("inspect: timeline %s: %w", k, err)
-		}
-		for _, s := range slots {
-			j.Slots = append(j.Slots, httpapi.StoredSlot{Name: s.Name, RestartLSN: s.RestartLSN, RestartTLI: s.RestartTLI})
-		}
-		out.Timelines = append(out.Timelines, j)
-	}
-	if (tenant != nil || timeline != nil) && len(out.Timelines) == 0 {
-		return nil, fmt.Errorf("inspect: no timeline in %s matches --tenant-id/--timeline-id (%d stored)", dir, len(keys))
-	}
-	return out, nil
+	return httpapi.NewInspection(dir, fi.Size(), in), nil
 }
 
 func printInspect(c *cli.Context, out *httpapi.Inspection) {

@@ -25,7 +25,6 @@ import (
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/server"
 	"github.com/safekeeper/safekeeper/server/auth"
-	"github.com/safekeeper/safekeeper/storage"
 )
 
 // exitUsage is the exit code for bad flags or arguments.
@@ -615,9 +614,6 @@ func runCommand() *cli.Command {
 				return usagef("--auth-public-key without --tls-cert would have clients send their tokens in plaintext: give --tls-cert and --tls-key, or --allow-auth-without-tls on a trusted network")
 			}
 			dir := c.String("data-dir")
-			if err := storage.MkdirAllDurable(dir, 0o700); err != nil {
-				return dataDirError(dir, err)
-			}
 			if c.Bool("unsafe-no-fsync") {
 				log.Warn("UNSAFE: fsync is off; a crash loses acknowledged WAL")
 			}
@@ -691,12 +687,12 @@ func runCommand() *cli.Command {
 // the directory cannot be used for a reason a restart cannot fix — a file
 // system error on a path (permission denied, not a directory, a directory
 // where the database file belongs, a read-only file system) or a damaged
-// database (storage.ErrCorrupt). Everything else (a full disk, the
+// database (server.ErrCorrupt). Everything else (a full disk, the
 // database locked by another process, a port in use) may pass by itself
 // and stays exit 1.
 func dataDirError(dir string, err error) error {
 	var pe *fs.PathError
-	unusable := errors.Is(err, storage.ErrCorrupt)
+	unusable := errors.Is(err, server.ErrCorrupt)
 	if errors.As(err, &pe) {
 		for _, e := range []error{fs.ErrPermission, syscall.ENOTDIR, syscall.EISDIR, syscall.EROFS} {
 			unusable = unusable || errors.Is(pe.Err, e)

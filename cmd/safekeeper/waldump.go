@@ -16,7 +16,7 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/xlog"
 	"github.com/safekeeper/safekeeper/server/httpapi"
-	"github.com/safekeeper/safekeeper/storage"
+	"github.com/safekeeper/safekeeper/server/timeline"
 )
 
 func walDumpCommand() *cli.Command {
@@ -383,39 +383,32 @@ func (s *dumpStats) json(start, end proto.LSN) statsJSON {
 // dumpChunk is how much WAL one read takes.
 const dumpChunk = 1 << 20
 
-// dataDirSource reads a stopped safekeeper's bbolt file, read-only.
+// dataDirSource reads a stopped safekeeper's database, read-only.
 type dataDirSource struct {
-	db *storage.DB
-	tl *storage.Timeline
-	in dumpInfo
+	wal *timeline.StoredWAL
+	in  dumpInfo
 }
 
 func openDataDirSource(dir string, key proto.TimelineKey) (*dataDirSource, error) {
-	path := filepath.Join(dir, "safekeeper.db")
-	if _, err := os.Stat(path); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, timeline.DatabaseFile)); err != nil {
 		return nil, fmt.Errorf("wal dump: %w", err)
 	}
-	db, err := storage.Open(path, storage.Options{ReadOnly: true, Timeout: 200 * time.Millisecond})
-	if errors.Is(err, storage.ErrLocked) {
+	wal, err := timeline.OpenWAL(dir, key)
+	switch {
+	case errors.Is(err, timeline.ErrInUse):
 		return nil, fmt.Errorf("wal dump: %s is in use (a safekeeper is running on it?); read from the running safekeeper with --http HOST:PORT instead: %w", dir, err)
-	}
-	if err != nil {
+	case errors.Is(err, timeline.ErrNotFound):
+		return nil, fmt.Errorf("wal dump: timeline %s not found in %s", key, dir)
+	case err != nil:
 		return nil, fmt.Errorf("wal dump: %w", err)
 	}
-	tl, st, err := db.OpenTimeline(key.TenantID, key.TimelineID)
-	if err != nil {
-		db.Close()
-		if errors.Is(err, storage.ErrNoTimeline) {
-			return nil, fmt.Errorf("wal dump: timeline %s not found in %s", key, dir)
-		}
-		return nil, fmt.Errorf("wal dump: %w", err)
-	}
-	return &dataDirSource{db: db, tl: tl, in: dumpInfo{segSize: uint64(st.WalSegSize), start: st.TimelineStartLSN,
-		removedUpTo: max(st.RemovedUpTo, tl.RemovedUpTo()), flush: st.FlushLSN}}, nil
+	st := wal.State
+	return &dataDirSource{wal: wal, in: dumpInfo{segSize: uint64(st.WalSegSize), start: st.TimelineStartLSN,
+		removedUpTo: wal.RemovedUpTo, flush: st.FlushLSN}}, nil
 }
 
 func (s *dataDirSource) info() dumpInfo { return s.in }
-func (s *dataDirSource) close()         { s.db.Close() }
+func (s *dataDirSource) close()         { s.wal.Close() }
 
 func (s *dataDirSource) read(ctx context.Context, from, to proto.LSN, fn func([]byte) error) error {
 	buf := make([]byte, dumpChunk)
@@ -423,7 +416,7 @@ func (s *dataDirSource) read(ctx context.Context, from, to proto.LSN, fn func([]
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		n, err := s.tl.ReadWAL(pos, buf[:min(uint64(to-pos), dumpChunk)])
+		n, err := s.wal.ReadWAL(pos, buf[:min(uint64(to-pos), dumpChunk)])
 		if err != nil {
 			return err
 		}

@@ -2,12 +2,11 @@ package main
 
 import (
 	"errors"
-	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/safekeeper/safekeeper/proto"
-	"github.com/safekeeper/safekeeper/storage"
+	"github.com/safekeeper/safekeeper/server/timeline"
 )
 
 func walCommand() *cli.Command {
@@ -63,7 +62,7 @@ func walExportCommand() *cli.Command {
 			if c.NArg() > 0 {
 				return usagef("wal export takes no arguments, got %q", c.Args().Slice())
 			}
-			tenant, timeline, err := parseIDs(c)
+			tenant, timelineID, err := parseIDs(c)
 			if err != nil {
 				return err
 			}
@@ -79,13 +78,13 @@ func walExportCommand() *cli.Command {
 				upto = &l
 			}
 			prog := newProgress(c.App.ErrWriter, 0)
-			err = storage.ExportWithProgress(filepath.Join(c.String("data-dir"), "safekeeper.db"), proto.TimelineKey{TenantID: tenant, TimelineID: timeline},
+			err = timeline.Export(c.String("data-dir"), proto.TimelineKey{TenantID: tenant, TimelineID: timelineID},
 				c.String("output"), upto, prog.above(c.App.Writer), func(done, total int64) {
 					prog.total = total
 					prog.set(done)
 				})
 			prog.finish()
-			if errors.Is(err, storage.ErrExportRange) {
+			if errors.Is(err, timeline.ErrExportRange) {
 				return usageError{err} // --upto outside what the timeline holds
 			}
 			return err

@@ -360,15 +360,12 @@ func (a *API) describe(tl *timeline.Timeline) Timeline {
 		TimelineState: TimelineState{
 			TenantID: st.TenantID.String(), TimelineID: st.TimelineID.String(), Term: st.VotedFor.Term, VotedFor: st.VotedFor.String(),
 			LastLogTerm: st.LastLogTerm(), TimelineStartLSN: st.TimelineStartLSN, FlushLSN: st.FlushLSN, CommitLSN: st.CommitLSN,
-			TruncateLSN: st.TruncateLSN, RemovedUpTo: max(st.RemovedUpTo, tl.RemovedUpTo()), TermHistory: []TermSwitch{},
+			TruncateLSN: st.TruncateLSN, RemovedUpTo: max(st.RemovedUpTo, tl.RemovedUpTo()), TermHistory: termHistory(st.History),
 		},
 		RetentionHorizon: horizon, RetentionReason: reason, PgVersion: st.PgVersion, PgTimeline: st.PgTimeline,
 		SystemID: st.SystemID, WalSegSize: st.WalSegSize, Readers: []Reader{}, Slots: []Slot{},
 	}
 	out.WALStartLSN, out.WALBytes = storedWAL(st, out.RemovedUpTo)
-	for _, e := range st.History {
-		out.TermHistory = append(out.TermHistory, TermSwitch{Term: e.Term, StartLSN: e.StartLSN})
-	}
 	if p := tl.Proposer(); p.Connected {
 		out.Proposer = &Proposer{Address: p.Addr, Term: p.Term, Since: p.Since, WriteLSN: p.End, CommitLSN: p.Commit, LastPushAge: time.Since(p.At).Seconds()}
 	}

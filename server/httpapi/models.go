@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/server/timeline"
 )
 
 // The JSON bodies of the API, one Go type each, used by the handlers that
@@ -187,4 +188,43 @@ type StoredSlot struct {
 	Name       string    `json:"slot_name"`
 	RestartLSN proto.LSN `json:"restart_lsn"`
 	RestartTLI uint32    `json:"restart_tli"`
+}
+
+// NewInspection is in, read from the data directory dir whose database
+// file is fileBytes long, as `safekeeper inspect --json` prints it.
+func NewInspection(dir string, fileBytes int64, in *timeline.Inspection) *Inspection {
+	out := &Inspection{DataDir: dir, NodeID: in.NodeID, FileBytes: fileBytes, Timelines: []StoredTimeline{}}
+	for _, t := range in.Timelines {
+		st := t.State
+		j := StoredTimeline{
+			TimelineState: TimelineState{
+				TenantID: st.TenantID.String(), TimelineID: st.TimelineID.String(), Term: st.VotedFor.Term, VotedFor: st.VotedFor.String(),
+				LastLogTerm: st.LastLogTerm(), TermHistory: termHistory(st.History), TimelineStartLSN: st.TimelineStartLSN,
+				FlushLSN: st.FlushLSN, CommitLSN: st.CommitLSN, TruncateLSN: st.TruncateLSN, RemovedUpTo: t.RemovedUpTo,
+			},
+			WALEndLSN: t.WALEndLSN, PgVersion: st.PgVersion, PgTimeline: st.PgTimeline, PgHistory: string(st.PgHistory), SystemID: st.SystemID,
+			WalSegSize: st.WalSegSize, Slots: []StoredSlot{},
+		}
+		if st.TimelineStartLSN != 0 {
+			j.WALStartLSN = max(j.RemovedUpTo, st.TimelineStartLSN)
+			if j.WALEndLSN > j.WALStartLSN {
+				j.WALBytes = uint64(j.WALEndLSN - j.WALStartLSN)
+			}
+		}
+		for _, s := range t.Slots {
+			j.Slots = append(j.Slots, StoredSlot{Name: s.Name, RestartLSN: s.RestartLSN, RestartTLI: s.RestartTLI})
+		}
+		out.Timelines = append(out.Timelines, j)
+	}
+	return out
+}
+
+// termHistory is h in the API's form (an empty list, not null, when h is
+// empty).
+func termHistory(h proto.TermHistory) []TermSwitch {
+	out := []TermSwitch{}
+	for _, e := range h {
+		out = append(out, TermSwitch{Term: e.Term, StartLSN: e.StartLSN})
+	}
+	return out
 }
