@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,15 +14,12 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/server"
-	"github.com/safekeeper/safekeeper/server/auth"
 )
 
 // exitUsage is the exit code for bad flags or arguments.
@@ -456,232 +451,6 @@ func setProcs() {
 	}
 }
 
-func runCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "run",
-		Usage: "run a safekeeper server",
-		Description: "Listens for PostgreSQL-protocol connections: proposers push WAL with START_WAL_PUSH,\n" +
-			"replication clients read it back. SIGTERM or SIGINT: stop accepting, make received WAL\n" +
-			"durable, answer and close every stream, exit 0. SIGHUP re-reads --tls-cert/--tls-key and\n" +
-			"--auth-public-key (logged and ignored when there are none).\n" +
-			"Exit codes: 0 after SIGTERM/SIGINT, 2 usage error (also a data directory of another --id),\n" +
-			"4 a data directory it cannot use for good (permission denied, not a directory, a read-only\n" +
-			"file system, a damaged database: a restart cannot fix it), 1 any other error.",
-		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
-		Before:       func(c *cli.Context) error { return requireFlags(c, "id", "data-dir") },
-		Flags: []cli.Flag{
-			&cli.Uint64Flag{Name: "id", Usage: "this safekeeper's node id: positive, unique among the safekeepers of a timeline (reported to proposers, which refuse to count one id twice) (required)"},
-			&cli.StringFlag{Name: "listen-pg", Value: "127.0.0.1:5454", Usage: "host:port of the PostgreSQL-protocol listener"},
-			&cli.StringFlag{Name: "data-dir", Usage: "directory of the safekeeper's bbolt database (created if missing) (required)"},
-			&cli.BoolFlag{Name: "unsafe-no-fsync", Hidden: true, Usage: "TESTS AND BENCHMARKS ONLY: never fsync; a crash loses acknowledged WAL"},
-			&cli.DurationFlag{Name: "wal-sender-timeout", Value: 60 * time.Second, Usage: "disconnect a replication client silent this long; it is asked for a reply after half of it (at most 10s); 0 disables, like PostgreSQL's wal_sender_timeout = 0"},
-			&cli.DurationFlag{Name: "retention-interval", Value: time.Second, Usage: "least time between two WAL removal passes of a timeline"},
-			&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate (chain) for TLS on the PostgreSQL port and HTTPS on the HTTP API; re-read on SIGHUP and when the file changes"},
-			&cli.StringFlag{Name: "tls-key", Usage: "PEM private key of --tls-cert"},
-			&cli.BoolFlag{Name: "tls-required", Usage: "refuse connections that do not use TLS (FATAL 28000, as pg_hba.conf hostssl)"},
-			&cli.StringSliceFlag{Name: "auth-public-key", Usage: "Ed25519 public key file (PEM) that signs tokens; turns authentication on; repeat for key rotation; re-read on SIGHUP"},
-			&cli.IntFlag{Name: "max-connections", Value: 1000, Usage: "most client connections at once; a new one evicts the oldest connection still in its startup, and only when all have finished theirs gets FATAL 53300 sorry, too many clients already"},
-			&cli.DurationFlag{Name: "authentication-timeout", Value: time.Minute, Usage: "close a connection that has not finished its startup in this time, as PostgreSQL's authentication_timeout"},
-			&cli.IntFlag{Name: "max-timelines", Value: 10000, Usage: "most timelines on this safekeeper; a greeting that would create one more gets 53400"},
-			&cli.IntFlag{Name: "max-slots", Value: 10, Usage: "most replication slots (temporary and persistent) per timeline; more get 53400"},
-			&cli.StringFlag{Name: "max-disk-usage", Value: "0", Usage: "refuse new WAL (53100) once the database file holds this much in use (e.g. 100GB; its free pages, left by retention or a delete, do not count; 0: no limit); new WAL is also refused while the file system, with those free pages, has less free than --min-free-disk"},
-			&cli.StringFlag{Name: "min-free-disk", Value: "auto", Usage: "refuse new WAL (53100) while the data directory's file system has less free space than this (auto: 2% of it, at most 1GB, but at least 64MB, twice the WAL buffered in memory, or a quarter of a smaller file system; 0: never, WAL is written until the disk is full)"},
-			&cli.StringFlag{Name: "max-timeline-disk-usage", Value: "0", Usage: "refuse new WAL (53100) for a timeline holding this much WAL (0: no limit)"},
-			&cli.BoolFlag{Name: "allow-auth-without-tls", Usage: "accept tokens (passwords) over plaintext connections; only on a trusted network"},
-			&cli.DurationFlag{Name: "slow-fsync-threshold", Value: time.Second, Usage: "log a group commit (write and fsync of WAL and state) that takes longer than this, with its durations; counted in safekeeper_slow_fsyncs_total"},
-			&cli.StringFlag{Name: "listen-http", Value: "127.0.0.1:7676", Usage: "host:port of the HTTP API (status, timelines, /metrics, /healthz, /readyz); '' disables it"},
-			&cli.BoolFlag{Name: "enable-pprof", Usage: "serve Go's /debug/pprof/ on the HTTP API"},
-			&cli.StringFlag{Name: "wal-keep-size", Value: "1GB", Usage: "WAL kept below commit_lsn whatever else retention says, as PostgreSQL's wal_keep_size (e.g. 1GB, 512MB; 0: none)"},
-			&cli.StringFlag{Name: "max-slot-wal-keep-size", Value: "-1", Usage: "invalidate a replication slot whose restart_lsn is further behind commit_lsn than this, as PostgreSQL's max_slot_wal_keep_size (-1: never)"},
-			&cli.StringFlag{Name: "max-peer-wal-keep-size", Value: "16GB", Usage: "stop keeping WAL for a peer safekeeper further behind commit_lsn than this (it then recovers with safekeeper timeline pull)"},
-		},
-		Action: func(c *cli.Context) error {
-			// SIGTERM and SIGINT are taken from the first step on: a
-			// supervisor may stop run while it starts (opening a large
-			// database takes a while), and that must be a clean stop, not
-			// the default action's kill.
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-			defer signal.Stop(sig)
-			if c.NArg() > 0 {
-				return usagef("run takes no arguments, got %q", c.Args().Slice())
-			}
-			if c.Uint64("id") == 0 {
-				return usagef("--id must be a positive node id, unique among the safekeepers of a timeline")
-			}
-			if err := checkListenAddr(c.String("listen-pg")); err != nil {
-				return usagef("--listen-pg %q: %w", c.String("listen-pg"), err)
-			}
-			if err := checkDataDir(c); err != nil {
-				return err
-			}
-			if h := c.String("listen-http"); h != "" {
-				if err := checkListenAddr(h); err != nil {
-					return usagef("--listen-http %q: %w", h, err)
-				}
-			}
-			walSenderTimeout := c.Duration("wal-sender-timeout")
-			switch {
-			case walSenderTimeout < 0:
-				return usagef("--wal-sender-timeout %v: want a duration ≥ 0 (0 disables the timeout)", walSenderTimeout)
-			case walSenderTimeout == 0:
-				walSenderTimeout = -1 // server.Config: negative disables
-			}
-			if c.Duration("retention-interval") <= 0 {
-				return usagef("--retention-interval %v: want a positive duration", c.Duration("retention-interval"))
-			}
-			if c.Duration("slow-fsync-threshold") <= 0 {
-				return usagef("--slow-fsync-threshold %v: want a positive duration", c.Duration("slow-fsync-threshold"))
-			}
-			walKeep, err := parsePGSize(c.String("wal-keep-size"), false)
-			if err != nil {
-				return usagef("--wal-keep-size: %w", err)
-			}
-			slotKeep, err := parsePGSize(c.String("max-slot-wal-keep-size"), true)
-			if err != nil {
-				return usagef("--max-slot-wal-keep-size: %w", err)
-			}
-			peerKeep, err := parsePGSize(c.String("max-peer-wal-keep-size"), false)
-			if err != nil || peerKeep == 0 {
-				return usagef("--max-peer-wal-keep-size %q: want a positive size like 16GB", c.String("max-peer-wal-keep-size"))
-			}
-			if walKeep == 0 {
-				walKeep = -1 // server.Config: negative keeps none
-			}
-			maxDisk, err := parsePGSize(c.String("max-disk-usage"), false)
-			if err != nil {
-				return usagef("--max-disk-usage: %w", err)
-			}
-			maxTLDisk, err := parsePGSize(c.String("max-timeline-disk-usage"), false)
-			if err != nil {
-				return usagef("--max-timeline-disk-usage: %w", err)
-			}
-			var minFree int64 // server.Config: 0 is auto
-			if v := c.String("min-free-disk"); v != "auto" {
-				if minFree, err = parsePGSize(v, false); err != nil {
-					return usagef("--min-free-disk: %w (or auto)", err)
-				}
-				if minFree == 0 {
-					minFree = -1 // none
-				}
-			}
-			for _, f := range []string{"max-connections", "max-timelines", "max-slots"} {
-				if c.Int(f) <= 0 {
-					return usagef("--%s %d: want a positive number", f, c.Int(f))
-				}
-			}
-			if c.Duration("authentication-timeout") <= 0 {
-				return usagef("--authentication-timeout %v: want a positive duration", c.Duration("authentication-timeout"))
-			}
-			if err := checkKeyFiles(c); err != nil {
-				return err
-			}
-			log, err := logger(c)
-			if err != nil {
-				return err
-			}
-			// SIGHUP re-reads the TLS certificate and the auth keys once the
-			// server exists; one that comes while it is starting (after the
-			// listen line a test or an operator waits for, before reload is
-			// set) is applied once it is up rather than dropped.
-			var reload func()
-			var started, pending bool
-			var reloadMu sync.Mutex
-			defer onSIGHUP(log, func() {
-				reloadMu.Lock()
-				defer reloadMu.Unlock()
-				if !started {
-					pending = true
-					return
-				}
-				if reload == nil {
-					log.Info("SIGHUP ignored: nothing to reload (no --tls-cert, no --auth-public-key)")
-					return
-				}
-				reload()
-			})()
-			// An empty value is no file: SAFEKEEPER_TLS_CERT= in a unit
-			// file's environment must not pass for a certificate (and so
-			// let --auth-public-key or --tls-required by without one).
-			tlsCert, tlsKey := c.String("tls-cert"), c.String("tls-key")
-			if c.Bool("tls-required") && tlsCert == "" {
-				return usagef("--tls-required needs --tls-cert and --tls-key")
-			}
-			if (tlsCert == "") != (tlsKey == "") {
-				return usagef("--tls-cert and --tls-key go together")
-			}
-			if len(c.StringSlice("auth-public-key")) > 0 && tlsCert == "" && !c.Bool("allow-auth-without-tls") {
-				return usagef("--auth-public-key without --tls-cert would have clients send their tokens in plaintext: give --tls-cert and --tls-key, or --allow-auth-without-tls on a trusted network")
-			}
-			dir := c.String("data-dir")
-			if c.Bool("unsafe-no-fsync") {
-				log.Warn("UNSAFE: fsync is off; a crash loses acknowledged WAL")
-			}
-			srv, err := server.New(server.Config{
-				NodeID: c.Uint64("id"), ListenPG: c.String("listen-pg"), DataDir: dir,
-				Logger: log, UnsafeNoFsync: c.Bool("unsafe-no-fsync"),
-				WalSenderTimeout: walSenderTimeout, RetentionInterval: c.Duration("retention-interval"),
-				WalKeepSize: walKeep, MaxSlotWALKeepSize: slotKeep, MaxPeerWALKeepSize: peerKeep,
-				ListenHTTP: c.String("listen-http"), EnablePprof: c.Bool("enable-pprof"),
-				SlowFsyncThreshold: c.Duration("slow-fsync-threshold"),
-				TLSCertFile:        tlsCert, TLSKeyFile: tlsKey, TLSRequired: c.Bool("tls-required"),
-				AuthPublicKeys: c.StringSlice("auth-public-key"), AllowAuthWithoutTLS: c.Bool("allow-auth-without-tls"),
-				MaxConnections: c.Int("max-connections"), AuthenticationTimeout: c.Duration("authentication-timeout"),
-				MaxTimelines: c.Int("max-timelines"), MaxSlots: c.Int("max-slots"), MaxDiskUsage: maxDisk, MaxTimelineDiskUsage: maxTLDisk,
-				MinFreeDisk: minFree,
-			})
-			if errors.Is(err, server.ErrNodeIDMismatch) {
-				return usageError{err} // the data dir belongs to another --id
-			}
-			if err != nil {
-				return dataDirError(dir, err)
-			}
-			reloadMu.Lock()
-			if srv.Reloadable() {
-				reload = func() { srv.Reload() } // logs the outcome itself
-			}
-			started = true
-			if pending {
-				if reload != nil {
-					reload()
-				} else {
-					log.Info("SIGHUP ignored: nothing to reload (no --tls-cert, no --auth-public-key)")
-				}
-			}
-			reloadMu.Unlock()
-			select {
-			case s := <-sig: // while it started: stop before serving
-				log.Info("shutting down before serving", "signal", s.String())
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				if err := srv.Shutdown(ctx); err != nil {
-					return err
-				}
-				log.Info("stopped")
-				return nil
-			default:
-			}
-			served := make(chan error, 1)
-			go func() { served <- srv.Serve() }()
-			select {
-			case s := <-sig:
-				log.Info("shutting down", "signal", s.String())
-			case err := <-served:
-				srv.Shutdown(context.Background())
-				return err
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := srv.Shutdown(ctx); err != nil {
-				return err
-			}
-			<-served
-			log.Info("stopped")
-			return nil
-		},
-	}
-}
-
 // dataDirError is err, from creating or opening the data directory dir
 // (or starting the server on it), as run reports it: a permanentError when
 // the directory cannot be used for a reason a restart cannot fix — a file
@@ -714,29 +483,6 @@ func checkListenAddr(addr string) error {
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return fmt.Errorf("port %q: want a number from 0 to 65535", port)
-	}
-	return nil
-}
-
-// checkKeyFiles loads --tls-cert with --tls-key, and every
-// --auth-public-key, as the server will: a file that is missing, unreadable
-// or holds no usable key is a usage error naming the flag and the file,
-// found before the data directory is created or a port listened on.
-func checkKeyFiles(c *cli.Context) error {
-	if cert, key := c.String("tls-cert"), c.String("tls-key"); cert != "" && key != "" {
-		for _, f := range []struct{ flag, path string }{{"tls-cert", cert}, {"tls-key", key}} {
-			if _, err := os.ReadFile(f.path); err != nil {
-				return usagef("--%s: %w", f.flag, err)
-			}
-		}
-		if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
-			return usagef("--tls-cert %s, --tls-key %s: %w", cert, key, err)
-		}
-	}
-	if keys := c.StringSlice("auth-public-key"); len(keys) > 0 {
-		if _, err := auth.LoadVerifier(keys...); err != nil {
-			return usagef("--auth-public-key: %w", err)
-		}
 	}
 	return nil
 }
