@@ -336,21 +336,29 @@ func (a *API) deleteTenant(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) timeline(w http.ResponseWriter, r *http.Request) {
+	if tl, _, ok := a.pathTimeline(w, r); ok {
+		writeJSON(w, http.StatusOK, a.describe(tl))
+	}
+}
+
+// pathTimeline opens the timeline the path names; when it cannot, it
+// answers (400 for bad ids, 404 for a timeline not held) and ok is false.
+func (a *API) pathTimeline(w http.ResponseWriter, r *http.Request) (tl *timeline.Timeline, key proto.TimelineKey, ok bool) {
 	key, err := pathKey(r)
 	if err != nil {
 		writeError(w, err)
-		return
+		return nil, key, false
 	}
-	tl, err := a.reg.Open(key)
+	tl, err = a.reg.Open(key)
 	if errors.Is(err, timeline.ErrNotFound) {
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "timeline " + key.String() + " does not exist on this safekeeper"})
-		return
+		return nil, key, false
 	}
 	if err != nil {
 		writeError(w, err)
-		return
+		return nil, key, false
 	}
-	writeJSON(w, http.StatusOK, a.describe(tl))
+	return tl, key, true
 }
 
 func (a *API) describe(tl *timeline.Timeline) Timeline {

@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/safekeeper/safekeeper/proto"
-	"github.com/safekeeper/safekeeper/server/timeline"
 	"github.com/safekeeper/safekeeper/storage"
 )
 
@@ -44,18 +43,8 @@ func (a *API) wal(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.OnWAL != nil {
 		a.cfg.OnWAL()
 	}
-	key, err := pathKey(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	tl, err := a.reg.Open(key)
-	if errors.Is(err, timeline.ErrNotFound) {
-		writeError(w, &apiError{http.StatusNotFound, "not_found", "timeline " + key.String() + " does not exist on this safekeeper"})
-		return
-	}
-	if err != nil {
-		writeError(w, err)
+	tl, key, ok := a.pathTimeline(w, r)
+	if !ok {
 		return
 	}
 	st, _ := tl.Status()

@@ -14,35 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/server/httpapi"
 	"github.com/safekeeper/safekeeper/test/harness"
 	"github.com/safekeeper/safekeeper/test/pgtest"
 )
 
-// shown is the part of GET /v1/tenant/{t}/timeline/{tl} (and `timeline
-// show --json`) this test reads.
-type shown struct {
-	FlushLSN  proto.LSN `json:"flush_lsn"`
-	CommitLSN proto.LSN `json:"commit_lsn"`
-	Proposer  *struct {
-		Address   string    `json:"address"`
-		Term      uint64    `json:"term"`
-		WriteLSN  proto.LSN `json:"write_lsn"`
-		CommitLSN proto.LSN `json:"commit_lsn"`
-	} `json:"proposer"`
-	Readers []struct {
-		Kind            string    `json:"kind"`
-		ApplicationName string    `json:"application_name"`
-		SentLSN         proto.LSN `json:"sent_lsn"`
-		WriteLSN        proto.LSN `json:"write_lsn"`
-		FlushLSN        proto.LSN `json:"flush_lsn"`
-		ApplyLSN        proto.LSN `json:"apply_lsn"`
-		LagBytes        uint64    `json:"lag_bytes"`
-		WriteLag        *float64  `json:"write_lag_seconds"`
-		FlushLag        *float64  `json:"flush_lag_seconds"`
-		ReplayLag       *float64  `json:"replay_lag_seconds"`
-	} `json:"readers"`
-}
+// shown is GET /v1/tenant/{t}/timeline/{tl} (and `timeline show --json`).
+type shown = httpapi.Timeline
 
 // TestTimelineShowMatchesPgStatReplication: with a real primary, the
 // proposer and a hot standby streaming from safekeeper 1, `timeline show`
