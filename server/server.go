@@ -32,7 +32,8 @@ type Config struct {
 	NodeID uint64
 	// ListenPG is the host:port of the PostgreSQL-protocol listener.
 	ListenPG string
-	// ListenHTTP is the host:port of the HTTP API (http.go); "" serves none.
+	// ListenHTTP is the host:port of the HTTP API (server/httpapi); ""
+	// serves none.
 	ListenHTTP string
 	// EnablePprof serves /debug/pprof/ on the HTTP API.
 	EnablePprof bool
@@ -75,7 +76,7 @@ type Config struct {
 	// max_slot_wal_keep_size). 0 or negative: no limit (the default).
 	MaxSlotWALKeepSize int64
 	// RetentionInterval is the least time between two WAL removal passes of
-	// a timeline (see retention.go). Default 1 s.
+	// a timeline (see server/timeline's retention.go). Default 1 s.
 	RetentionInterval time.Duration
 	// ShutdownGrace bounds how long Shutdown lets each replication stream
 	// send its committed WAL and wait for the client to confirm it before

@@ -36,7 +36,7 @@ type pushConn struct {
 	// allow_timeline_creation, true when the option is absent).
 	create bool
 	// syncSlots: the stream carries slot tables (START_WAL_PUSH's
-	// sync_replication_slots; slotsync.go).
+	// sync_replication_slots; server/timeline's slotsync.go).
 	syncSlots bool
 
 	id    acceptor.ConnID    // the connection's name in its timeline's session
@@ -254,7 +254,7 @@ func (c *pushConn) readLoop() outItem {
 		// on) the timeline: the greeting itself is small and takes none.
 		// Once the budget is taken the body must arrive within bodyTimeout:
 		// a connection that announces a body and stalls must not hold the
-		// budget for long (budget.go).
+		// budget for long (timeline.Budget).
 		var cost int64
 		if typ, n, err := c.pc.PeekMessage(); err == nil && typ == 'd' && n > 0 {
 			switch {

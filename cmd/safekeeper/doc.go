@@ -4,12 +4,17 @@
 // It owns the command line and the process around the packages that do the
 // work; it holds no protocol logic of its own:
 //
-//	safekeeper run          a safekeeper server (package server)
+//	safekeeper run          a safekeeper server (package server; run.go)
 //	safekeeper propose      the walproposer: a primary's WAL to a quorum (package proposer)
 //	safekeeper sync         elect and bring a quorum to the end of WAL, print it (proposer.Sync)
-//	safekeeper wal export   a stopped server's WAL as pg_wal segment files (package storage)
+//	safekeeper status       a running server's status, timeline list|show|delete its timelines
+//	                        (server/httpapi's Client and models)
+//	safekeeper inspect      what a stopped server's data dir holds (timeline.Inspect)
+//	safekeeper timeline pull a timeline copied from a peer into a stopped server (timeline.Pull)
+//	safekeeper wal export   a stopped server's WAL as pg_wal segment files (timeline.Export)
 //	safekeeper wal dump     a timeline's WAL records as pg_waldump prints them (proto/xlog.Reader),
-//	                        from a stopped server's data dir or a running one's HTTP API
+//	                        from a stopped server's data dir (timeline.OpenWAL) or a running one's
+//	                        HTTP API
 //	safekeeper token        Ed25519 key pairs (keygen) and the JWTs they sign (issue) (package server/auth)
 //	safekeeper help         the commands, or one command's help
 //
@@ -28,9 +33,10 @@
 //
 // # Lifecycle
 //
-// run: create the data directory (0700), server.New (opens the bbolt file,
-// claims or checks the node id, listens), then Serve until SIGTERM or
-// SIGINT. The signal starts Shutdown: stop
+// run: serverConfig (every flag checked), server.New (creates the data
+// directory, listens, opens the bbolt file, claims or checks the node id),
+// then Serve until SIGTERM or SIGINT (serve). The signal starts Shutdown:
+// stop
 // accepting, make what was received durable, answer it, end every stream,
 // bounded by 30 s; then exit 0. propose and sync run until their work ends
 // or SIGTERM/SIGINT cancels their context (sync also ends at --timeout);
@@ -68,6 +74,9 @@
 //
 // Why the boundary sits here: flags, signals, exit codes and the process's
 // stdout and stderr are the only things a command line adds, so they stay
-// here and nothing imports this package; server, proposer and storage take
-// a Config and a context, and are tested and embedded without a process.
+// here and nothing imports this package; server, proposer and the timeline
+// host take a Config and a context, and are tested and embedded without a
+// process. What reads or writes a data directory, or calls the HTTP API, is
+// a package's API: this package imports neither storage nor acceptor (a
+// test checks).
 package main
