@@ -48,7 +48,7 @@ func TestProposeRefusedForGoodExitsClearly(t *testing.T) {
 		})
 		_, code := prop.Exited()
 		log := prop.Log()
-		last := strings.TrimSpace(log[strings.LastIndex(strings.TrimRight(log, "\n"), "\n")+1:])
+		last := harness.LastLine(log, "")
 		if code != 4 || !strings.HasPrefix(last, "safekeeper: refused: another system id: ") || !strings.Contains(last, "no quorum is possible") ||
 			!strings.Contains(last, "system_id") || !strings.Contains(last, sks[0].Addr) || !strings.Contains(last, sks[1].Addr) {
 			t.Fatalf("--proposer-lease %s: propose against another cluster's timeline: exit %d, last line %q; want exit 4 and one line naming the reason, both safekeepers and system_id\n%s", lease, code, last, log)
@@ -220,7 +220,7 @@ func TestMistypedTimelineIDIsRefusedNotCreated(t *testing.T) {
 	})
 	_, code := mistyped.Exited()
 	log := mistyped.Log()
-	last := strings.TrimSpace(log[strings.LastIndex(strings.TrimRight(log, "\n"), "\n")+1:])
+	last := harness.LastLine(log, "")
 	if code != 4 || !strings.Contains(last, tenant(1).String()+"/"+typo.String()) || !strings.Contains(last, "--create") ||
 		!strings.Contains(last, "--timeline-id") {
 		t.Fatalf("propose with a mistyped --timeline-id: exit %d, last line %q; want exit 4 naming the ids and --create\n%s", code, last, log)

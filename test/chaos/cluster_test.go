@@ -171,7 +171,7 @@ func (c *cluster) checkProposerAlive() {
 		return
 	}
 	if exited, code := c.prop.Exited(); exited {
-		c.t.Fatalf("proposer exited with code %d:\n%s", code, tailString(c.prop.Log(), 40))
+		c.t.Fatalf("proposer exited with code %d:\n%s", code, harness.Tail(c.prop.Log(), 40))
 	}
 }
 
@@ -381,7 +381,7 @@ func (c *cluster) export(sk *harness.Safekeeper) string {
 func (c *cluster) waldump(at proto.LSN) string {
 	from := at - min(at, 256<<10)
 	out, _ := c.run.Cmd(context.Background(), "pg_waldump", "-p", c.pg.WALDir(), "-s", from.String(), "-e", (at + 64<<10).String()).CombinedOutput()
-	return tailString(string(out), 20)
+	return harness.Tail(string(out), 20)
 }
 
 func firstDiff(a, b []byte) int {
@@ -391,14 +391,6 @@ func firstDiff(a, b []byte) int {
 		}
 	}
 	return min(len(a), len(b))
-}
-
-func tailString(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // standby is a hot standby made by pg_basebackup of the primary whose
@@ -442,7 +434,7 @@ wal_retrieve_retry_interval = 1s
 	t.Cleanup(func() {
 		if t.Failed() {
 			b, _ := os.ReadFile(filepath.Join(s.dir, "standby.log"))
-			t.Logf("standby log tail:\n%s", tailString(string(b), 30))
+			t.Logf("standby log tail:\n%s", harness.Tail(string(b), 30))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -121,7 +121,7 @@ func TestDiskStaysBoundedWithStandbysReading(t *testing.T) {
 	// A standby and pg_receivewal under load report nothing past the WAL.
 	for i, sk := range c.sks {
 		if strings.Contains(sk.Log(), "reported a position past") {
-			t.Errorf("safekeeper %d warned about a stock client's report:\n%s", i+1, lastLine(sk.Log(), "reported a position past"))
+			t.Errorf("safekeeper %d warned about a stock client's report:\n%s", i+1, harness.LastLine(sk.Log(), "reported a position past"))
 		}
 	}
 }
@@ -208,7 +208,7 @@ func startReceiveWAL(t *testing.T, c *cluster, sk *harness.Safekeeper) *receiver
 		cancel()
 		cmd.Wait()
 		if t.Failed() {
-			t.Logf("pg_receivewal output:\n%s", tailString(out.String(), 20))
+			t.Logf("pg_receivewal output:\n%s", harness.Tail(out.String(), 20))
 		}
 	})
 	return r

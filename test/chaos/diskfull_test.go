@@ -103,12 +103,12 @@ func TestDiskFullSafekeeperRefusesAndRecovers(t *testing.T) {
 			c.checkProposerAlive()
 			return strings.Contains(sk.Log()[logFrom:], "storage failed")
 		})
-		t.Logf("round %d: %d MiB filler; safekeeper 3: %s", round, size>>20, lastLine(sk.Log(), "storage failed"))
+		t.Logf("round %d: %d MiB filler; safekeeper 3: %s", round, size>>20, harness.LastLine(sk.Log(), "storage failed"))
 		harness.WaitFor(t, 30*time.Second, "the proposer to get SQLSTATE 58030 or 53100", func() bool {
 			l := c.prop.Log()[propFrom:]
 			return strings.Contains(l, "58030") || strings.Contains(l, "53100")
 		})
-		t.Logf("round %d: proposer: %s", round, lastLine(c.prop.Log(), "SQLSTATE 5"))
+		t.Logf("round %d: proposer: %s", round, harness.LastLine(c.prop.Log(), "SQLSTATE 5"))
 		c.waitAcked(b, 200, "with safekeeper 3's disk full")
 
 		if round == 2 {

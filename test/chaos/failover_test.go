@@ -130,7 +130,7 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	var oldLog strings.Builder
 	old.Stdout, old.Stderr = &oldLog, &oldLog
 	old.Run()
-	last := lastLine(oldLog.String(), "safekeeper: ")
+	last := harness.LastLine(oldLog.String(), "safekeeper: ")
 	if code := old.ProcessState.ExitCode(); code != 4 ||
 		!strings.HasPrefix(last, "safekeeper: refused: older PostgreSQL timeline: the safekeepers' timeline is on PostgreSQL timeline 2, this primary on 1") ||
 		!strings.Contains(last, "pg_rewind") || strings.Contains(oldLog.String(), "waiting") {
@@ -147,7 +147,7 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	if log := prop.Log(); !strings.Contains(log, "catching up from a second replication stream") ||
 		strings.Contains(log, "the primary no longer has the WAL a safekeeper needs") {
 		t.Errorf("safekeeper 3 below the switch point: want a catch-up from the new primary, which holds timeline 1's WAL, and no peer catch-up:\n%s",
-			lastLine(log, "trying a peer safekeeper")+"\n"+lastLine(log, "catching up"))
+			harness.LastLine(log, "trying a peer safekeeper")+"\n"+harness.LastLine(log, "catching up"))
 	}
 	follower.waitReplay(t, final)
 	if tli := follower.query(t, "select received_tli from pg_stat_wal_receiver"); tli != "2" {
@@ -164,7 +164,7 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	// anything (reconnecting, switching timelines): not misbehaviour.
 	for i, sk := range c.sks {
 		if strings.Contains(sk.Log(), "reported a position past") {
-			t.Errorf("safekeeper %d warned about a stock standby's report:\n%s", i+1, lastLine(sk.Log(), "reported a position past"))
+			t.Errorf("safekeeper %d warned about a stock standby's report:\n%s", i+1, harness.LastLine(sk.Log(), "reported a position past"))
 		}
 	}
 

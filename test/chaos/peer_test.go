@@ -59,9 +59,9 @@ func TestReplacedSafekeeperRecoversFromPeers(t *testing.T) {
 	})
 	log := c.prop.Log()
 	if !strings.Contains(log, "catching up from a peer safekeeper") {
-		t.Fatalf("the proposer did not copy from a peer:\n%s", tailString(log, 30))
+		t.Fatalf("the proposer did not copy from a peer:\n%s", harness.Tail(log, 30))
 	}
-	t.Logf("safekeeper 3 recovered from a peer: %s", lastLine(log, "catching up from a peer safekeeper"))
+	t.Logf("safekeeper 3 recovered from a peer: %s", harness.LastLine(log, "catching up from a peer safekeeper"))
 	// The slot waits for every safekeeper: it moves past target once
 	// safekeeper 3 has it.
 	harness.WaitFor(t, 60*time.Second, "the proposer's slot to pass "+target.String(), func() bool {
@@ -203,10 +203,10 @@ func TestReplacedSafekeeperJoinsWherePeersHoldWAL(t *testing.T) {
 		t.Fatalf("safekeeper 3 joined at %s; the oldest whole segment its peers hold is %s (%s, %s)", joined, oldest, held[0], held[1])
 	}
 	if !strings.Contains(c.prop.Log(), "it joins at the oldest whole segment its peers hold") {
-		t.Fatalf("the proposer did not make safekeeper 3 join late:\n%s", tailString(c.prop.Log(), 40))
+		t.Fatalf("the proposer did not make safekeeper 3 join late:\n%s", harness.Tail(c.prop.Log(), 40))
 	}
 	t.Logf("safekeeper 3 joined at %s (timeline start %s; the peers hold from %s and %s): %s", joined, start, held[0], held[1],
-		lastLine(c.prop.Log(), "joins at the oldest whole segment"))
+		harness.LastLine(c.prop.Log(), "joins at the oldest whole segment"))
 	want := fmt.Sprintf("58P01 requested WAL segment %s has already been removed", proto.SegmentFileName(1, start, uint64(seg)))
 	if got := startAt(t, sk, start); got != want {
 		t.Fatalf("a read below safekeeper 3's first byte: %q, want %q", got, want)

@@ -89,7 +89,7 @@ restore_command = '%s --log-level debug wal fetch --safekeepers %s --tenant-id %
 		if t.Failed() {
 			for _, f := range []string{"server.log", "fetch.log"} {
 				b, _ := os.ReadFile(filepath.Join(restore, f))
-				t.Logf("%s tail:\n%s", f, tailString(string(b), 40))
+				t.Logf("%s tail:\n%s", f, harness.Tail(string(b), 40))
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -127,7 +127,7 @@ restore_command = '%s --log-level debug wal fetch --safekeepers %s --tenant-id %
 		synced = synced || m[3] == "true"
 	}
 	if len(fetched) < 3 || len(padded) == 0 {
-		t.Fatalf("wal fetch fetched %d segments, %d of them zero-padded; want whole segments and the last one padded:\n%s", len(fetched), len(padded), tailString(log, 30))
+		t.Fatalf("wal fetch fetched %d segments, %d of them zero-padded; want whole segments and the last one padded:\n%s", len(fetched), len(padded), harness.Tail(log, 30))
 	}
 	t.Logf("restored: %d segments fetched, the last (%s) zero-padded; sync run by wal fetch: %v", len(fetched), padded[len(padded)-1], synced)
 }

@@ -154,10 +154,10 @@ func TestTwoSupervisedProposersDoNotPingPong(t *testing.T) {
 		for i, p := range procs {
 			if exited, code := p.Exited(); exited && supervised[i] {
 				if code != 3 || !strings.Contains(p.Log(), "deposed") {
-					t.Fatalf("proposer %s exited with code %d, want 3 and a 'deposed' message:\n%s", names[i], code, tailString(p.Log(), 30))
+					t.Fatalf("proposer %s exited with code %d, want 3 and a 'deposed' message:\n%s", names[i], code, harness.Tail(p.Log(), 30))
 				}
 				restarts[i]++
-				t.Logf("proposer %s deposed (restart %d): %s", names[i], restarts[i], lastLine(p.Log(), "deposed"))
+				t.Logf("proposer %s deposed (restart %d): %s", names[i], restarts[i], harness.LastLine(p.Log(), "deposed"))
 				p.Kill() // reaps it
 				p.Start()
 			}
@@ -191,7 +191,7 @@ func TestTwoSupervisedProposersDoNotPingPong(t *testing.T) {
 		t.Fatalf("synchronous standby %q after 10 s, want %s still", out, names[leader])
 	}
 	if !strings.Contains(procs[other].Log(), "another proposer is streaming to the timeline; waiting") {
-		t.Fatalf("proposer %s does not say it waits for %s:\n%s", names[other], names[leader], tailString(procs[other].Log(), 20))
+		t.Fatalf("proposer %s does not say it waits for %s:\n%s", names[other], names[leader], harness.Tail(procs[other].Log(), 20))
 	}
 	c.waitAcked(b, 200, "with proposer "+names[leader])
 	t.Logf("%s streams, %s waits (%d deposals in the initial race, none since)", names[leader], names[other], before)
@@ -230,9 +230,9 @@ func (c *cluster) race(names []string, procs ...*harness.Process) (string, *harn
 	_, code := procs[loser].Exited()
 	log := procs[loser].Log()
 	if code != 3 || !strings.Contains(log, "deposed") {
-		t.Fatalf("proposer %s exited with code %d, want 3 and a 'deposed' message:\n%s", names[loser], code, tailString(log, 30))
+		t.Fatalf("proposer %s exited with code %d, want 3 and a 'deposed' message:\n%s", names[loser], code, harness.Tail(log, 30))
 	}
-	t.Logf("proposer %s deposed (exit 3): %s", names[loser], lastLine(log, "deposed"))
+	t.Logf("proposer %s deposed (exit 3): %s", names[loser], harness.LastLine(log, "deposed"))
 	return names[1-loser], procs[1-loser]
 }
 
@@ -283,16 +283,6 @@ func TestTakeoverUnderLoadEverySafekeeperFollows(t *testing.T) {
 	final := c.finish()
 	b.check(t, "primary", func(sql string) string { return c.pg.Exec(t, sql) }, acked)
 	c.checkSegments(final)
-}
-
-func lastLine(log, with string) string {
-	lines := strings.Split(log, "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		if strings.Contains(lines[i], with) {
-			return strings.TrimSpace(lines[i])
-		}
-	}
-	return ""
 }
 
 // TestPartitionedSafekeeperCatchesUp: safekeeper 3 is cut off behind its
@@ -440,6 +430,6 @@ func TestElectedProposerNotDeposedBySameTermVote(t *testing.T) {
 		return exited
 	})
 	if exited, code := c.prop.Exited(); exited || !done {
-		t.Fatalf("the proposer elected in term 1 exited (code %d) after a same-term refusal: %s", code, lastLine(c.prop.Log(), "deposed"))
+		t.Fatalf("the proposer elected in term 1 exited (code %d) after a same-term refusal: %s", code, harness.LastLine(c.prop.Log(), "deposed"))
 	}
 }

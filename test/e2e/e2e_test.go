@@ -93,7 +93,7 @@ func (c *cluster) waitFor(d time.Duration, what string, cond func() bool) {
 
 func (c *cluster) checkProposerAlive() {
 	if exited, code := c.prop.Exited(); exited {
-		c.t.Fatalf("proposer exited with code %d:\n%s", code, tailString(c.prop.Log(), 40))
+		c.t.Fatalf("proposer exited with code %d:\n%s", code, harness.Tail(c.prop.Log(), 40))
 	}
 }
 
@@ -146,14 +146,6 @@ func (c *cluster) pgbench(ctx context.Context, args ...string) (string, error) {
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	return string(out), err
-}
-
-func tailString(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 var (

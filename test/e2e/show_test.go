@@ -66,7 +66,7 @@ primary_conninfo = 'host=%s port=%s user=postgres application_name=standby1 opti
 	t.Cleanup(func() {
 		if t.Failed() {
 			b, _ := os.ReadFile(filepath.Join(dir, "standby.log"))
-			t.Logf("standby log:\n%s", tailString(string(b), 30))
+			t.Logf("standby log:\n%s", harness.Tail(string(b), 30))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -72,7 +72,7 @@ func TestTLSEndToEnd(t *testing.T) {
 		"--slot", "proposer", "--application-name", "proposer", "--safekeeper-sslmode", "verify-full", "--safekeeper-sslrootcert", ca.CertFile, "--token-file", tokenFile)
 	harness.WaitFor(t, 60*time.Second, "the proposer streaming over TLS as the sync standby", func() bool {
 		if exited, code := prop.Exited(); exited {
-			t.Fatalf("proposer exited %d:\n%s", code, tailString(prop.Log(), 30))
+			t.Fatalf("proposer exited %d:\n%s", code, harness.Tail(prop.Log(), 30))
 		}
 		out, err := pg.Query(context.Background(), "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'proposer'")
 		return err == nil && out == "sync"
@@ -136,7 +136,7 @@ func TestTLSEndToEnd(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			b, _ := os.ReadFile(filepath.Join(sdir, "standby.log"))
-			t.Logf("standby log:\n%s", tailString(string(b), 30))
+			t.Logf("standby log:\n%s", harness.Tail(string(b), 30))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

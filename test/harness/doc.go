@@ -36,6 +36,8 @@
 //     time. Context gives a context bounded by a deadline and the test.
 //   - SyncBuffer: a bytes.Buffer a logger or a child process may write while
 //     the test reads it.
+//   - Logs: Tail and TailFile give the last lines of a log for a failure
+//     message, LastLine the last line that says something.
 //
 // Lifecycle: everything it starts is stopped by t.Cleanup (processes with
 // kill -9, proxies closed), also when the test fails; a failed test logs

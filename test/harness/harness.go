@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -140,7 +139,7 @@ func StartSafekeeper(t testing.TB, id uint64, extra ...string) *Safekeeper {
 	t.Cleanup(func() {
 		sk.Kill()
 		if t.Failed() {
-			t.Logf("safekeeper %d log tail:\n%s", sk.ID, tail(sk.LogPath, 40))
+			t.Logf("safekeeper %d log tail:\n%s", sk.ID, TailFile(sk.LogPath, 40))
 		}
 	})
 	sk.Start()
@@ -204,10 +203,10 @@ func (sk *Safekeeper) Start() {
 		sk.mu.Unlock()
 		out := readFrom(sk.LogPath, from)
 		if first || !strings.Contains(out, syscall.EADDRINUSE.Error()) {
-			sk.t.Fatalf("safekeeper %d exited at start: %v\n%s", sk.ID, err, tail(sk.LogPath, 30))
+			sk.t.Fatalf("safekeeper %d exited at start: %v\n%s", sk.ID, err, TailFile(sk.LogPath, 30))
 		}
 		sk.t.Logf("safekeeper %d: its address was taken while it was down (%s); starting it again once %s and %s are free",
-			sk.ID, lastLineOf(out), pg, http)
+			sk.ID, Tail(out, 1), pg, http)
 		WaitFor(sk.t, time.Until(deadline), fmt.Sprintf("safekeeper %d's ports %s and %s to be free again", sk.ID, pg, http), func() bool {
 			return bindable(pg) && (http == "" || bindable(http))
 		})
@@ -275,11 +274,6 @@ func readFrom(path string, offset int64) string {
 		return ""
 	}
 	return string(b[offset:])
-}
-
-func lastLineOf(s string) string {
-	s = strings.TrimRight(s, "\n")
-	return s[strings.LastIndexByte(s, '\n')+1:]
 }
 
 // Kill sends SIGKILL and waits for the process to be gone. No-op if stopped.
@@ -372,16 +366,4 @@ func Context(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
 }

@@ -32,7 +32,7 @@ func StartProcess(t testing.TB, name string, args ...string) *Process {
 	t.Cleanup(func() {
 		p.Kill()
 		if t.Failed() {
-			t.Logf("%s log tail:\n%s", name, tail(p.LogPath, 60))
+			t.Logf("%s log tail:\n%s", name, TailFile(p.LogPath, 60))
 		}
 	})
 	p.Start()

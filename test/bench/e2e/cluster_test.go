@@ -87,7 +87,7 @@ func (b *bench) newStandby(name string) *standby {
 		}
 		if t.Failed() {
 			if tail, err := os.ReadFile(s.logFile); err == nil {
-				t.Logf("standby %s log tail:\n%s", name, lastLines(string(tail), 30))
+				t.Logf("standby %s log tail:\n%s", name, harness.Tail(string(tail), 30))
 			}
 		}
 	})
@@ -220,7 +220,7 @@ func (b *bench) stopSafekeepers() {
 	for _, sk := range b.sks {
 		if sk.PID() != 0 {
 			if err := sk.Stop(60 * time.Second); err != nil {
-				b.t.Fatalf("safekeeper %d: exit after SIGTERM: %v\n%s", sk.ID, err, lastLines(sk.Log(), 20))
+				b.t.Fatalf("safekeeper %d: exit after SIGTERM: %v\n%s", sk.ID, err, harness.Tail(sk.Log(), 20))
 			}
 		}
 	}
@@ -255,10 +255,10 @@ func (b *bench) stopProposer() []linkStat {
 		return nil
 	}
 	if exited, code := b.prop.Exited(); exited {
-		b.t.Fatalf("the proposer exited by itself (code %d):\n%s", code, lastLines(b.prop.Log(), 40))
+		b.t.Fatalf("the proposer exited by itself (code %d):\n%s", code, harness.Tail(b.prop.Log(), 40))
 	}
 	if err := b.prop.Stop(60 * time.Second); err != nil {
-		b.t.Fatalf("proposer: exit after SIGTERM: %v\n%s", err, lastLines(b.prop.Log(), 40))
+		b.t.Fatalf("proposer: exit after SIGTERM: %v\n%s", err, harness.Tail(b.prop.Log(), 40))
 	}
 	b.waitNoWalsender("proposer")
 	log := b.prop.Log()
@@ -270,7 +270,7 @@ func (b *bench) stopProposer() []linkStat {
 		b.t.Fatalf("proposer link stats: %v", err)
 	}
 	if len(st) != len(b.sks) {
-		b.t.Fatalf("the proposer logged %d \"safekeeper link stats\" lines at SIGTERM, want %d:\n%s", len(st), len(b.sks), lastLines(log, 20))
+		b.t.Fatalf("the proposer logged %d \"safekeeper link stats\" lines at SIGTERM, want %d:\n%s", len(st), len(b.sks), harness.Tail(log, 20))
 	}
 	return st
 }
@@ -314,7 +314,7 @@ func (b *bench) waitReady(c config) {
 	b.poll(3*time.Minute, fmt.Sprintf("%s: %s synchronous and caught up with %s", c.name, strings.Join(c.members(), ","), target), func() (bool, string) {
 		if c.proposer {
 			if exited, code := b.prop.Exited(); exited {
-				b.t.Fatalf("the proposer exited with code %d:\n%s", code, lastLines(b.prop.Log(), 40))
+				b.t.Fatalf("the proposer exited with code %d:\n%s", code, harness.Tail(b.prop.Log(), 40))
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -430,12 +430,4 @@ func (b *bench) lsn(sql string) proto.LSN {
 		b.t.Fatal(err)
 	}
 	return l
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
