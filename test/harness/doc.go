@@ -38,6 +38,8 @@
 //     the test reads it.
 //   - Logs: Tail and TailFile give the last lines of a log for a failure
 //     message, LastLine the last line that says something.
+//   - Reports: WriteDocSection rewrites a generated section of a document
+//     (the benchmarks' results in docs/performance.md) between its markers.
 //
 // Lifecycle: everything it starts is stopped by t.Cleanup (processes with
 // kill -9, proxies closed), also when the test fails; a failed test logs

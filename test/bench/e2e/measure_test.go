@@ -256,14 +256,3 @@ func parseLinkStats(log string) ([]linkStat, error) {
 	}
 	return out, nil
 }
-
-// replaceSection replaces what lies between the begin and end markers in
-// doc with body.
-func replaceSection(doc, begin, end, body string) (string, error) {
-	i := strings.Index(doc, begin)
-	j := strings.Index(doc, end)
-	if i < 0 || j < 0 || j < i {
-		return "", fmt.Errorf("markers %s … %s not found in order", begin, end)
-	}
-	return doc[:i+len(begin)] + "\n" + strings.TrimSpace(body) + "\n" + doc[j:], nil
-}

@@ -139,17 +139,6 @@ time=2026-01-01T00:00:00Z level=INFO msg="safekeeper link stats" tenant_id=7e570
 	}
 }
 
-func TestReplaceSection(t *testing.T) {
-	doc := "# P\n<!-- b -->\nold\n<!-- e -->\ntail\n"
-	got, err := replaceSection(doc, "<!-- b -->", "<!-- e -->", "new\n")
-	if err != nil || got != "# P\n<!-- b -->\nnew\n<!-- e -->\ntail\n" {
-		t.Fatalf("got %q, %v", got, err)
-	}
-	if _, err := replaceSection("x", "<!-- b -->", "<!-- e -->", ""); err == nil {
-		t.Error("missing markers did not fail")
-	}
-}
-
 // TestRatioPairsCycles: a ratio is B over the base of the same cycle, the
 // median over cycles; a group that did not run is "-" in the summary.
 func TestRatioPairsCycles(t *testing.T) {

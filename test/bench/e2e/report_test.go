@@ -303,20 +303,8 @@ func (b *bench) report() {
 		b.say("BENCH_WRITE_DOC=0: docs/performance.md left alone")
 		return
 	}
-	root, err := harness.ModuleRoot()
+	path, err := harness.WriteDocSection("docs/performance.md", "bench-e2e", b.docSection(took))
 	if err != nil {
-		b.t.Fatal(err)
-	}
-	path := filepath.Join(root, "docs", "performance.md")
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	out, err := replaceSection(string(doc), "<!-- bench-e2e:begin -->", "<!-- bench-e2e:end -->", b.docSection(took))
-	if err != nil {
-		b.t.Fatalf("%s: %v", path, err)
-	}
-	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
 		b.t.Fatal(err)
 	}
 	b.say("wrote the bench-e2e section of %s", path)

@@ -180,13 +180,14 @@ func commandLine(target string, envs []string) string {
 func emit(t *testing.T, section, report string) {
 	fmt.Println()
 	fmt.Println(report)
-	path, err := WriteDocSection(section, report)
-	switch {
-	case err != nil:
-		t.Errorf("writing the report into docs/performance.md: %v", err)
-	case path == "":
+	if os.Getenv("BENCH_WRITE_DOC") == "0" {
 		t.Logf("BENCH_WRITE_DOC=0: %s not written", section)
-	default:
-		t.Logf("report written into %s (section %s)", path, section)
+		return
 	}
+	path, err := harness.WriteDocSection("docs/performance.md", section, report)
+	if err != nil {
+		t.Errorf("writing the report into docs/performance.md: %v", err)
+		return
+	}
+	t.Logf("report written into %s (section %s)", path, section)
 }

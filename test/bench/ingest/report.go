@@ -1,16 +1,12 @@
 package ingest
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/safekeeper/safekeeper/test/harness"
 )
 
 // Median returns the median of xs (the mean of the middle two for an even
@@ -189,49 +185,4 @@ func (m Machine) String() string {
 	fmt.Fprintf(&b, "- temporary directory (data directories and dd's file): %s\n", m.TempFS)
 	fmt.Fprintf(&b, "- %s; tree: %s\n", m.Go, m.Describe)
 	return b.String()
-}
-
-// WriteDocSection replaces what lies between the markers
-// <!-- name:begin --> and <!-- name:end --> in the module's
-// docs/performance.md with body, unless BENCH_WRITE_DOC=0. It returns the
-// path written, or "" when skipped.
-func WriteDocSection(name, body string) (string, error) {
-	if os.Getenv("BENCH_WRITE_DOC") == "0" {
-		return "", nil
-	}
-	root, err := harness.ModuleRoot()
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(root, "docs", "performance.md")
-	old, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	out, err := ReplaceSection(old, name, body)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
-	}
-	return path, os.WriteFile(path, out, 0o644)
-}
-
-// ReplaceSection returns doc with the text between the name markers
-// replaced by body (the markers stay, each on its own line).
-func ReplaceSection(doc []byte, name, body string) ([]byte, error) {
-	begin, end := []byte("<!-- "+name+":begin -->"), []byte("<!-- "+name+":end -->")
-	i := bytes.Index(doc, begin)
-	j := bytes.Index(doc, end)
-	if i < 0 || j < 0 || j < i {
-		return nil, fmt.Errorf("markers %s / %s not found in order", begin, end)
-	}
-	if bytes.Count(doc, begin) != 1 || bytes.Count(doc, end) != 1 {
-		return nil, fmt.Errorf("markers of %s appear more than once", name)
-	}
-	var out bytes.Buffer
-	out.Write(doc[:i+len(begin)])
-	out.WriteString("\n")
-	out.WriteString(strings.TrimSpace(body))
-	out.WriteString("\n")
-	out.Write(doc[j:])
-	return out.Bytes(), nil
 }

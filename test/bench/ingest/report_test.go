@@ -8,28 +8,6 @@ import (
 // The helpers below run in make test (they are pure); the benchmarks
 // themselves skip without their flags.
 
-func TestReplaceSection(t *testing.T) {
-	doc := "# P\n\n<!-- a:begin -->\nold\n<!-- a:end -->\n\n<!-- b:begin -->\nkeep\n<!-- b:end -->\n"
-	out, err := ReplaceSection([]byte(doc), "a", "new\ntable\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "# P\n\n<!-- a:begin -->\nnew\ntable\n<!-- a:end -->\n\n<!-- b:begin -->\nkeep\n<!-- b:end -->\n"
-	if string(out) != want {
-		t.Fatalf("got\n%s\nwant\n%s", out, want)
-	}
-	// Rewriting again changes nothing else: the markers stay.
-	again, err := ReplaceSection(out, "a", "new\ntable")
-	if err != nil || string(again) != want {
-		t.Fatalf("second rewrite: %v\n%s", err, again)
-	}
-	for _, bad := range []string{"no markers", "<!-- a:end --><!-- a:begin -->", "<!-- a:begin --><!-- a:begin --><!-- a:end -->"} {
-		if _, err := ReplaceSection([]byte(bad), "a", "x"); err == nil {
-			t.Errorf("ReplaceSection(%q) did not fail", bad)
-		}
-	}
-}
-
 func TestParseSize(t *testing.T) {
 	for in, want := range map[string]int64{"1GiB": 1 << 30, "512M": 512 << 20, "64MiB": 64 << 20, "8k": 8 << 10, "65536": 65536, " 2 G ": 2 << 30, "100B": 100} {
 		if got, err := ParseSize(in); err != nil || got != want {
