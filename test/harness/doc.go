@@ -38,6 +38,9 @@
 //     the test reads it.
 //   - Logs: Tail and TailFile give the last lines of a log for a failure
 //     message, LastLine the last line that says something.
+//   - /proc: ReadProcStat (parent, state, CPU ticks of a process and its
+//     reaped children), CPUTime, ClockTicks and MappedRSS, for the tests
+//     and benchmarks that measure the processes they start.
 //   - Reports: WriteDocSection rewrites a generated section of a document
 //     (the benchmarks' results in docs/performance.md) between its markers.
 //

@@ -163,10 +163,11 @@ func (b *bench) say(format string, args ...any) {
 // proposer start when a configuration needs them.
 func setup(t *testing.T, p params) *bench {
 	b := &bench{t: t, p: p, started: time.Now()}
-	var err error
-	if b.clk, err = clockTicks(); err != nil {
+	hz, err := harness.ClockTicks()
+	if err != nil {
 		t.Fatal(err)
 	}
+	b.clk = float64(hz)
 	// About 5 s per round for switching, cleanup, CHECKPOINT and waits;
 	// pgbench -i and the base backups take about 2 s per unit of scale.
 	cycles := float64(p.rounds)
@@ -319,7 +320,7 @@ func (b *bench) waitNoClients() {
 			return false, err.Error()
 		}
 		for _, p := range pt.tree(pid) {
-			if pt[p].state == 'Z' {
+			if pt[p].State == 'Z' {
 				return false, fmt.Sprintf("process %d is a zombie", p)
 			}
 			title, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))

@@ -2,60 +2,22 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/safekeeper/safekeeper/test/harness"
 )
 
-// proc is one process as /proc/PID/stat shows it.
-type proc struct {
-	ppid  int
-	state byte
-	// ticks is utime+stime+cutime+cstime in clock ticks: its own CPU time
-	// and that of the children it reaped, so a backend that exited still
-	// counts, through the postmaster.
-	ticks uint64
-}
-
-// parseStat parses the contents of /proc/PID/stat.
-func parseStat(b []byte) (proc, error) {
-	// "pid (comm) S ppid ...": comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return proc{}, errors.New("no ')' after comm")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[k] is field k+3 of proc(5): state, ppid, ..., utime (14), stime,
-	// cutime, cstime (17).
-	if len(f) < 15 || len(f[0]) != 1 {
-		return proc{}, fmt.Errorf("%d fields after comm, want at least 15", len(f))
-	}
-	p := proc{state: f[0][0]}
-	var err error
-	if p.ppid, err = strconv.Atoi(f[1]); err != nil {
-		return proc{}, fmt.Errorf("ppid %q: %v", f[1], err)
-	}
-	for _, s := range f[11:15] {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 0 {
-			return proc{}, fmt.Errorf("CPU time %q is not a tick count", s)
-		}
-		p.ticks += uint64(n)
-	}
-	return p, nil
-}
-
-// procTable is one pass over /proc.
-type procTable map[int]proc
+// procTable is one pass over /proc: every process's stat.
+type procTable map[int]harness.ProcStat
 
 func readProcs() (procTable, error) {
 	entries, err := os.ReadDir("/proc")
@@ -72,7 +34,7 @@ func readProcs() (procTable, error) {
 		if err != nil {
 			continue // gone meanwhile
 		}
-		p, err := parseStat(b)
+		p, err := harness.ParseProcStat(b)
 		if err != nil {
 			return nil, fmt.Errorf("/proc/%d/stat: %v", pid, err)
 		}
@@ -85,7 +47,7 @@ func readProcs() (procTable, error) {
 func (pt procTable) tree(root int) []int {
 	kids := map[int][]int{}
 	for pid, p := range pt {
-		kids[p.ppid] = append(kids[p.ppid], pid)
+		kids[p.PPID] = append(kids[p.PPID], pid)
 	}
 	var out []int
 	var walk func(int)
@@ -111,22 +73,9 @@ func (pt procTable) treeTicks(root int) (uint64, error) {
 	}
 	var sum uint64
 	for _, pid := range pt.tree(root) {
-		sum += pt[pid].ticks
+		sum += pt[pid].Ticks()
 	}
 	return sum, nil
-}
-
-// clockTicks is sysconf(_SC_CLK_TCK), the unit of /proc/PID/stat's times.
-func clockTicks() (float64, error) {
-	out, err := exec.Command("getconf", "CLK_TCK").Output()
-	if err != nil {
-		return 0, fmt.Errorf("getconf CLK_TCK: %v", err)
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("getconf CLK_TCK: %q is not a positive integer", out)
-	}
-	return float64(n), nil
 }
 
 // pgbenchSummary is what pgbench prints at the end of a run.

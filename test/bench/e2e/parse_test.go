@@ -11,33 +11,15 @@ import (
 
 // These run in make test: the benchmark's parsers, without PostgreSQL.
 
-func TestParseStat(t *testing.T) {
-	// comm with a space and a parenthesis; utime 110, stime 20, cutime
-	// 300, cstime 4.
-	line := "4242 (postgres: a) b) S 4000 4242 4242 0 -1 4194560 2090 0 0 0 110 20 300 4 20 0 1 0 4600 224239616 3577 18446744073709551615"
-	p, err := parseStat([]byte(line))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.ppid != 4000 || p.state != 'S' || p.ticks != 434 {
-		t.Fatalf("got %+v, want ppid 4000, state S, ticks 434", p)
-	}
-	for _, bad := range []string{"", "1 (x) S 0 1 2", "1 (x) S 0 1 1 0 -1 0 0 0 0 0 ten 20 0 0"} {
-		if _, err := parseStat([]byte(bad)); err == nil {
-			t.Errorf("parseStat(%q) did not fail", bad)
-		}
-	}
-}
-
 // TestTreeTicks: a tree's CPU time is its processes' own and reaped
 // children's, over all descendants; other trees do not count.
 func TestTreeTicks(t *testing.T) {
 	pt := procTable{
-		100: {ppid: 1, ticks: 10}, // postmaster, cutime of exited backends included
-		101: {ppid: 100, ticks: 5},
-		102: {ppid: 100, ticks: 7},
-		103: {ppid: 101, ticks: 1},
-		200: {ppid: 1, ticks: 1000},
+		100: {PPID: 1, UTime: 4, CUTime: 6}, // postmaster, cutime of exited backends included
+		101: {PPID: 100, UTime: 5},
+		102: {PPID: 100, STime: 7},
+		103: {PPID: 101, CSTime: 1},
+		200: {PPID: 1, UTime: 1000},
 	}
 	got, err := pt.treeTicks(100)
 	if err != nil || got != 23 {

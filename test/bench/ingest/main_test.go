@@ -115,7 +115,7 @@ func (n *node) counters() counters {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	cpu, err := CPUTime(n.pid())
+	cpu, err := harness.CPUTime(n.pid())
 	if err != nil {
 		n.t.Fatal(err)
 	}

@@ -54,31 +54,6 @@ func ReadMem(pid int) (Mem, error) {
 	return Mem{RSS: f["VmRSS"] * kB, RSSAnon: f["RssAnon"] * kB, RSSFile: (f["RssFile"] + f["RssShmem"]) * kB, HWM: f["VmHWM"] * kB}, nil
 }
 
-// CPUTime returns the user+system CPU time of process pid (all threads).
-func CPUTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name may hold spaces: fields start after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no ')'", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// After ')': state is field 3 of stat(5), utime 14, stime 15.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: bad utime/stime", pid)
-	}
-	const hz = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / hz, nil
-}
-
 // OpenFDs counts the open file descriptors of process pid.
 func OpenFDs(pid int) (int, error) {
 	es, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))

@@ -89,7 +89,7 @@ func runAggregatePass(t *testing.T, ctx context.Context, w *WAL, timelines int, 
 		p.memSetup, _ = settleMem(t, n.pid(), 2*time.Second)
 	}
 
-	cpu0, err := CPUTime(n.pid())
+	cpu0, err := harness.CPUTime(n.pid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func runAggregatePass(t *testing.T, ctx context.Context, w *WAL, timelines int, 
 		t.Fatal(err)
 	}
 	p.elapsed = time.Since(t0)
-	cpu1, err := CPUTime(n.pid())
+	cpu1, err := harness.CPUTime(n.pid())
 	if err != nil {
 		t.Fatal(err)
 	}
