@@ -324,75 +324,28 @@ func svConn(t *testing.T, sk *harness.Safekeeper) *pgconn.PgConn {
 	return c
 }
 
-// standby is a hot standby made by pg_basebackup whose primary_conninfo
-// points at the safekeeper.
-type standby struct {
-	pg   *pgtest.Cluster // for PgBin
-	dir  string
-	data string
-	port int
-	sock string
-}
-
-func (s *standby) query(t *testing.T, sql string) string {
+// startStandby starts a hot standby of pg that streams from sk, retrying
+// a lost connection every second.
+func startStandby(t *testing.T, pg *pgtest.Cluster, sk *harness.Safekeeper) *pgtest.Cluster {
 	t.Helper()
-	return strings.TrimSpace(s.pg.Run(t, "psql", "-XAtq", "-h", s.sock, "-p", strconv.Itoa(s.port), "-U", "postgres", "-d", "postgres", "-c", sql))
-}
-
-func startStandby(t *testing.T, pg *pgtest.Cluster, sk *harness.Safekeeper) *standby {
-	t.Helper()
-	// A socket in its own directory only, as the primary's settings
-	// (pgtest.conf, in the backup) say.
-	s := &standby{pg: pg, dir: pgtest.Dir(t, "svtest-"), port: pgtest.Port}
-	s.data, s.sock = filepath.Join(s.dir, "data"), s.dir
-	pg.Run(t, "pg_basebackup", "-h", pg.SocketDir, "-p", strconv.Itoa(pg.Port), "-U", "postgres", "-D", s.data, "-X", "stream", "-c", "fast")
-	host, port := skHostPort(sk)
-	conf := fmt.Sprintf(`
-unix_socket_directories = '%s'
-hot_standby = on
-primary_conninfo = 'host=%s port=%s user=postgres application_name=standby1 options=''%s'''
-wal_retrieve_retry_interval = 1s
-`, s.sock, host, port, svOptions())
-	f, err := os.OpenFile(filepath.Join(s.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.WriteString(conf)
-	f.Close()
-	pg.Run(t, "touch", filepath.Join(s.data, "standby.signal"))
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(s.dir, "standby.log"))
-			t.Logf("standby log:\n%s", b)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		pg.Cmd(ctx, "pg_ctl", "-D", s.data, "-m", "immediate", "-w", "stop").Run()
-	})
-	pg.Run(t, "pg_ctl", "-D", s.data, "-l", filepath.Join(s.dir, "standby.log"), "-w", "-t", "90", "start")
-	return s
+	return harness.StartStandby(t, pg, sk, harness.StandbyOptions{Tenant: svTenant.String(), Timeline: svTimeline.String(),
+		Conf: []string{"wal_retrieve_retry_interval = 1s"}})
 }
 
 // pointAt makes the standby stream from host:port (with startup options)
 // from now on: primary_conninfo is reloaded, the walreceiver restarts.
-func (pgs *standby) pointAt(t *testing.T, host, port, options string) {
+func pointAt(t *testing.T, sb *pgtest.Cluster, host, port, options string) {
 	t.Helper()
 	conn := fmt.Sprintf("host=%s port=%s user=postgres application_name=standby1", host, port)
 	if options != "" {
 		conn += " options=''" + options + "''"
 	}
-	pgs.query(t, "alter system set primary_conninfo = '"+conn+"'")
-	pgs.query(t, "select pg_reload_conf()")
+	sb.Exec(t, "alter system set primary_conninfo = '"+conn+"'")
+	sb.Exec(t, "select pg_reload_conf()")
 }
 
-func (pgs *standby) waitReplay(t *testing.T, lsn proto.LSN) {
-	t.Helper()
-	harness.WaitFor(t, 90*time.Second, "standby replay to reach "+lsn.String(), func() bool {
-		out, err := pgs.pg.Cmd(context.Background(), "psql", "-XAtq", "-h", pgs.sock, "-p", strconv.Itoa(pgs.port), "-U", "postgres",
-			"-d", "postgres", "-c", "select pg_last_wal_replay_lsn() >= '"+lsn.String()+"'::pg_lsn").Output()
-		return err == nil && strings.TrimSpace(string(out)) == "t"
-	})
-}
+// replayTimeout bounds a standby's wait to replay what the primary wrote.
+const replayTimeout = 90 * time.Second
 
 const accountsQuery = "select count(*), sum(abalance) from pgbench_accounts"
 
@@ -410,11 +363,11 @@ func TestHotStandbyFedBySafekeeper(t *testing.T) {
 
 	pg.Run(t, "pgbench", "-i", "-s", "1", "-h", pg.SocketDir, "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
 	pg.Run(t, "pgbench", "-n", "-t", "200", "-h", pg.SocketDir, "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
-	sb.waitReplay(t, f.push())
-	if got, want := sb.query(t, accountsQuery), pg.Exec(t, accountsQuery); got != want {
+	sb.WaitReplay(t, f.push().String(), replayTimeout)
+	if got, want := sb.Exec(t, accountsQuery), pg.Exec(t, accountsQuery); got != want {
 		t.Fatalf("standby %q, primary %q", got, want)
 	}
-	if st := sb.query(t, "select status from pg_stat_wal_receiver"); st != "streaming" {
+	if st := sb.Exec(t, "select status from pg_stat_wal_receiver"); st != "streaming" {
 		t.Fatalf("wal receiver status %q", st)
 	}
 
@@ -422,11 +375,11 @@ func TestHotStandbyFedBySafekeeper(t *testing.T) {
 	sk.Start()
 	f.connect() // a new term, continuing at the safekeeper's flush_lsn
 	pg.Run(t, "pgbench", "-n", "-t", "200", "-h", pg.SocketDir, "-p", strconv.Itoa(pg.Port), "-U", "postgres", "postgres")
-	sb.waitReplay(t, f.push())
-	if got, want := sb.query(t, accountsQuery), pg.Exec(t, accountsQuery); got != want {
+	sb.WaitReplay(t, f.push().String(), replayTimeout)
+	if got, want := sb.Exec(t, accountsQuery), pg.Exec(t, accountsQuery); got != want {
 		t.Fatalf("after the safekeeper restart: standby %q, primary %q", got, want)
 	}
-	b, _ := os.ReadFile(filepath.Join(sb.dir, "standby.log"))
+	b, _ := os.ReadFile(sb.LogFile)
 	if !strings.Contains(string(b), "started streaming WAL from primary at") {
 		t.Fatalf("standby never streamed:\n%s", b)
 	}
@@ -701,7 +654,7 @@ func TestMidSegmentTimelineServedToStockClients(t *testing.T) {
 	// the safekeeper later, while its replay is inside the timeline's
 	// first segment.
 	sb := startStandby(t, pg, sk)
-	sb.pointAt(t, pg.SocketDir, strconv.Itoa(pg.Port), "")
+	pointAt(t, sb, pg.SocketDir, strconv.Itoa(pg.Port), "")
 	// Start the timeline where the primary's WAL is now, inside a segment.
 	insert := svLSN(t, pg.Exec(t, "select pg_current_wal_insert_lsn()"))
 	if insert.SegmentOffset(pg.WALSegSize) < 2*8192 {
@@ -715,18 +668,18 @@ func TestMidSegmentTimelineServedToStockClients(t *testing.T) {
 	if segStart == f.start || at.SegmentStart(f.seg) != segStart {
 		t.Fatalf("the timeline %s..%s is not inside one segment", f.start, at)
 	}
-	sb.waitReplay(t, at)
+	sb.WaitReplay(t, at.String(), replayTimeout)
 
 	// Pointed at the safekeeper, it asks for the segment's start: pages
 	// with no record up to the timeline's start, then its WAL.
 	host, port := skHostPort(sk)
-	sb.pointAt(t, host, port, svOptions())
+	pointAt(t, sb, host, port, svOptions())
 	pg.Exec(t, "insert into before_start select generate_series(1, 100)")
-	sb.waitReplay(t, f.push())
-	if got, want := sb.query(t, "select count(*) from before_start"), pg.Exec(t, "select count(*) from before_start"); got != want {
+	sb.WaitReplay(t, f.push().String(), replayTimeout)
+	if got, want := sb.Exec(t, "select count(*) from before_start"), pg.Exec(t, "select count(*) from before_start"); got != want {
 		t.Fatalf("standby %q, primary %q", got, want)
 	}
-	if b, _ := os.ReadFile(filepath.Join(sb.dir, "standby.log")); !strings.Contains(string(b), "started streaming WAL from primary at "+segStart.String()) {
+	if b, _ := os.ReadFile(sb.LogFile); !strings.Contains(string(b), "started streaming WAL from primary at "+segStart.String()) {
 		t.Fatalf("the standby did not stream from %s, the start of the timeline's first segment:\n%s", segStart, b)
 	}
 

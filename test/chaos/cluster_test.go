@@ -65,11 +65,8 @@ type options struct {
 type cluster struct {
 	t *testing.T
 	// pg is the current primary; after a promotion (promote) the promoted
-	// standby, reached as the postgres superuser over its socket. run is the
-	// first one, whose Cmd and Run start PostgreSQL programs as the user
-	// PostgreSQL runs as (pg_ctl refuses root).
+	// standby.
 	pg      *pgtest.Cluster
-	run     *pgtest.Cluster
 	sks     []*harness.Safekeeper
 	proxies []*harness.Proxy // nil without options.proxies
 	prop    *harness.Process
@@ -77,7 +74,7 @@ type cluster struct {
 	// standby is the hot standby fed by safekeeper 1, bank the workload,
 	// promoted whether the primary was lost and the standby promoted
 	// (crashLoop's promote).
-	standby  *standby
+	standby  *pgtest.Cluster
 	bank     *bank
 	promoted bool
 	// created: the timelines created on the safekeepers (startProposerOn).
@@ -97,7 +94,6 @@ func startCluster(t *testing.T, o options) *cluster {
 		"checkpoint_timeout = '1h'",
 	}, o.conf...)
 	c.pg = pgtest.Start(t, pgtest.Options{WALSegSizeMB: segMB, Conf: conf})
-	c.run = c.pg
 	for id := uint64(1); id <= 3; id++ {
 		sk := harness.StartSafekeeper(t, id, o.skArgs...)
 		if id == 3 && o.sk3 != nil {
@@ -380,7 +376,7 @@ func (c *cluster) export(sk *harness.Safekeeper) string {
 // waldump shows the primary's records around at (for failure reports).
 func (c *cluster) waldump(at proto.LSN) string {
 	from := at - min(at, 256<<10)
-	out, _ := c.run.Cmd(context.Background(), "pg_waldump", "-p", c.pg.WALDir(), "-s", from.String(), "-e", (at + 64<<10).String()).CombinedOutput()
+	out, _ := c.pg.Cmd(context.Background(), "pg_waldump", "-p", c.pg.WALDir(), "-s", from.String(), "-e", (at + 64<<10).String()).CombinedOutput()
 	return harness.Tail(string(out), 20)
 }
 
@@ -393,69 +389,15 @@ func firstDiff(a, b []byte) int {
 	return min(len(a), len(b))
 }
 
-// standby is a hot standby made by pg_basebackup of the primary whose
-// primary_conninfo points at a safekeeper. Like the primary it listens only
-// on its Unix socket, in dir (the primary's settings, pgtest.conf, come
-// with the backup).
-type standby struct {
-	pg   *pgtest.Cluster // for PgBin
-	dir  string
-	data string
-	port int // names the socket in dir (pgtest.Port)
-}
+// replayTimeout bounds a standby's wait to replay what the primary wrote.
+const replayTimeout = 120 * time.Second
 
-func (c *cluster) startStandby(sk *harness.Safekeeper) *standby {
-	t := c.t
-	t.Helper()
-	s := &standby{pg: c.run, dir: pgtest.Dir(t, "chaos-"), port: pgtest.Port}
-	s.data = filepath.Join(s.dir, "data")
-	c.run.Run(t, "pg_basebackup", "-h", c.pg.SocketDir, "-p", strconv.Itoa(c.pg.Port), "-U", "postgres", "-D", s.data, "-X", "stream", "-c", "fast")
-	host, port, _ := strings.Cut(sk.Addr, ":")
-	conf := fmt.Sprintf(`
-unix_socket_directories = '%s'
-hot_standby = on
-synchronous_standby_names = ''
-primary_conninfo = 'host=%s port=%s user=postgres application_name=standby1 options=''-c tenant_id=%s -c timeline_id=%s'''
-wal_retrieve_retry_interval = 1s
-`, s.dir, host, port, tenantID, timelineID)
-	f, err := os.OpenFile(filepath.Join(s.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.WriteString(conf)
-	f.Close()
-	sig := filepath.Join(s.data, "standby.signal")
-	if err := os.WriteFile(sig, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := pgtest.ChownToPostgres(sig); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(s.dir, "standby.log"))
-			t.Logf("standby log tail:\n%s", harness.Tail(string(b), 30))
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		c.run.Cmd(ctx, "pg_ctl", "-D", s.data, "-m", "immediate", "-w", "stop").Run()
-	})
-	c.run.Run(t, "pg_ctl", "-D", s.data, "-l", filepath.Join(s.dir, "standby.log"), "-w", "-t", "90", "start")
-	return s
-}
-
-func (s *standby) query(t *testing.T, sql string) string {
-	t.Helper()
-	return strings.TrimSpace(s.pg.Run(t, "psql", "-XAtq", "-h", s.dir, "-p", strconv.Itoa(s.port), "-U", "postgres", "-d", "postgres", "-c", sql))
-}
-
-func (s *standby) waitReplay(t *testing.T, lsn proto.LSN) {
-	t.Helper()
-	harness.WaitFor(t, 120*time.Second, "standby replay to reach "+lsn.String(), func() bool {
-		out, err := s.pg.Cmd(context.Background(), "psql", "-XAtq", "-h", s.dir, "-p", strconv.Itoa(s.port), "-U", "postgres",
-			"-d", "postgres", "-c", "select pg_last_wal_replay_lsn() >= '"+lsn.String()+"'::pg_lsn").Output()
-		return err == nil && strings.TrimSpace(string(out)) == "t"
-	})
+// startStandby starts a hot standby, a base backup of the primary, that
+// streams from sk as application_name standby1.
+func (c *cluster) startStandby(sk *harness.Safekeeper) *pgtest.Cluster {
+	c.t.Helper()
+	return harness.StartStandby(c.t, c.pg, sk, harness.StandbyOptions{Tenant: tenantID.String(), Timeline: timelineID.String(),
+		Conf: []string{"wal_retrieve_retry_interval = 1s"}})
 }
 
 func TestMain(m *testing.M) { harness.Main(m) }

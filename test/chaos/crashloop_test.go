@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/safekeeper/safekeeper/test/harness"
-	"github.com/safekeeper/safekeeper/test/pgtest"
 )
 
 // fault is one kind of fault the crash loop injects.
@@ -122,9 +121,9 @@ func crashLoop(t *testing.T, d time.Duration, proxies bool, kinds ...fault) {
 
 	final := c.finish()
 	sb := c.standby
-	sb.waitReplay(t, final)
+	sb.WaitReplay(t, final.String(), replayTimeout)
 	onPrimary := b.check(t, "primary", func(sql string) string { return c.pg.Exec(t, sql) }, acked)
-	onStandby := b.check(t, "standby fed by safekeeper 1", func(sql string) string { return sb.query(t, sql) }, acked)
+	onStandby := b.check(t, "standby fed by safekeeper 1", func(sql string) string { return sb.Exec(t, sql) }, acked)
 	if onPrimary != onStandby {
 		t.Errorf("standby %q, primary %q", onStandby, onPrimary)
 	}
@@ -187,19 +186,19 @@ func (c *cluster) loseThePrimary() {
 	}
 	end := lsnOf(t, out)
 	sb := c.standby
-	sb.waitReplay(t, end)
-	c.run.Run(t, "pg_ctl", "-D", sb.data, "-w", "-t", "60", "promote")
+	sb.WaitReplay(t, end.String(), replayTimeout)
+	sb.Promote(t)
 	harness.WaitFor(t, 60*time.Second, "the promoted standby to leave recovery", func() bool {
-		return sb.query(t, "select pg_is_in_recovery()") == "f"
+		return sb.Exec(t, "select pg_is_in_recovery()") == "f"
 	})
-	sb.query(t, "alter system set synchronous_standby_names = 'proposer'")
-	sb.query(t, "select pg_reload_conf()")
-	c.pg = &pgtest.Cluster{Dir: sb.dir, DataDir: sb.data, SocketDir: sb.dir, Port: sb.port, Bin: c.run.Bin, WALSegSize: c.run.WALSegSize}
-	c.bank.host.Store(&sb.dir)
+	sb.Exec(t, "alter system set synchronous_standby_names = 'proposer'")
+	sb.Exec(t, "select pg_reload_conf()")
+	c.pg = sb
+	c.bank.host.Store(&sb.SocketDir)
 	c.prop = c.startProposer("proposer", "proposer")
 	c.waitSyncStandby("proposer")
 	c.standby = c.startStandby(c.sks[0])
 	c.promoted = true
 	t.Logf("%v: lost the primary (kill -9 with the proposer); synced at %s; the standby is the primary now (PostgreSQL timeline %s), protected on the same safekeepers; a new standby follows it",
-		time.Since(c.started).Round(time.Millisecond), end, sb.query(t, "select substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"))
+		time.Since(c.started).Round(time.Millisecond), end, sb.Exec(t, "select substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"))
 }

@@ -91,7 +91,7 @@ func TestDiskStaysBoundedWithStandbysReading(t *testing.T) {
 	}
 
 	// Both readers kept up, so they were never cut off.
-	sb.waitReplay(t, end)
+	sb.WaitReplay(t, end.String(), replayTimeout)
 	recv.waitSegment(t, end-seg)
 
 	// Resuming at a retained LSN is served; below it, 58P01 naming it.
@@ -115,9 +115,9 @@ func TestDiskStaysBoundedWithStandbysReading(t *testing.T) {
 	}
 	// The transfers acknowledged after end reach the standby too: wait
 	// for it to replay the primary's WAL as of the workers' stop.
-	sb.waitReplay(t, c.flushLSN())
+	sb.WaitReplay(t, c.flushLSN().String(), replayTimeout)
 	acked, _ := b.snapshot()
-	b.check(t, "standby fed by safekeeper 1", func(sql string) string { return sb.query(t, sql) }, acked)
+	b.check(t, "standby fed by safekeeper 1", func(sql string) string { return sb.Exec(t, sql) }, acked)
 	// A standby and pg_receivewal under load report nothing past the WAL.
 	for i, sk := range c.sks {
 		if strings.Contains(sk.Log(), "reported a position past") {

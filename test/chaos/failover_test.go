@@ -64,27 +64,26 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	}
 
 	// The standby replays to it and is promoted.
-	next.waitReplay(t, end)
-	c.pg.Run(t, "pg_ctl", "-D", next.data, "-w", "-t", "60", "promote")
+	next.WaitReplay(t, end.String(), replayTimeout)
+	next.Promote(t)
 	harness.WaitFor(t, 60*time.Second, "the promoted standby to leave recovery", func() bool {
-		return next.query(t, "select pg_is_in_recovery()") == "f"
+		return next.Exec(t, "select pg_is_in_recovery()") == "f"
 	})
-	if tli := next.query(t, "select substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"); tli != "00000002" {
+	if tli := next.Exec(t, "select substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"); tli != "00000002" {
 		t.Fatalf("promoted server on timeline %s, want 2", tli)
 	}
-	next.query(t, "alter system set synchronous_standby_names = 'proposer'")
-	next.query(t, "select pg_reload_conf()")
+	next.Exec(t, "alter system set synchronous_standby_names = 'proposer'")
+	next.Exec(t, "select pg_reload_conf()")
 
 	// A proposer protects the new primary on the same safekeepers.
-	np := &pgtest.Cluster{Dir: next.dir, DataDir: next.data, SocketDir: next.dir, Port: next.port, Bin: c.pg.Bin, WALSegSize: c.pg.WALSegSize}
 	prop := harness.StartProcess(t, "proposer2", "--log-level", "debug", "propose",
-		"--upstream", np.ConnString(),
+		"--upstream", next.ConnString(),
 		"--safekeepers", c.proposerAddrs(), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
 		"--slot", "proposer", "--application-name", "proposer", "--buffer-size", "1MiB")
 	c.prop = prop
 	harness.WaitFor(t, 90*time.Second, "the proposer streaming as the new primary's synchronous standby", func() bool {
 		c.checkProposerAlive()
-		out, err := np.Query(context.Background(), "SELECT state || '/' || sync_state FROM pg_stat_replication WHERE application_name = 'proposer'")
+		out, err := next.Query(context.Background(), "SELECT state || '/' || sync_state FROM pg_stat_replication WHERE application_name = 'proposer'")
 		return err == nil && out == "streaming/sync"
 	})
 	// Safekeeper 3 returns below the switch point: the proposer catches it
@@ -94,7 +93,7 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	// would answer that a timeline 2 segment has been removed).
 	c.sks[2].Start()
 
-	b2 := &bank{t: t, pg: np, stop: make(chan struct{}), acked: map[int64]proto.LSN{}}
+	b2 := &bank{t: t, pg: next, stop: make(chan struct{}), acked: map[int64]proto.LSN{}}
 	b2.ctx, b2.hard = context.WithCancel(context.Background())
 	t.Cleanup(func() { b2.halt(0) })
 	b2.next.Store(b.next.Load() + 1_000_000)
@@ -102,7 +101,7 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	c.waitAcked(b2, 300, "on the promoted primary")
 
 	// The safekeepers switched to timeline 2, with the new primary's history.
-	history := next.query(t, "select pg_read_file('pg_wal/00000002.history')")
+	history := next.Exec(t, "select pg_read_file('pg_wal/00000002.history')")
 	for i, sk := range c.sks {
 		row := statusRow(t, sk.Addr)
 		if row["pg_timeline"] != "2" {
@@ -142,18 +141,18 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 
 	b2.stopAndReport()
 	acked2, _ := b2.snapshot()
-	final := lsnOf(t, next.query(t, "select pg_current_wal_flush_lsn()"))
+	final := lsnOf(t, next.Exec(t, "select pg_current_wal_flush_lsn()"))
 	c.waitCommitted(final, 60*time.Second)
 	if log := prop.Log(); !strings.Contains(log, "catching up from a second replication stream") ||
 		strings.Contains(log, "the primary no longer has the WAL a safekeeper needs") {
 		t.Errorf("safekeeper 3 below the switch point: want a catch-up from the new primary, which holds timeline 1's WAL, and no peer catch-up:\n%s",
 			harness.LastLine(log, "trying a peer safekeeper")+"\n"+harness.LastLine(log, "catching up"))
 	}
-	follower.waitReplay(t, final)
-	if tli := follower.query(t, "select received_tli from pg_stat_wal_receiver"); tli != "2" {
+	follower.WaitReplay(t, final.String(), replayTimeout)
+	if tli := follower.Exec(t, "select received_tli from pg_stat_wal_receiver"); tli != "2" {
 		t.Errorf("the second standby receives timeline %s, want 2", tli)
 	}
-	query := func(s *standby) func(string) string { return func(sql string) string { return s.query(t, sql) } }
+	query := func(s *pgtest.Cluster) func(string) string { return func(sql string) string { return s.Exec(t, sql) } }
 	b.check(t, "promoted primary (first primary's transfers)", query(next), acked1)
 	b2.check(t, "promoted primary (its own transfers)", query(next), acked2)
 	b.check(t, "second standby (first primary's transfers)", query(follower), acked1)
@@ -173,7 +172,7 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	if err := prop.Stop(30 * time.Second); err != nil {
 		t.Errorf("proposer exit: %v", err)
 	}
-	next.query(t, "select pg_switch_wal()")
+	next.Exec(t, "select pg_switch_wal()")
 	sk := c.sks[0]
 	if err := sk.Stop(30 * time.Second); err != nil {
 		t.Fatal(err)
@@ -193,7 +192,7 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 			continue
 		}
 		if tli == 2 {
-			theirs, err := os.ReadFile(filepath.Join(next.data, "pg_wal", name))
+			theirs, err := os.ReadFile(filepath.Join(next.WALDir(), name))
 			if err != nil || !bytes.Equal(mine, theirs) {
 				t.Errorf("segment %s: differs from the promoted primary's (%v)", name, err)
 			}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,10 +30,25 @@ func TestRestoreFromSafekeepersLosesNothing(t *testing.T) {
 	c := startCluster(t, options{})
 	b := newBank(t, c.pg)
 
+	// The restore: wal fetch will be the only WAL source. PostgreSQL runs
+	// it as its own user, so it gets a copy of the binary it can execute,
+	// here, where it logs too.
 	restore := pgtest.Dir(t, "restore-")
-	data := filepath.Join(restore, "data")
-	c.pg.Run(t, "pg_basebackup", "-h", c.pg.SocketDir, "-p", strconv.Itoa(c.pg.Port), "-U", "postgres", "-D", data, "-X", "none", "-c", "fast")
+	bin := filepath.Join(restore, "safekeeper")
+	copyExecutable(t, harness.Binary(t), bin)
+	logFile := filepath.Join(restore, "fetch.log")
+	var addrs []string
+	for _, sk := range c.sks {
+		addrs = append(addrs, sk.Addr)
+	}
+	restored := c.pg.BaseBackup(t, pgtest.BackupOptions{Signal: pgtest.RecoverySignal, NoWAL: true, Conf: []string{
+		fmt.Sprintf("restore_command = '%s --log-level debug wal fetch --safekeepers %s --tenant-id %s --timeline-id %s %%f %%p 2>>%s'",
+			bin, strings.Join(addrs, ","), tenantID, timelineID, logFile)}})
 	backupEnd := c.flushLSN()
+	// -X none leaves pg_wal empty: recovery can only read what it fetches.
+	if ents, _ := os.ReadDir(filepath.Join(restored.DataDir, "pg_wal")); len(ents) > 1 { // archive_status/
+		t.Fatalf("the base backup brought WAL of its own: %d entries in pg_wal", len(ents))
+	}
 
 	b.start(6, rng)
 	// Several segments past the backup (1 MiB each), so recovery fetches
@@ -58,52 +72,16 @@ func TestRestoreFromSafekeepersLosesNothing(t *testing.T) {
 	t.Logf("host lost: %d acknowledged transfers, the last one's commit record above %s; highest commit_lsn on the safekeepers %s (%s)",
 		len(acked), hi, commit, map[bool]string{true: "lagging: wal fetch must settle the end", false: "covering them"}[commit <= hi])
 
-	// The restore: wal fetch is the only WAL source. PostgreSQL runs it as
-	// its own user, so it gets a copy of the binary it can execute.
-	bin := filepath.Join(restore, "safekeeper")
-	copyExecutable(t, harness.Binary(t), bin)
-	var addrs []string
-	for _, sk := range c.sks {
-		addrs = append(addrs, sk.Addr)
-	}
-	port := pgtest.Port // the primary's settings came with the backup: a socket only, here in restore
-	logFile := filepath.Join(restore, "fetch.log")
-	conf := fmt.Sprintf(`
-unix_socket_directories = '%s'
-synchronous_standby_names = ''
-restore_command = '%s --log-level debug wal fetch --safekeepers %s --tenant-id %s --timeline-id %s %%f %%p 2>>%s'
-`, restore, bin, strings.Join(addrs, ","), tenantID, timelineID, logFile)
-	appendFile(t, filepath.Join(data, "postgresql.conf"), conf)
-	// -X none leaves pg_wal empty: recovery can only read what it fetches.
-	if ents, _ := os.ReadDir(filepath.Join(data, "pg_wal")); len(ents) > 1 { // archive_status/
-		t.Fatalf("the base backup brought WAL of its own: %d entries in pg_wal", len(ents))
-	}
-	sig := filepath.Join(data, "recovery.signal")
-	if err := os.WriteFile(sig, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := pgtest.ChownToPostgres(sig); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, f := range []string{"server.log", "fetch.log"} {
-				b, _ := os.ReadFile(filepath.Join(restore, f))
-				t.Logf("%s tail:\n%s", f, harness.Tail(string(b), 40))
-			}
+			t.Logf("fetch.log tail:\n%s", harness.TailFile(logFile, 40))
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		c.pg.Cmd(ctx, "pg_ctl", "-D", data, "-m", "immediate", "-w", "stop").Run()
 	})
-	c.pg.Run(t, "pg_ctl", "-D", data, "-l", filepath.Join(restore, "server.log"), "-w", "-t", "180", "start")
-	query := func(sql string) string {
-		return strings.TrimSpace(c.pg.Run(t, "psql", "-XAtq", "-h", restore, "-p", strconv.Itoa(port), "-U", "postgres", "-d", "postgres", "-c", sql))
-	}
+	restored.Start(t)
+	query := func(sql string) string { return restored.Exec(t, sql) }
 	harness.WaitFor(t, 120*time.Second, "the restored server to finish recovery and promote", func() bool {
-		out, err := c.pg.Cmd(context.Background(), "psql", "-XAtq", "-h", restore, "-p", strconv.Itoa(port), "-U", "postgres",
-			"-d", "postgres", "-c", "select pg_is_in_recovery()").Output()
-		return err == nil && strings.TrimSpace(string(out)) == "f"
+		out, err := restored.Query(context.Background(), "select pg_is_in_recovery()")
+		return err == nil && out == "f"
 	})
 	b.check(t, "restored from the safekeepers", query, acked)
 	if tli := query("select timeline_id from pg_control_checkpoint()"); tli == "1" {
@@ -139,18 +117,6 @@ func copyExecutable(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(to, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func appendFile(t *testing.T, path, s string) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString(s); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -77,9 +77,9 @@ func TestProposerKill9NewTermNoAckedWALLost(t *testing.T) {
 	b.stopAndReport()
 	acked, _ := b.snapshot()
 	final := c.finish()
-	sb.waitReplay(t, final)
+	sb.WaitReplay(t, final.String(), replayTimeout)
 	onPrimary := b.check(t, "primary", func(sql string) string { return c.pg.Exec(t, sql) }, acked)
-	onStandby := b.check(t, "standby fed by safekeeper 2", func(sql string) string { return sb.query(t, sql) }, acked)
+	onStandby := b.check(t, "standby fed by safekeeper 2", func(sql string) string { return sb.Exec(t, sql) }, acked)
 	if onPrimary != onStandby {
 		t.Errorf("standby %q, primary %q", onStandby, onPrimary)
 	}

@@ -6,17 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/safekeeper/safekeeper/server/httpapi"
 	"github.com/safekeeper/safekeeper/test/harness"
-	"github.com/safekeeper/safekeeper/test/pgtest"
 )
 
 // shown is GET /v1/tenant/{t}/timeline/{tl} (and `timeline show --json`).
@@ -44,41 +40,14 @@ func TestTimelineShowMatchesPgStatReplication(t *testing.T) {
 	}
 
 	// A hot standby from a base backup, streaming from safekeeper 1.
-	dir := pgtest.Dir(t, "showtest-")
-	data, port := filepath.Join(dir, "data"), pgtest.Port // a socket in dir only, as the primary's settings say
-	c.pg.Run(t, "pg_basebackup", "-h", c.pg.SocketDir, "-p", strconv.Itoa(c.pg.Port), "-U", "postgres", "-D", data, "-X", "stream", "-c", "fast")
-	host, skPort, _ := strings.Cut(sk.Addr, ":")
-	conf := fmt.Sprintf(`
-unix_socket_directories = '%s'
-hot_standby = on
-hot_standby_feedback = on
-wal_receiver_status_interval = 1s
-synchronous_standby_names = ''
-primary_conninfo = 'host=%s port=%s user=postgres application_name=standby1 options=''-c tenant_id=%s -c timeline_id=%s'''
-`, dir, host, skPort, tenantID, timelineID)
-	f, err := os.OpenFile(filepath.Join(data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.WriteString(conf)
-	f.Close()
-	c.pg.Run(t, "touch", filepath.Join(data, "standby.signal"))
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(dir, "standby.log"))
-			t.Logf("standby log:\n%s", harness.Tail(string(b), 30))
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		c.pg.Cmd(ctx, "pg_ctl", "-D", data, "-m", "immediate", "-w", "stop").Run()
-	})
-	c.pg.Run(t, "pg_ctl", "-D", data, "-l", filepath.Join(dir, "standby.log"), "-w", "-t", "90", "start")
+	sb := harness.StartStandby(t, c.pg, sk, harness.StandbyOptions{Tenant: tenantID.String(), Timeline: timelineID.String(),
+		Conf: []string{"hot_standby_feedback = on", "wal_receiver_status_interval = 1s"}})
 	standby := func(sql string) string {
-		out, err := c.pg.Cmd(context.Background(), "psql", "-XAtq", "-h", dir, "-p", strconv.Itoa(port), "-U", "postgres", "-d", "postgres", "-c", sql).Output()
+		out, err := sb.Query(context.Background(), sql)
 		if err != nil {
 			return ""
 		}
-		return strings.TrimSpace(string(out))
+		return out
 	}
 	show := func() shown {
 		t.Helper()

@@ -120,33 +120,11 @@ func TestTLSEndToEnd(t *testing.T) {
 	}
 
 	// A hot standby whose primary_conninfo verifies the safekeeper.
-	sdir := pgtest.Dir(t, "tlsstandby-")
-	data, sport := filepath.Join(sdir, "data"), pgtest.Port // a socket in sdir only, as the primary's settings say
-	pg.Run(t, "pg_basebackup", "-h", pg.SocketDir, "-p", strconv.Itoa(pg.Port), "-U", "postgres", "-D", data, "-X", "stream", "-c", "fast")
-	conf := fmt.Sprintf("\nunix_socket_directories = '%s'\nhot_standby = on\nsynchronous_standby_names = ''\n"+
-		"primary_conninfo = 'host=%s port=%s user=postgres application_name=standby1 sslmode=verify-full sslrootcert=%s %s password=%s options=''%s'''\n",
-		sdir, host, port, ca.CertFile, noClient, tenantTok, options)
-	f, err := os.OpenFile(filepath.Join(data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.WriteString(conf)
-	f.Close()
-	pg.Run(t, "touch", filepath.Join(data, "standby.signal"))
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(sdir, "standby.log"))
-			t.Logf("standby log:\n%s", harness.Tail(string(b), 30))
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		pg.Cmd(ctx, "pg_ctl", "-D", data, "-m", "immediate", "-w", "stop").Run()
-	})
-	pg.Run(t, "pg_ctl", "-D", data, "-l", filepath.Join(sdir, "standby.log"), "-w", "-t", "90", "start")
+	sb := harness.StartStandby(t, pg, sks[0], harness.StandbyOptions{Tenant: tenantID.String(), Timeline: timelineID.String(),
+		ConnString: fmt.Sprintf("sslmode=verify-full sslrootcert=%s %s password=%s", ca.CertFile, noClient, tenantTok)})
 	standbyHas := func(n int) bool {
-		out, err := pg.Cmd(context.Background(), "psql", "-XAtq", "-h", sdir, "-p", strconv.Itoa(sport), "-U", "postgres", "-d", "postgres",
-			"-c", "SELECT count(*) FROM t").Output()
-		return err == nil && strings.TrimSpace(string(out)) == strconv.Itoa(n)
+		out, err := sb.Query(context.Background(), "SELECT count(*) FROM t")
+		return err == nil && out == strconv.Itoa(n)
 	}
 	harness.WaitFor(t, 90*time.Second, "the standby to replay over TLS", func() bool { return standbyHas(1) })
 

@@ -26,6 +26,9 @@
 //     listens, held by a bound socket that never listens.
 //   - Other subcommands (StartProcess): `safekeeper propose`, for one, with
 //     the same Kill/Stop/Log and Exited for its exit code.
+//   - A hot standby fed by a safekeeper (StartStandby): a copy of a
+//     test/pgtest primary whose primary_conninfo is a safekeeper
+//     (Safekeeper.ConnString names the timeline in the startup options).
 //   - Network faults (StartProxy): a TCP proxy between a client and one
 //     target. Cut resets every open connection; Partition also refuses
 //     (Refuse, an RST) or holds (Blackhole, a dropped route) new ones until
@@ -52,6 +55,7 @@
 // operator runs, the binary and its flags, signals and exit codes, not the
 // packages behind it; and every such test needs the same careful parts
 // (ports the servers bind themselves, no fixed sleeps, cleanup on
-// failure, faults that look like real ones). The package imports nothing
-// from this module; it knows the binary only by its command line.
+// failure, faults that look like real ones). Of this module it imports
+// only test/pgtest, for the PostgreSQL servers around our processes; it
+// knows the binary only by its command line.
 package harness

@@ -367,3 +367,13 @@ func Context(t testing.TB, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// ConnString returns a libpq connection string for sk's
+// PostgreSQL-protocol listener that names timeline tenant/timeline in its
+// startup options (-c tenant_id, -c timeline_id), as a reader of the
+// timeline's WAL gives it: a standby's primary_conninfo, pg_receivewal's
+// -d. Append keywords such as application_name as needed.
+func (sk *Safekeeper) ConnString(tenant, timeline string) string {
+	host, port, _ := strings.Cut(sk.Addr, ":")
+	return fmt.Sprintf("host=%s port=%s user=postgres options='-c tenant_id=%s -c timeline_id=%s'", host, port, tenant, timeline)
+}

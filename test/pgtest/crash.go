@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -81,13 +80,7 @@ func (c *Cluster) Kill(t testing.TB) {
 func (c *Cluster) Restart(t testing.TB) {
 	t.Helper()
 	c.stop(t)
-	c.stopOnce = sync.Once{}
-	out, err := c.run(pgctlTimeout, "pg_ctl", "-D", c.DataDir, "-l", c.LogFile,
-		"-w", "-t", strconv.Itoa(int(pgctlTimeout/time.Second)-10), "start")
-	if err != nil {
-		c.logTail(t)
-		t.Fatalf("pgtest: pg_ctl start (restart): %v\n%s", err, out)
-	}
+	c.Start(t)
 }
 
 // children returns the pids whose parent is pid (from /proc).

@@ -7,6 +7,14 @@
 // test fails). It also finds the PostgreSQL 15
 // binaries (pg_waldump, psql, ...) for tests that only need a tool.
 //
+// A cluster's copies are clusters too (BaseBackup, StartStandby):
+// pg_basebackup into a private directory of their own, the source's
+// settings with their own socket and no TCP address, a primary_conninfo to
+// stream from (the source, or a safekeeper: test/harness's StartStandby
+// builds that one), a slot, a standby.signal or recovery.signal; then
+// Start, Shutdown, Promote and WaitReplay, and the same Query, Kill,
+// Restart and cleanup as the cluster they were copied from.
+//
 // The boundary sits here so that the WAL decoder's oracle tests, the
 // proposer's tests and the end-to-end harness share one careful
 // implementation of the fiddly parts: PostgreSQL refuses to run as root (when
@@ -20,7 +28,8 @@
 // socket file. It imports nothing from this module.
 //
 // Lifecycle: Start → Exec/Query/ConnString … → (Stop, or automatic at
-// cleanup). On a failed test the tail of the server log is logged.
+// cleanup); a copy: BaseBackup → Start (or StartStandby) → … → the same
+// cleanup. On a failed test the tail of each server log is logged.
 //
 // Binaries are looked up in $PG_BINDIR, then `pg_config --bindir` (only when
 // it reports PostgreSQL 15), then /usr/lib/postgresql/15/bin.

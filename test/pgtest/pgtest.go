@@ -25,6 +25,11 @@ const (
 	initdbTimeout = 120 * time.Second
 	pgctlTimeout  = 90 * time.Second
 	psqlTimeout   = 60 * time.Second
+	// startTimeout bounds pg_ctl start: a copy's recovery (BaseBackup)
+	// may fetch WAL through restore_command before it is consistent.
+	startTimeout = 190 * time.Second
+	// backupTimeout bounds pg_basebackup (a benchmark copies gigabytes).
+	backupTimeout = 10 * time.Minute
 )
 
 // Port is the port number of every cluster Start makes without
@@ -139,6 +144,42 @@ func Start(t testing.TB, opts Options) *Cluster {
 		t.Fatalf("pgtest: WALSegSizeMB %d is not a power of two in 1..1024", segMB)
 	}
 
+	c := newCluster(t, bin, uint64(segMB)<<20)
+
+	args := []string{"-D", c.DataDir, "-U", "postgres", "--auth=trust", "-E", "UTF8",
+		"--locale=C", "--no-sync", "--wal-segsize=" + strconv.Itoa(segMB)}
+	if out, err := c.run(initdbTimeout, "initdb", args...); err != nil {
+		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+	}
+
+	for attempt := 1; ; attempt++ {
+		if opts.TCP {
+			c.Port = pickPort()
+		}
+		if err := c.writeConf(opts); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		logFrom := fileSize(c.LogFile)
+		out, err := c.pgctlStart()
+		if err == nil {
+			return c
+		}
+		// PostgreSQL's words when it could bind none of listen_addresses.
+		if opts.TCP && attempt < tcpAttempts && strings.Contains(readFrom(c.LogFile, logFrom), "could not create any TCP/IP sockets") {
+			t.Logf("pgtest: port %d is in use; trying another", c.Port)
+			continue
+		}
+		c.logTail(t)
+		t.Fatalf("pgtest: pg_ctl start: %v\n%s", err, out)
+	}
+}
+
+// newCluster makes the private directory of a new cluster (its data
+// directory not yet made) and registers the cleanup that stops the server
+// and removes the directory, logging the server log's tail first if the
+// test failed.
+func newCluster(t testing.TB, bin string, walSegSize uint64) *Cluster {
+	t.Helper()
 	// Our own MkdirTemp rather than t.TempDir: t.TempDir's parent is 0700
 	// and owned by root, which the postgres user could not traverse.
 	dir, err := os.MkdirTemp("", "pgtest-")
@@ -152,7 +193,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		LogFile:    filepath.Join(dir, "server.log"),
 		Port:       Port,
 		Bin:        bin,
-		WALSegSize: uint64(segMB) << 20,
+		WALSegSize: walSegSize,
 		asPostgres: os.Geteuid() == 0,
 	}
 	t.Cleanup(func() {
@@ -172,34 +213,14 @@ func Start(t testing.TB, opts Options) *Cluster {
 			t.Fatalf("pgtest: running as root and %v", err)
 		}
 	}
+	return c
+}
 
-	args := []string{"-D", c.DataDir, "-U", "postgres", "--auth=trust", "-E", "UTF8",
-		"--locale=C", "--no-sync", "--wal-segsize=" + strconv.Itoa(segMB)}
-	if out, err := c.run(initdbTimeout, "initdb", args...); err != nil {
-		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
-	}
-
-	for attempt := 1; ; attempt++ {
-		if opts.TCP {
-			c.Port = pickPort()
-		}
-		if err := c.writeConf(opts); err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-		logFrom := fileSize(c.LogFile)
-		out, err := c.run(pgctlTimeout, "pg_ctl", "-D", c.DataDir, "-l", c.LogFile,
-			"-w", "-t", strconv.Itoa(int(pgctlTimeout/time.Second)-10), "start")
-		if err == nil {
-			return c
-		}
-		// PostgreSQL's words when it could bind none of listen_addresses.
-		if opts.TCP && attempt < tcpAttempts && strings.Contains(readFrom(c.LogFile, logFrom), "could not create any TCP/IP sockets") {
-			t.Logf("pgtest: port %d is in use; trying another", c.Port)
-			continue
-		}
-		c.logTail(t)
-		t.Fatalf("pgtest: pg_ctl start: %v\n%s", err, out)
-	}
+// pgctlStart runs pg_ctl start -w: it returns once the server accepts
+// connections (a standby: once it has reached a consistent state).
+func (c *Cluster) pgctlStart() ([]byte, error) {
+	return c.run(startTimeout, "pg_ctl", "-D", c.DataDir, "-l", c.LogFile,
+		"-w", "-t", strconv.Itoa(int(startTimeout/time.Second)-10), "start")
 }
 
 // pickPort chooses the TCP port of a start with Options.TCP (a variable
@@ -282,14 +303,8 @@ func (c *Cluster) writeConf(opts Options) error {
 		"log_min_messages = warning",
 	}
 	lines = append(lines, opts.Conf...)
-	inc := filepath.Join(c.DataDir, "pgtest.conf")
-	if err := os.WriteFile(inc, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+	if err := c.writeOwned(filepath.Join(c.DataDir, "pgtest.conf"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		return err
-	}
-	if c.asPostgres {
-		if err := chownToPostgres(inc); err != nil {
-			return err
-		}
 	}
 	main := filepath.Join(c.DataDir, "postgresql.conf")
 	b, err := os.ReadFile(main)
@@ -298,15 +313,18 @@ func (c *Cluster) writeConf(opts Options) error {
 	}
 	const incLine = "include = 'pgtest.conf'\n"
 	if !bytes.Contains(b, []byte(incLine)) {
-		f, err := os.OpenFile(main, os.O_APPEND|os.O_WRONLY, 0)
-		if err != nil {
-			return err
-		}
-		_, err = f.WriteString("\n" + incLine)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
+		return appendFile(main, "\n"+incLine)
+	}
+	return nil
+}
+
+// writeOwned writes a file the server reads, owned by the user it runs as.
+func (c *Cluster) writeOwned(path string, data []byte, mode os.FileMode) error {
+	if err := os.WriteFile(path, data, mode); err != nil {
 		return err
+	}
+	if c.asPostgres {
+		return chownToPostgres(path)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestStartExecAndCleanup(t *testing.T) {
@@ -178,5 +179,82 @@ func TestRandomPortOutsideEphemeralRange(t *testing.T) {
 		if p := randomPort(); p < 1024 || p > 65535 || (p >= lo && p <= hi) {
 			t.Fatalf("randomPort() = %d; ephemeral range %d-%d", p, lo, hi)
 		}
+	}
+}
+
+// TestBaseBackupCopies: StartStandby makes a hot standby in a directory of
+// its own, on its own socket and no TCP address, streaming from its
+// primary_conninfo (quoted for postgresql.conf: a value with a quote and a
+// backslash arrives whole) through the slot it made; it replays, answers
+// read-only queries, stops cleanly and starts again, and Promote makes it
+// a primary on timeline 2. A RecoverySignal copy without WAL recovers
+// from restore_command alone and promotes itself at the end of it. Each
+// copy's directory is gone after its test.
+func TestBaseBackupCopies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	pg := Start(t, Options{WALSegSizeMB: 1, TCP: true})
+	pg.Exec(t, "CREATE TABLE b(i int); INSERT INTO b VALUES (1)")
+	var dirs []string
+	t.Run("standby", func(t *testing.T) {
+		const app = `it's a \ standby`
+		sb := pg.StartStandby(t, BackupOptions{
+			PrimaryConninfo: pg.ConnString() + ` application_name='it\'s a \\ standby'`,
+			Slot:            "copy_slot",
+			Conf:            []string{"wal_receiver_status_interval = 1s"},
+		})
+		dirs = append(dirs, sb.Dir)
+		if sb.Dir == pg.Dir || sb.SocketDir != sb.Dir || sb.Port != Port {
+			t.Fatalf("the copy's directory %s, socket %s:%d; the primary's %s", sb.Dir, sb.SocketDir, sb.Port, pg.Dir)
+		}
+		if got := sb.Exec(t, "SELECT pg_is_in_recovery(), current_setting('listen_addresses'), current_setting('hot_standby'), current_setting('wal_receiver_status_interval')"); got != "t||on|1s" {
+			t.Fatalf("the standby: %q, want in recovery, no TCP address, hot_standby on and the extra Conf line", got)
+		}
+		pg.Exec(t, "INSERT INTO b VALUES (2)")
+		flush := pg.Exec(t, "SELECT pg_current_wal_flush_lsn()")
+		sb.WaitReplay(t, flush, 60*time.Second)
+		if got := sb.Exec(t, "SELECT sum(i) FROM b"); got != "3" {
+			t.Fatalf("the standby after replay: sum %q, want 3", got)
+		}
+		if got := pg.Exec(t, "SELECT application_name || '|' || state FROM pg_stat_replication"); got != app+"|streaming" {
+			t.Fatalf("pg_stat_replication on the primary: %q, want %q streaming", got, app)
+		}
+		if got := pg.Exec(t, "SELECT active FROM pg_replication_slots WHERE slot_name = 'copy_slot'"); got != "t" {
+			t.Fatalf("the copy's slot on the primary: active %q", got)
+		}
+		sb.Shutdown(t)
+		if _, err := sb.Query(context.Background(), "SELECT 1"); err == nil {
+			t.Fatal("the standby answers after Shutdown")
+		}
+		sb.Start(t)
+		sb.Promote(t)
+		// The timeline of the WAL it writes (its end-of-recovery
+		// checkpoint, which pg_control shows, may come later).
+		if got := sb.Exec(t, "SELECT pg_is_in_recovery(); INSERT INTO b VALUES (4); SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"); got != "f\n00000002" {
+			t.Fatalf("after Promote: %q, want out of recovery on timeline 2", got)
+		}
+	})
+	t.Run("recovery from restore_command", func(t *testing.T) {
+		pg.Exec(t, "SELECT pg_switch_wal()")
+		cp := pg.BaseBackup(t, BackupOptions{Signal: RecoverySignal, NoWAL: true,
+			Conf: []string{"restore_command = 'cp " + pg.WALDir() + "/%f %p'"}})
+		dirs = append(dirs, cp.Dir)
+		if ents, err := os.ReadDir(filepath.Join(cp.DataDir, "pg_wal")); err != nil || len(ents) > 1 { // archive_status/
+			t.Fatalf("NoWAL: %d entries in the copy's pg_wal (%v)", len(ents), err)
+		}
+		pg.Exec(t, "INSERT INTO b VALUES (8); SELECT pg_switch_wal()")
+		cp.Start(t)
+		waitFor(t, 60*time.Second, "the recovered copy out of recovery with every row the primary switched out", func() bool {
+			return cp.Exec(t, "SELECT pg_is_in_recovery()::text || ' ' || (SELECT sum(i) FROM b)") == "false 11"
+		})
+	})
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("copy directory %s still exists after its test (err=%v)", d, err)
+		}
+	}
+	if len(dirs) != 2 {
+		t.Fatalf("%d copies made, want 2", len(dirs))
 	}
 }

@@ -1,12 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -68,93 +64,36 @@ var (
 type standby struct {
 	b       *bench
 	name    string
-	dir     string
-	dataDir string
-	logFile string
+	pg      *pgtest.Cluster
 	running bool
 }
 
 // newStandby takes a base backup (creating the slot) and configures it; it
-// is not started.
+// is not started. It streams from the primary over TCP; it listens on its
+// own Unix socket only (no TCP port to pick).
 func (b *bench) newStandby(name string) *standby {
-	t := b.t
-	s := &standby{b: b, name: name, dir: pgtest.Dir(t, "bench-e2e-"+name+"-")}
-	s.dataDir = filepath.Join(s.dir, "data")
-	s.logFile = filepath.Join(s.dir, "server.log")
-	t.Cleanup(func() {
-		if s.running {
-			s.pgctl(90*time.Second, "-m", "immediate", "-w", "stop")
-		}
-		if t.Failed() {
-			if tail, err := os.ReadFile(s.logFile); err == nil {
-				t.Logf("standby %s log tail:\n%s", name, harness.Tail(string(tail), 30))
-			}
-		}
-	})
-	out, err := b.runPG(10*time.Minute, "pg_basebackup", "-h", b.pg.SocketDir, "-p", strconv.Itoa(b.pg.Port), "-U", "postgres",
-		"-D", s.dataDir, "-X", "stream", "-c", "fast", "-C", "-S", name)
-	if err != nil {
-		t.Fatalf("pg_basebackup for standby %s: %v\n%s", name, err, out)
-	}
-	// The backup holds the primary's pgtest.conf (included from
-	// postgresql.conf); replace it with the standby's own: its Unix socket
-	// only, in its directory (no TCP port to pick), streaming from the
-	// primary over TCP.
-	conf := []string{
-		"listen_addresses = ''",
-		"port = " + strconv.Itoa(pgtest.Port),
-		"unix_socket_directories = '" + s.dir + "'",
-		"wal_level = replica",
-		"max_wal_senders = 10",
-		"max_replication_slots = 10",
-		"fsync = on",
-		"logging_collector = off",
-		"log_min_messages = warning",
-		"hot_standby = on",
-		fmt.Sprintf("primary_conninfo = '%s application_name=%s'", b.pg.TCPConnString(), name),
-		"primary_slot_name = '" + name + "'",
-	}
-	conf = append(conf, primaryConf...)
-	for name, body := range map[string]string{"pgtest.conf": strings.Join(conf, "\n") + "\n", "standby.signal": ""} {
-		p := filepath.Join(s.dataDir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := pgtest.ChownToPostgres(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return s
-}
-
-func (s *standby) pgctl(timeout time.Duration, args ...string) error {
-	args = append([]string{"-D", s.dataDir, "-l", s.logFile, "-t", strconv.Itoa(int(timeout / time.Second))}, args...)
-	out, err := s.b.runPG(timeout+10*time.Second, "pg_ctl", args...)
-	if err != nil {
-		return fmt.Errorf("standby %s: pg_ctl %s: %v\n%s", s.name, strings.Join(args, " "), err, out)
-	}
-	return nil
+	return &standby{b: b, name: name, pg: b.pg.BaseBackup(b.t, pgtest.BackupOptions{
+		Signal:          pgtest.StandbySignal,
+		PrimaryConninfo: b.pg.TCPConnString() + " application_name=" + name,
+		Slot:            name,
+	})}
 }
 
 func (s *standby) start() {
-	if err := s.pgctl(120*time.Second, "-w", "start"); err != nil {
-		s.b.t.Fatal(err)
-	}
+	s.pg.Start(s.b.t)
 	s.running = true
 }
 
 // stop is a fast shutdown (the standby's shutdown restartpoint is done when
 // it returns, before the next round).
 func (s *standby) stop() {
-	if err := s.pgctl(120*time.Second, "-m", "fast", "-w", "stop"); err != nil {
-		s.b.t.Fatal(err)
-	}
+	s.pg.Shutdown(s.b.t)
 	s.running = false
 	s.b.waitNoWalsender(s.name)
 }
 
 func (s *standby) pid() int {
-	pid, err := postmasterPid(s.dataDir)
+	pid, err := s.pg.Pid()
 	if err != nil {
 		s.b.t.Fatalf("standby %s: %v", s.name, err)
 	}
@@ -163,7 +102,7 @@ func (s *standby) pid() int {
 
 // replayLSN asks the standby how far it replayed.
 func (s *standby) replayLSN(ctx context.Context) (proto.LSN, error) {
-	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable connect_timeout=5", s.dir, pgtest.Port))
+	conn, err := pgx.Connect(ctx, s.pg.ConnString()+" connect_timeout=5")
 	if err != nil {
 		return 0, err
 	}
@@ -173,19 +112,6 @@ func (s *standby) replayLSN(ctx context.Context) (proto.LSN, error) {
 		return 0, err
 	}
 	return proto.ParseLSN(lsn)
-}
-
-func postmasterPid(dataDir string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
-	if err != nil {
-		return 0, err
-	}
-	first, _, _ := bytes.Cut(b, []byte("\n"))
-	pid, err := strconv.Atoi(strings.TrimSpace(string(first)))
-	if err != nil || pid <= 0 {
-		return 0, fmt.Errorf("postmaster.pid: bad pid %q", first)
-	}
-	return pid, nil
 }
 
 // runPG runs a PostgreSQL program as the postgres user (pgtest.Cmd) with a
