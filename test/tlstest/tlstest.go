@@ -1,8 +1,3 @@
-// Package tlstest makes a certificate authority for tests and issues
-// server certificates from it, written as PEM files that PostgreSQL's
-// programs (psql, pg_receivewal, a standby's walreceiver) can read when
-// they run as the postgres user: sslmode=verify-full against a CA the
-// test made, never InsecureSkipVerify: a test that skipped the check would pass with a broken one.
 package tlstest
 
 import (
