@@ -59,8 +59,8 @@ func segmentOf(wal []byte, seg, end proto.LSN) []byte {
 // (exit 1); everything else that fails is exit 126, which stops recovery
 // instead of ending it.
 func TestWALFetchServesRestoreCommand(t *testing.T) {
-	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
-	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
+	sks := harness.StartSafekeepers(t, 3)
+	addrs := harness.Addrs(sks)
 	timeline := proto.ID{0xbb, 1}
 	var ps []*tp
 	for _, sk := range sks {

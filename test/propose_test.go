@@ -22,7 +22,7 @@ import (
 // warning and reconnecting forever.
 func TestProposeRefusedForGoodExitsClearly(t *testing.T) {
 	pg := pgtest.Start(t, pgtest.Options{WALSegSizeMB: 1})
-	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
+	sks := harness.StartSafekeepers(t, 3)
 	// The timeline, created by a test proposer of another cluster (sysID,
 	// 1 MiB segments) on safekeepers 1 and 2; safekeeper 3 does not hold it.
 	gen := xlogtest.NewGenerator(tlStart, segSize, 1, sysID)
@@ -38,10 +38,8 @@ func TestProposeRefusedForGoodExitsClearly(t *testing.T) {
 	// lease check), and, with --proposer-lease 0, in their refusals of the
 	// greeting (each safekeeper is then asked why).
 	for _, lease := range []string{"10s", "0"} {
-		prop := harness.StartProcess(t, "proposer", "propose", "--proposer-lease", lease,
-			"--upstream", pg.ConnString(),
-			"--safekeepers", strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ","),
-			"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String())
+		prop := harness.StartProposer(t, harness.ProposerOptions{Upstream: pg.ConnString(), Safekeepers: harness.Addrs(sks),
+			Tenant: tenant(1).String(), Timeline: proto.ID{0xbb, 1}.String(), Args: []string{"--proposer-lease", lease}})
 		harness.WaitFor(t, 60*time.Second, "the proposer to give up", func() bool {
 			exited, _ := prop.Exited()
 			return exited
@@ -71,13 +69,10 @@ func TestProposeRefusedForGoodExitsClearly(t *testing.T) {
 // down, the WAL it lacks stays on the primary across a checkpoint.
 func TestProposerSlotHoldsWALForALaggingSafekeeper(t *testing.T) {
 	pg := pgtest.Start(t, pgtest.Options{WALSegSizeMB: 1, Conf: []string{"max_wal_size = '32MB'", "min_wal_size = '2MB'"}})
-	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
+	sks := harness.StartSafekeepers(t, 3)
 	tl := proto.ID{0xbb, 7}
-	prop := harness.StartProcess(t, "proposer", "propose",
-		"--upstream", pg.ConnString(),
-		"--safekeepers", strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ","),
-		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String(), "--create",
-		"--slot", "proposer", "--application-name", "proposer")
+	prop := harness.StartProposer(t, harness.ProposerOptions{Upstream: pg.ConnString(), Safekeepers: harness.Addrs(sks),
+		Tenant: tenant(1).String(), Timeline: tl.String(), Create: true, Slot: "proposer", ApplicationName: "proposer"})
 	flushOf := func(sk *harness.Safekeeper) (flush, commit proto.LSN) {
 		_, flush, commit = skTimelineOf(t, sk, tenant(1), tl)
 		return flush, commit
@@ -102,9 +97,7 @@ func TestProposerSlotHoldsWALForALaggingSafekeeper(t *testing.T) {
 		return f[0], l
 	}
 	harness.WaitFor(t, 60*time.Second, "the proposer to stream", func() bool {
-		if exited, code := prop.Exited(); exited {
-			t.Fatalf("proposer exited %d:\n%s", code, prop.Log())
-		}
+		prop.CheckRunning()
 		out, err := pg.Query(t.Context(), "select state from pg_stat_replication where application_name = 'proposer'")
 		return err == nil && out == "streaming"
 	})
@@ -161,8 +154,8 @@ func TestProposerSlotHoldsWALForALaggingSafekeeper(t *testing.T) {
 // it. `timeline create` naming another cluster's system id exits 4.
 func TestMistypedTimelineIDIsRefusedNotCreated(t *testing.T) {
 	pg := pgtest.Start(t, pgtest.Options{WALSegSizeMB: 1})
-	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
-	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
+	sks := harness.StartSafekeepers(t, 3)
+	addrs := harness.Addrs(sks)
 	upstream := pg.ConnString()
 	tl := proto.ID{0xbb, 0x20, 0x01}
 	typo := proto.ID{0xbb, 0x20, 0x01}
@@ -178,13 +171,10 @@ func TestMistypedTimelineIDIsRefusedNotCreated(t *testing.T) {
 		return pg.Exec(t, "select coalesce(string_agg(slot_name, ',' order by slot_name), '') from pg_replication_slots")
 	}
 
-	prop := harness.StartProcess(t, "proposer", "propose", "--upstream", upstream, "--safekeepers", strings.Join(addrs, ","),
-		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String())
+	prop := harness.StartProposer(t, harness.ProposerOptions{Upstream: upstream, Safekeepers: addrs, Tenant: tenant(1).String(), Timeline: tl.String()})
 	app := "proposer_" + tl.String()
 	harness.WaitFor(t, 60*time.Second, "the proposer to stream as "+app, func() bool {
-		if exited, code := prop.Exited(); exited {
-			t.Fatalf("proposer exited %d:\n%s", code, prop.Log())
-		}
+		prop.CheckRunning()
 		out, err := pg.Query(t.Context(), "select state from pg_stat_replication where application_name = '"+app+"'")
 		return err == nil && out == "streaming"
 	})
@@ -212,8 +202,8 @@ func TestMistypedTimelineIDIsRefusedNotCreated(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	mistyped := harness.StartProcess(t, "mistyped", "propose", "--upstream", upstream, "--safekeepers", strings.Join(addrs, ","),
-		"--tenant-id", tenant(1).String(), "--timeline-id", typo.String())
+	mistyped := harness.StartProposer(t, harness.ProposerOptions{Name: "mistyped", Upstream: upstream, Safekeepers: addrs,
+		Tenant: tenant(1).String(), Timeline: typo.String()})
 	harness.WaitFor(t, 30*time.Second, "the mistyped proposer to exit", func() bool {
 		exited, _ := mistyped.Exited()
 		return exited
@@ -258,8 +248,8 @@ func TestMistypedTimelineIDIsRefusedNotCreated(t *testing.T) {
 // election gives the timeline its start, and then it streams from there.
 func TestPgReceiveWALStartedBeforeTheProposerWaitsForIt(t *testing.T) {
 	pg := pgtest.Start(t, pgtest.Options{WALSegSizeMB: 1})
-	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
-	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
+	sks := harness.StartSafekeepers(t, 3)
+	addrs := harness.Addrs(sks)
 	tl := proto.ID{0xbb, 0x21}
 	harness.CreateTimeline(t, pg.ConnString(), addrs, tenant(1).String(), tl.String())
 
@@ -287,8 +277,7 @@ func TestPgReceiveWALStartedBeforeTheProposerWaitsForIt(t *testing.T) {
 	case <-time.After(3 * time.Second):
 	}
 
-	prop := harness.StartProcess(t, "proposer", "propose", "--upstream", pg.ConnString(), "--safekeepers", strings.Join(addrs, ","),
-		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String())
+	prop := harness.StartProposer(t, harness.ProposerOptions{Upstream: pg.ConnString(), Safekeepers: addrs, Tenant: tenant(1).String(), Timeline: tl.String()})
 	start := proto.LSN(0)
 	harness.WaitFor(t, 60*time.Second, "pg_receivewal to write the timeline's first segment", func() bool {
 		select {

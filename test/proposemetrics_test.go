@@ -24,16 +24,8 @@ import (
 // extra flags.
 func startProposer(t *testing.T, pg *pgtest.Cluster, sks []*harness.Safekeeper, tl proto.ID, extra ...string) *harness.Process {
 	t.Helper()
-	var addrs []string
-	for _, sk := range sks {
-		addrs = append(addrs, sk.Addr)
-	}
-	args := append([]string{"propose",
-		"--upstream", pg.ConnString(),
-		"--safekeepers", strings.Join(addrs, ","),
-		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String(), "--create",
-		"--slot", "proposer", "--application-name", "proposer"}, extra...)
-	return harness.StartProcess(t, "proposer", args...)
+	return harness.StartProposer(t, harness.ProposerOptions{Upstream: pg.ConnString(), Safekeepers: harness.Addrs(sks),
+		Tenant: tenant(1).String(), Timeline: tl.String(), Create: true, Slot: "proposer", ApplicationName: "proposer", Args: extra})
 }
 
 // httpListenLine is the line a process logs once its HTTP API listens,
@@ -46,9 +38,7 @@ func listeningHTTP(t *testing.T, p *harness.Process) string {
 	t.Helper()
 	var addr string
 	harness.WaitFor(t, 15*time.Second, "the HTTP API to listen", func() bool {
-		if exited, code := p.Exited(); exited {
-			t.Fatalf("%v exited %d:\n%s", p.Args, code, p.Log())
-		}
+		p.CheckRunning()
 		m := httpListenLine.FindStringSubmatch(p.Log())
 		if m != nil {
 			addr = m[1]
@@ -132,7 +122,7 @@ func skTimelineTerm(t *testing.T, sk *harness.Safekeeper, tl proto.ID) (term uin
 // the primary grows, in bytes and in time, until the safekeeper is back.
 func TestProposerMetricsAndReadiness(t *testing.T) {
 	pg := pgtest.Start(t, pgtest.Options{WALSegSizeMB: 1})
-	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
+	sks := harness.StartSafekeepers(t, 3)
 	tl := proto.ID{0xbb, 0x0e}
 	prop := startProposer(t, pg, sks, tl, "--listen-http", "127.0.0.1:0")
 	addr := listeningHTTP(t, prop)

@@ -65,19 +65,15 @@ func slotsOn(t *testing.T, sk *harness.Safekeeper, tenant, timeline proto.ID) ma
 func TestSlotOnEverySafekeeper(t *testing.T) {
 	pg := pgtest.Start(t, pgtest.Options{WALSegSizeMB: 1, Conf: []string{"wal_keep_size = '64MB'"}})
 	// --wal-keep-size 0: the slot alone holds WAL below commit_lsn.
-	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1, "--wal-keep-size", "0"), harness.StartSafekeeper(t, 2, "--wal-keep-size", "0"),
-		harness.StartSafekeeper(t, 3, "--wal-keep-size", "0")}
-	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
+	sks := harness.StartSafekeepers(t, 3, "--wal-keep-size", "0")
+	addrs := harness.Addrs(sks)
 	upstream := pg.ConnString()
 	ten, tl := tenant(1), proto.ID{0xbb, 0x40}
 	harness.CreateTimeline(t, upstream, addrs, ten.String(), tl.String())
-	prop := harness.StartProcess(t, "proposer", "propose", "--upstream", upstream, "--safekeepers", strings.Join(addrs, ","),
-		"--tenant-id", ten.String(), "--timeline-id", tl.String())
+	prop := harness.StartProposer(t, harness.ProposerOptions{Upstream: upstream, Safekeepers: addrs, Tenant: ten.String(), Timeline: tl.String()})
 	app := "proposer_" + tl.String()
 	harness.WaitFor(t, 60*time.Second, "the proposer to stream", func() bool {
-		if exited, code := prop.Exited(); exited {
-			t.Fatalf("proposer exited %d:\n%s", code, prop.Log())
-		}
+		prop.CheckRunning()
 		out, err := pg.Query(t.Context(), "select state from pg_stat_replication where application_name = '"+app+"'")
 		return err == nil && out == "streaming"
 	})

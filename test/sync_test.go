@@ -29,7 +29,7 @@ import (
 // donor, commit the donor's end of WAL on every reachable safekeeper and
 // print it.
 func TestSyncCopiesDonorWALAndCommitsEverywhere(t *testing.T) {
-	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
+	sks := harness.StartSafekeepers(t, 3)
 	var ps []*tp
 	for _, sk := range sks {
 		ps = append(ps, startTerm(t, sk, 1, 1))
@@ -68,7 +68,7 @@ func TestSyncCopiesDonorWALAndCommitsEverywhere(t *testing.T) {
 		p.c.Close()
 	}
 
-	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
+	addrs := harness.Addrs(sks)
 	cmd := exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), "sync", "--safekeepers", strings.Join(addrs, ","),
 		"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String(), "--timeout", "60s")
 	var stdout, stderr bytes.Buffer
@@ -126,7 +126,7 @@ func TestSyncCopiesDonorWALAndCommitsEverywhere(t *testing.T) {
 }
 
 func TestSyncWithoutQuorumFailsClearly(t *testing.T) {
-	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
+	sks := harness.StartSafekeepers(t, 3)
 	p := startTerm(t, sks[0], 1, 1)
 	gen := xlogtest.NewGenerator(tlStart, segSize, 1, sysID)
 	_, end := gen.Record(100)
@@ -200,11 +200,11 @@ func timelineStatus(t *testing.T, sk *harness.Safekeeper, tl byte) error {
 // relying on "the only timeline" would break) but fail, naming the timeline
 // and the safekeepers asked; --create initialises a brand-new timeline.
 func TestSyncDoesNotCreateTimelines(t *testing.T) {
-	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
+	sks := harness.StartSafekeepers(t, 3)
 	for _, sk := range sks {
 		startTerm(t, sk, 1, 1).c.Close()
 	}
-	addrs := strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ",")
+	addrs := strings.Join(harness.Addrs(sks), ",")
 	sync := func(extra ...string) (stdout, stderr string, code int) {
 		args := append([]string{"sync", "--safekeepers", addrs, "--tenant-id", tenant(1).String(),
 			"--timeline-id", proto.ID{0xbb, 2}.String(), "--system-id", strconv.FormatUint(sysID, 10),
@@ -260,7 +260,7 @@ func TestSyncDoesNotCreateTimelines(t *testing.T) {
 // the proposer) while one streamed within the lease over an open
 // connection; --force runs it anyway.
 func TestSyncRefusesWhileAProposerStreams(t *testing.T) {
-	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
+	sks := harness.StartSafekeepers(t, 3)
 	var ps []*tp
 	gen := xlogtest.NewGenerator(tlStart, segSize, 1, sysID)
 	_, end := gen.Record(500)
@@ -273,7 +273,7 @@ func TestSyncRefusesWhileAProposerStreams(t *testing.T) {
 		}
 		ps = append(ps, p)
 	}
-	addrs := strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ",")
+	addrs := strings.Join(harness.Addrs(sks), ",")
 	sync := func(extra ...string) (int, string, string) {
 		cmd := exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), append([]string{"sync", "--safekeepers", addrs,
 			"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String(), "--timeout", "30s"}, extra...)...)

@@ -131,17 +131,12 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 	began := time.Now()
 	elapsed := func() time.Duration { return time.Since(began).Round(100 * time.Millisecond) }
 	pg := pgtest.Start(t, pgtest.Options{Conf: []string{"wal_keep_size = '1GB'", "max_prepared_transactions = 2"}})
-	sks := []*harness.Safekeeper{harness.StartSafekeeper(t, 1), harness.StartSafekeeper(t, 2), harness.StartSafekeeper(t, 3)}
-	prop := harness.StartProcess(t, "proposer", "propose",
-		"--upstream", pg.ConnString(),
-		"--safekeepers", strings.Join([]string{sks[0].Addr, sks[1].Addr, sks[2].Addr}, ","),
-		"--tenant-id", dumpTenant.String(), "--timeline-id", dumpTimeline.String(), "--create",
-		"--slot", "proposer", "--application-name", "proposer")
+	sks := harness.StartSafekeepers(t, 3)
+	prop := harness.StartProposer(t, harness.ProposerOptions{Upstream: pg.ConnString(), Safekeepers: harness.Addrs(sks),
+		Tenant: dumpTenant.String(), Timeline: dumpTimeline.String(), Create: true, Slot: "proposer", ApplicationName: "proposer"})
 	var tlStart proto.LSN
 	harness.WaitFor(t, 60*time.Second, "the timeline on safekeeper 1", func() bool {
-		if exited, code := prop.Exited(); exited {
-			t.Fatalf("proposer exited %d:\n%s", code, prop.Log())
-		}
+		prop.CheckRunning()
 		tlStart, _, _ = skTimeline(t, sks[0])
 		return tlStart != 0
 	})

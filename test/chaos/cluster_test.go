@@ -84,23 +84,20 @@ type cluster struct {
 func startCluster(t *testing.T, o options) *cluster {
 	t.Helper()
 	c := &cluster{t: t, started: time.Now()}
-	conf := append([]string{
-		"synchronous_standby_names = 'proposer'",
-		"wal_sender_timeout = '20s'",
-		// The primary keeps its WAL, so a safekeeper that was down or cut
-		// off catches up from it (docs/proposer.md, known limits).
-		"wal_keep_size = '1GB'",
-		"max_wal_size = '1GB'",
-		"checkpoint_timeout = '1h'",
-	}, o.conf...)
-	c.pg = pgtest.Start(t, pgtest.Options{WALSegSizeMB: segMB, Conf: conf})
-	for id := uint64(1); id <= 3; id++ {
-		sk := harness.StartSafekeeper(t, id, o.skArgs...)
-		if id == 3 && o.sk3 != nil {
-			o.sk3(sk)
-		}
-		c.sks = append(c.sks, sk)
-		if o.proxies {
+	hc := harness.StartCluster(t, harness.ClusterOptions{NoProposer: true, SafekeeperArgs: o.skArgs,
+		PG: pgtest.Options{WALSegSizeMB: segMB, Conf: append([]string{
+			// The primary keeps its WAL, so a safekeeper that was down or
+			// cut off catches up from it (docs/proposer.md, known limits).
+			"wal_keep_size = '1GB'",
+			"max_wal_size = '1GB'",
+			"checkpoint_timeout = '1h'",
+		}, o.conf...)}})
+	c.pg, c.sks = hc.PG, hc.Safekeepers
+	if o.sk3 != nil {
+		o.sk3(c.sks[2])
+	}
+	if o.proxies {
+		for _, sk := range c.sks {
 			c.proxies = append(c.proxies, harness.StartProxy(t, sk.Addr))
 		}
 	}
@@ -143,31 +140,21 @@ func (c *cluster) startProposerOn(timeline proto.ID, name, slot string, extra ..
 		}
 		c.created[timeline] = true
 	}
-	args := append([]string{"--log-level", "debug", "propose",
-		"--upstream", c.pg.ConnString(),
-		"--safekeepers", c.proposerAddrs(),
-		"--tenant-id", tenantID.String(), "--timeline-id", timeline.String(),
-		"--slot", slot, "--application-name", name, "--buffer-size", "1MiB"}, extra...)
-	return harness.StartProcess(c.t, name, args...)
+	return harness.StartProposer(c.t, harness.ProposerOptions{Name: name, Upstream: upstream, Safekeepers: strings.Split(c.proposerAddrs(), ","),
+		Tenant: tenantID.String(), Timeline: timeline.String(), Slot: slot, ApplicationName: name, Debug: true,
+		Args: append([]string{"--buffer-size", "1MiB"}, extra...)})
 }
 
 // waitSyncStandby waits until the proposer named app streams as the
 // primary's synchronous standby (sync_state quorum with ANY n (...)).
 func (c *cluster) waitSyncStandby(app string) {
 	c.t.Helper()
-	harness.WaitFor(c.t, 90*time.Second, app+" streaming as the sync standby", func() bool {
-		c.checkProposerAlive()
-		out, err := c.pg.Query(context.Background(), "SELECT state || '/' || sync_state FROM pg_stat_replication WHERE application_name = '"+app+"'")
-		return err == nil && (out == "streaming/sync" || out == "streaming/quorum")
-	})
+	harness.WaitSyncStandby(c.t, c.pg, c.prop, app, 90*time.Second)
 }
 
 func (c *cluster) checkProposerAlive() {
-	if c.prop == nil {
-		return
-	}
-	if exited, code := c.prop.Exited(); exited {
-		c.t.Fatalf("proposer exited with code %d:\n%s", code, harness.Tail(c.prop.Log(), 40))
+	if c.prop != nil {
+		c.prop.CheckRunning()
 	}
 }
 

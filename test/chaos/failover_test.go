@@ -76,16 +76,11 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	next.Exec(t, "select pg_reload_conf()")
 
 	// A proposer protects the new primary on the same safekeepers.
-	prop := harness.StartProcess(t, "proposer2", "--log-level", "debug", "propose",
-		"--upstream", next.ConnString(),
-		"--safekeepers", c.proposerAddrs(), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
-		"--slot", "proposer", "--application-name", "proposer", "--buffer-size", "1MiB")
+	prop := harness.StartProposer(t, harness.ProposerOptions{Name: "proposer2", Upstream: next.ConnString(),
+		Safekeepers: strings.Split(c.proposerAddrs(), ","), Tenant: tenantID.String(), Timeline: timelineID.String(),
+		Slot: "proposer", ApplicationName: "proposer", Debug: true, Args: []string{"--buffer-size", "1MiB"}})
 	c.prop = prop
-	harness.WaitFor(t, 90*time.Second, "the proposer streaming as the new primary's synchronous standby", func() bool {
-		c.checkProposerAlive()
-		out, err := next.Query(context.Background(), "SELECT state || '/' || sync_state FROM pg_stat_replication WHERE application_name = 'proposer'")
-		return err == nil && out == "streaming/sync"
-	})
+	harness.WaitSyncStandby(t, next, prop, "proposer", 90*time.Second)
 	// Safekeeper 3 returns below the switch point: the proposer catches it
 	// up from the new primary on timeline 1 up to the switch and on
 	// timeline 2 after it, as a standby asks (timeline 1's WAL is in

@@ -47,26 +47,9 @@ type cluster struct {
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
 	c := &cluster{t: t, start: time.Now()}
-	c.pg = pgtest.Start(t, pgtest.Options{Conf: []string{
-		"synchronous_standby_names = 'proposer'",
-		"wal_sender_timeout = '20s'",
-	}})
-	for id := uint64(1); id <= 3; id++ {
-		c.sks = append(c.sks, harness.StartSafekeeper(t, id))
-	}
-	var addrs []string
-	for _, sk := range c.sks {
-		addrs = append(addrs, sk.Addr)
-	}
-	// As an operator does: the timeline is created once, then the
-	// proposer (without --create) protects the primary.
-	harness.CreateTimeline(t, c.pg.ConnString(), addrs,
-		tenantID.String(), timelineID.String())
-	c.prop = harness.StartProcess(t, "proposer", "--log-level", "debug", "propose",
-		"--upstream", c.pg.ConnString(),
-		"--safekeepers", strings.Join(addrs, ","),
-		"--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
-		"--slot", "proposer", "--application-name", "proposer", "--buffer-size", "1MiB")
+	hc := harness.StartCluster(t, harness.ClusterOptions{Tenant: tenantID.String(), Timeline: timelineID.String(),
+		ProposerArgs: []string{"--buffer-size", "1MiB"}})
+	c.pg, c.sks, c.prop = hc.PG, hc.Safekeepers, hc.Proposer
 	sysid, err := strconv.ParseUint(c.pg.Exec(t, "SELECT system_identifier FROM pg_control_system()"), 10, 64)
 	if err != nil {
 		t.Fatal(err)
@@ -76,25 +59,12 @@ func startCluster(t *testing.T) *cluster {
 		ProtocolVersion: 1, PgVersion: uint32(ver), SystemID: sysid, TenantID: tenantID, TimelineID: timelineID,
 		PgTimeline: 1, WalSegSize: uint32(c.pg.WALSegSize), ProposerUUID: proto.ID{0xee},
 	}
-	// The proposer is a synchronous standby once it streams and has
-	// reported a flush position.
-	c.waitFor(60*time.Second, "the proposer streaming as the sync standby", func() bool {
-		c.checkProposerAlive()
-		out, err := c.pg.Query(context.Background(), "SELECT state || '/' || sync_state FROM pg_stat_replication WHERE application_name = 'proposer'")
-		return err == nil && out == "streaming/sync"
-	})
 	return c
 }
 
 func (c *cluster) waitFor(d time.Duration, what string, cond func() bool) {
 	c.t.Helper()
 	harness.WaitFor(c.t, d, what, cond)
-}
-
-func (c *cluster) checkProposerAlive() {
-	if exited, code := c.prop.Exited(); exited {
-		c.t.Fatalf("proposer exited with code %d:\n%s", code, harness.Tail(c.prop.Log(), 40))
-	}
 }
 
 // info reads a safekeeper's state through a greeting (ServerInfo, then
@@ -169,7 +139,7 @@ func TestEndToEnd(t *testing.T) {
 	if out, err := c.pgbench(ctx, "-i", "-s", "5", "-q"); err != nil {
 		t.Fatalf("pgbench -i: %v\n%s", err, out)
 	}
-	c.checkProposerAlive()
+	c.prop.CheckRunning()
 	t.Logf("pgbench -i done at %v", time.Since(c.start).Round(time.Millisecond))
 
 	// 10 s of pgbench -c 8; safekeeper 3 is killed -9 once the run has
@@ -225,7 +195,7 @@ func TestEndToEnd(t *testing.T) {
 	runEnd := c.lsn("SELECT pg_current_wal_flush_lsn()")
 	t.Logf("pgbench -c 8 -T 10: tps %.0f, %s transactions, %.1f MB of WAL; safekeeper 3 down from %s for %.1f MB",
 		tps, done[1], float64(runEnd-runStart)/1e6, killedAt, float64(downWAL)/1e6)
-	c.checkProposerAlive()
+	c.prop.CheckRunning()
 
 	// Durability: the flush LSN after the last acknowledged commit is on at
 	// least 2 of 3 safekeepers even if all are killed -9 at once.
@@ -253,7 +223,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("only %d of 3 safekeepers have the acknowledged WAL up to %s after kill -9", have, acked)
 	}
 	c.waitFor(60*time.Second, "commit_lsn reaching the acknowledged LSN on every safekeeper after the restart", func() bool {
-		c.checkProposerAlive()
+		c.prop.CheckRunning()
 		return c.allCommitted(acked)
 	})
 
@@ -262,7 +232,7 @@ func TestEndToEnd(t *testing.T) {
 	c.pg.Exec(t, "SELECT pg_switch_wal()")
 	final := c.lsn("SELECT pg_current_wal_flush_lsn()")
 	c.waitFor(60*time.Second, fmt.Sprintf("every safekeeper's commit_lsn ≥ the primary's final flush %s", final), func() bool {
-		c.checkProposerAlive()
+		c.prop.CheckRunning()
 		return c.allCommitted(final)
 	})
 	t.Logf("WAL %s..%s (%.1f MB) committed on all three at %v", walStart, final, float64(final-walStart)/1e6, time.Since(c.start).Round(time.Millisecond))

@@ -65,18 +65,12 @@ func TestTLSEndToEnd(t *testing.T) {
 		certs = append(certs, [2]string{cert, key})
 		sks = append(sks, harness.StartSafekeeper(t, id, "--tls-cert", cert, "--tls-key", key, "--tls-required", "--auth-public-key", pubKey))
 	}
-	addrs := []string{sks[0].Addr, sks[1].Addr, sks[2].Addr}
-	prop := harness.StartProcess(t, "proposer", "--log-level", "debug", "propose",
-		"--upstream", pg.ConnString(),
-		"--safekeepers", strings.Join(addrs, ","), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(), "--create",
-		"--slot", "proposer", "--application-name", "proposer", "--safekeeper-sslmode", "verify-full", "--safekeeper-sslrootcert", ca.CertFile, "--token-file", tokenFile)
-	harness.WaitFor(t, 60*time.Second, "the proposer streaming over TLS as the sync standby", func() bool {
-		if exited, code := prop.Exited(); exited {
-			t.Fatalf("proposer exited %d:\n%s", code, harness.Tail(prop.Log(), 30))
-		}
-		out, err := pg.Query(context.Background(), "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'proposer'")
-		return err == nil && out == "sync"
-	})
+	addrs := harness.Addrs(sks)
+	prop := harness.StartProposer(t, harness.ProposerOptions{Upstream: pg.ConnString(), Safekeepers: addrs,
+		Tenant: tenantID.String(), Timeline: timelineID.String(), Create: true, Slot: "proposer", ApplicationName: "proposer", Debug: true,
+		Args: []string{"--safekeeper-sslmode", "verify-full", "--safekeeper-sslrootcert", ca.CertFile, "--token-file", tokenFile}})
+	harness.WaitSyncStandby(t, pg, prop, "proposer", 60*time.Second) // streaming over TLS
+
 	pg.Exec(t, "CREATE TABLE t(x int); INSERT INTO t VALUES (1)") // waits for the quorum
 
 	host, port, _ := strings.Cut(sks[0].Addr, ":")

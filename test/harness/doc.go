@@ -25,7 +25,14 @@
 //     reads what they got); RefusedAddr is an address where nothing
 //     listens, held by a bound socket that never listens.
 //   - Other subcommands (StartProcess): `safekeeper propose`, for one, with
-//     the same Kill/Stop/Log and Exited for its exit code.
+//     the same Kill/Stop/Log, Exited for its exit code and CheckRunning to
+//     fail the test when it exited.
+//   - The pipeline: StartSafekeepers (ids 1..n) and Addrs; StartProposer
+//     builds propose's command line; WaitSyncStandby waits until it streams
+//     as the primary's synchronous standby; StartCluster is all of it, a
+//     test/pgtest primary, three safekeepers, the timeline created as an
+//     operator does (CreateTimeline) and the proposer protecting the
+//     primary.
 //   - A hot standby fed by a safekeeper (StartStandby): a copy of a
 //     test/pgtest primary whose primary_conninfo is a safekeeper
 //     (Safekeeper.ConnString names the timeline in the startup options).

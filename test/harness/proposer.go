@@ -15,6 +15,7 @@ import (
 // `safekeeper propose ...`: started with Start, stopped by t.Cleanup.
 type Process struct {
 	t       testing.TB
+	Name    string   // names it in failures
 	Args    []string // full argument list after the binary
 	LogPath string
 
@@ -28,7 +29,7 @@ type Process struct {
 // a test temporary directory.
 func StartProcess(t testing.TB, name string, args ...string) *Process {
 	t.Helper()
-	p := &Process{t: t, Args: args, LogPath: filepath.Join(t.TempDir(), name+".log")}
+	p := &Process{t: t, Name: name, Args: args, LogPath: filepath.Join(t.TempDir(), name+".log")}
 	t.Cleanup(func() {
 		p.Kill()
 		if t.Failed() {
@@ -89,6 +90,16 @@ func (p *Process) Exited() (bool, int) {
 		return true, ee.ExitCode()
 	}
 	return true, 0
+}
+
+// CheckRunning fails the test if the process has exited, naming its exit
+// code and the tail of its log. For the test goroutine (a WaitFor
+// condition, say) only.
+func (p *Process) CheckRunning() {
+	p.t.Helper()
+	if exited, code := p.Exited(); exited {
+		p.t.Fatalf("%s exited with code %d:\n%s", p.Name, code, TailFile(p.LogPath, 40))
+	}
 }
 
 // Kill sends SIGKILL and waits for the process to be gone.

@@ -130,9 +130,7 @@ func (b *bench) runPG(timeout time.Duration, name string, args ...string) (strin
 // them, each with a fresh data directory it keeps from then on).
 func (b *bench) startSafekeepers() {
 	if b.sks == nil {
-		for id := uint64(1); id <= 3; id++ {
-			b.sks = append(b.sks, harness.StartSafekeeper(b.t, id))
-		}
+		b.sks = harness.StartSafekeepers(b.t, 3)
 		return
 	}
 	for _, sk := range b.sks {
@@ -156,18 +154,12 @@ func (b *bench) stopSafekeepers() {
 // its slot on the primary) and notes where its log begins.
 func (b *bench) startProposer() {
 	if b.prop == nil {
-		var addrs []string
-		for _, sk := range b.sks {
-			addrs = append(addrs, sk.Addr)
-		}
+		addrs := harness.Addrs(b.sks)
 		b.propLogFrom = 0
 		harness.CreateTimeline(b.t, b.pg.TCPConnString(), addrs,
 			tenantID.String(), timelineID.String())
-		b.prop = harness.StartProcess(b.t, "proposer", "propose",
-			"--upstream", b.pg.TCPConnString(),
-			"--safekeepers", strings.Join(addrs, ","),
-			"--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(),
-			"--slot", "proposer", "--application-name", "proposer")
+		b.prop = harness.StartProposer(b.t, harness.ProposerOptions{Upstream: b.pg.TCPConnString(), Safekeepers: addrs,
+			Tenant: tenantID.String(), Timeline: timelineID.String(), Slot: "proposer", ApplicationName: "proposer"})
 		return
 	}
 	b.propLogFrom = len(b.prop.Log())
@@ -239,9 +231,7 @@ func (b *bench) waitReady(c config) {
 	target := b.lsn("SELECT pg_current_wal_lsn()::text")
 	b.poll(3*time.Minute, fmt.Sprintf("%s: %s synchronous and caught up with %s", c.name, strings.Join(c.members(), ","), target), func() (bool, string) {
 		if c.proposer {
-			if exited, code := b.prop.Exited(); exited {
-				b.t.Fatalf("the proposer exited with code %d:\n%s", code, harness.Tail(b.prop.Log(), 40))
-			}
+			b.prop.CheckRunning()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
