@@ -502,12 +502,13 @@ func TestEveryFlagFromTheEnvironment(t *testing.T) {
 	if code, stderr := cli(nil, "status", "--log-level", "loud", "--http", "127.0.0.1:1"); code != exitUsage || !strings.Contains(stderr, "--log-level") {
 		t.Errorf("status --log-level loud: exit %d %q", code, stderr)
 	}
-	if code, stderr := cli(nil, "status", "--log-format", "json", "--http", "127.0.0.1:1"); code != 1 || !strings.Contains(stderr, "cannot reach") {
+	dead := harness.RefusedAddr(t) // nothing listens there
+	if code, stderr := cli(nil, "status", "--log-format", "json", "--http", dead); code != 1 || !strings.Contains(stderr, "cannot reach") {
 		t.Errorf("status --log-format json: exit %d %q", code, stderr)
 	}
 	// Flags from the environment: SAFEKEEPER_HTTP and the required ids.
-	env := map[string]string{"SAFEKEEPER_HTTP": "127.0.0.1:1", "SAFEKEEPER_TENANT_ID": strings.Repeat("a", 32), "SAFEKEEPER_TIMELINE_ID": strings.Repeat("b", 32)}
-	if code, stderr := cli(env, "timeline", "show"); code != 1 || !strings.Contains(stderr, "cannot reach the safekeeper's HTTP API at 127.0.0.1:1") {
+	env := map[string]string{"SAFEKEEPER_HTTP": dead, "SAFEKEEPER_TENANT_ID": strings.Repeat("a", 32), "SAFEKEEPER_TIMELINE_ID": strings.Repeat("b", 32)}
+	if code, stderr := cli(env, "timeline", "show"); code != 1 || !strings.Contains(stderr, "cannot reach the safekeeper's HTTP API at "+dead) {
 		t.Errorf("timeline show from the environment: exit %d %q", code, stderr)
 	}
 	env["SAFEKEEPER_TENANT_ID"] = "xyz"
@@ -515,7 +516,7 @@ func TestEveryFlagFromTheEnvironment(t *testing.T) {
 		t.Errorf("timeline show with a bad SAFEKEEPER_TENANT_ID: exit %d %q", code, stderr)
 	}
 	// A flag on the command line wins over the environment.
-	if code, stderr := cli(map[string]string{"SAFEKEEPER_LOG_LEVEL": "loud"}, "--log-level", "info", "status", "--http", "127.0.0.1:1"); code != 1 {
+	if code, stderr := cli(map[string]string{"SAFEKEEPER_LOG_LEVEL": "loud"}, "--log-level", "info", "status", "--http", dead); code != 1 {
 		t.Errorf("--log-level info with SAFEKEEPER_LOG_LEVEL=loud: exit %d %q", code, stderr)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/server"
+	"github.com/safekeeper/safekeeper/test/harness"
 )
 
 // TestStatusAndTimelineCommands: `status`, `timeline list` and `timeline
@@ -84,8 +85,9 @@ func TestStatusAndTimelineCommands(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "HTTP 404 not_found") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 		t.Fatalf("timeline show of an unknown timeline: exit %d %q", code, stderr)
 	}
-	code, _, stderr = cli("status", "--http", "127.0.0.1:1")
-	if code != 1 || !strings.Contains(stderr, "cannot reach the safekeeper's HTTP API at 127.0.0.1:1") {
+	dead := harness.RefusedAddr(t) // nothing listens there
+	code, _, stderr = cli("status", "--http", dead)
+	if code != 1 || !strings.Contains(stderr, "cannot reach the safekeeper's HTTP API at "+dead) {
 		t.Fatalf("status of nothing: exit %d %q", code, stderr)
 	}
 	if code, _, _ := cli("timeline", "show", "--http", httpAddr); code != exitUsage {
