@@ -110,7 +110,7 @@ func TestDiskBreakerRefusesBeforeTheDiskIsFull(t *testing.T) {
 		t.Fatalf("safekeeper_disk_breaker_tripped %v", got)
 	}
 	// `safekeeper status` says that WAL is refused, and why.
-	if code, out, stderr := runCLI(t, "status", "--http", sk.HTTPAddr); code != 0 ||
+	if code, out, stderr := harness.Run(t, "status", "--http", sk.HTTPAddr); code != 0 ||
 		!strings.Contains(out, "REFUSED (53100) since") || !strings.Contains(out, "free space below --min-free-disk") || !strings.Contains(out, "below the reserve of 8388608") {
 		t.Fatalf("status with the breaker tripped: exit %d, want a line saying WAL is refused for free space below --min-free-disk\n%s%s", code, out, stderr)
 	} else {
@@ -127,7 +127,7 @@ func TestDiskBreakerRefusesBeforeTheDiskIsFull(t *testing.T) {
 	harness.WaitFor(t, 10*time.Second, "the breaker to reset", func() bool {
 		return scrapeMetric(t, sk, "safekeeper_disk_breaker_tripped", "") == 0
 	})
-	if code, out, stderr := runCLI(t, "status", "--http", sk.HTTPAddr); code != 0 || strings.Contains(out, "REFUSED") || !regexp.MustCompile(`(?m)^WAL +taken$`).MatchString(out) {
+	if code, out, stderr := harness.Run(t, "status", "--http", sk.HTTPAddr); code != 0 || strings.Contains(out, "REFUSED") || !regexp.MustCompile(`(?m)^WAL +taken$`).MatchString(out) {
 		t.Fatalf("status after the breaker reset: exit %d, want WAL taken\n%s%s", code, out, stderr)
 	}
 	p2 := dial(t, sk, 1)

@@ -69,7 +69,7 @@ func TestKillNineDuringDeleteLeavesTimelineWholeOrGone(t *testing.T) {
 			t.Fatalf("stop: %v", err)
 		}
 		out := t.TempDir()
-		if code, _, stderr := runCLI(t, "wal", "export", "--data-dir", sk.DataDir, "--tenant-id", tenant(1).String(),
+		if code, _, stderr := harness.Run(t, "wal", "export", "--data-dir", sk.DataDir, "--tenant-id", tenant(1).String(),
 			"--timeline-id", proto.ID{0xbb, tl}.String(), "--output", out); code != 0 {
 			t.Fatalf("wal export: exit %d: %s", code, stderr)
 		}

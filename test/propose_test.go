@@ -161,7 +161,7 @@ func TestMistypedTimelineIDIsRefusedNotCreated(t *testing.T) {
 	typo := proto.ID{0xbb, 0x20, 0x01}
 	typo[15] ^= 0x01 // the last hex digit
 	for range 2 {
-		code, out, stderr := runCLI(t, "timeline", "create", "--upstream", upstream, "--safekeepers", strings.Join(addrs, ","),
+		code, out, stderr := harness.Run(t, "timeline", "create", "--upstream", upstream, "--safekeepers", strings.Join(addrs, ","),
 			"--tenant-id", tenant(1).String(), "--timeline-id", tl.String())
 		if code != 0 || strings.Count(out, "holds timeline "+tenant(1).String()+"/"+tl.String()) != 3 {
 			t.Fatalf("timeline create: exit %d\n%s%s", code, out, stderr)
@@ -234,7 +234,7 @@ func TestMistypedTimelineIDIsRefusedNotCreated(t *testing.T) {
 		t.Fatalf("slots on the primary after the mistyped start: %q, want only %q", got, app)
 	}
 
-	code, out, stderr := runCLI(t, "timeline", "create", "--system-id", "42", "--safekeepers", strings.Join(addrs, ","),
+	code, out, stderr := harness.Run(t, "timeline", "create", "--system-id", "42", "--safekeepers", strings.Join(addrs, ","),
 		"--tenant-id", tenant(1).String(), "--timeline-id", tl.String())
 	if code != 4 || !strings.Contains(out+stderr, "22023") {
 		t.Fatalf("timeline create for another cluster's timeline: exit %d; want 4 and the safekeepers' 22023\n%s%s", code, out, stderr)

@@ -18,15 +18,6 @@ import (
 	"github.com/safekeeper/safekeeper/test/harness"
 )
 
-func runCLI(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	cmd := exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.Run()
-	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
-}
-
 // statusOf reads TIMELINE_STATUS of timeline 1 by column name.
 func statusOf(t *testing.T, sk *harness.Safekeeper) map[string]string {
 	t.Helper()
@@ -52,7 +43,7 @@ func statusOf(t *testing.T, sk *harness.Safekeeper) map[string]string {
 func exportWAL(t *testing.T, sk *harness.Safekeeper) string {
 	t.Helper()
 	out := t.TempDir()
-	if code, _, stderr := runCLI(t, "wal", "export", "--data-dir", sk.DataDir, "--tenant-id", tenant(1).String(),
+	if code, _, stderr := harness.Run(t, "wal", "export", "--data-dir", sk.DataDir, "--tenant-id", tenant(1).String(),
 		"--timeline-id", proto.ID{0xbb, 1}.String(), "--output", out); code != 0 {
 		t.Fatalf("wal export: exit %d: %s", code, stderr)
 	}
@@ -97,7 +88,7 @@ func TestTimelinePullCopiesAWholeTimeline(t *testing.T) {
 		return rm > tlStart
 	})
 	pull := func(from, into *harness.Safekeeper) (int, string, string) {
-		return runCLI(t, "timeline", "pull", "--from", from.Addr, "--data-dir", into.DataDir,
+		return harness.Run(t, "timeline", "pull", "--from", from.Addr, "--data-dir", into.DataDir,
 			"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String())
 	}
 	if code, _, stderr := pull(src, dst); code != 1 || !strings.Contains(stderr, "in use") {
@@ -119,7 +110,7 @@ func TestTimelinePullCopiesAWholeTimeline(t *testing.T) {
 	// and filled.
 	fresh := filepath.Join(t.TempDir(), "replaced", "data")
 	pullFresh := func(from string) (int, string, string) {
-		return runCLI(t, "timeline", "pull", "--from", from, "--data-dir", fresh,
+		return harness.Run(t, "timeline", "pull", "--from", from, "--data-dir", fresh,
 			"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String(), "--timeout", "10s")
 	}
 	if code, _, stderr := pullFresh(harness.RefusedAddr(t)); code != 1 {
@@ -142,7 +133,7 @@ func TestTimelinePullCopiesAWholeTimeline(t *testing.T) {
 			t.Fatalf("mount tmpfs: %v\n%s", err, out)
 		}
 		t.Cleanup(func() { exec.Command("umount", mnt).Run() })
-		code, _, stderr := runCLI(t, "timeline", "pull", "--from", src.Addr, "--data-dir", filepath.Join(mnt, "data"),
+		code, _, stderr := harness.Run(t, "timeline", "pull", "--from", src.Addr, "--data-dir", filepath.Join(mnt, "data"),
 			"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String(), "--timeout", "10s")
 		if code != 1 || !strings.Contains(stderr, "nothing copied") || !strings.Contains(stderr, "MiB free") {
 			t.Fatalf("pull onto an 8 MiB file system: exit %d: %s", code, stderr)
@@ -230,7 +221,7 @@ func TestTimelinePullCarriesTheHistoryFile(t *testing.T) {
 	if err := dst.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	code, stdout, stderr := runCLI(t, "timeline", "pull", "--from", src.Addr, "--data-dir", dst.DataDir,
+	code, stdout, stderr := harness.Run(t, "timeline", "pull", "--from", src.Addr, "--data-dir", dst.DataDir,
 		"--tenant-id", tenant(1).String(), "--timeline-id", proto.ID{0xbb, 1}.String())
 	if code != 0 {
 		t.Fatalf("pull: exit %d\n%s%s", code, stdout, stderr)

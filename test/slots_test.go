@@ -146,7 +146,7 @@ func TestSlotOnEverySafekeeper(t *testing.T) {
 	if err := os.RemoveAll(sks[0].DataDir); err != nil {
 		t.Fatal(err)
 	}
-	code, out, stderr := runCLI(t, "timeline", "pull", "--from", sks[1].Addr, "--data-dir", sks[0].DataDir,
+	code, out, stderr := harness.Run(t, "timeline", "pull", "--from", sks[1].Addr, "--data-dir", sks[0].DataDir,
 		"--tenant-id", ten.String(), "--timeline-id", tl.String())
 	if code != 0 || !strings.Contains(out, "1 replication slot") {
 		t.Fatalf("timeline pull: exit %d\n%s%s", code, out, stderr)

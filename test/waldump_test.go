@@ -206,7 +206,7 @@ func TestWALDumpMatchesPgWaldump(t *testing.T) {
 
 	ids := []string{"--tenant-id", dumpTenant.String(), "--timeline-id", dumpTimeline.String()}
 	dump := func(args ...string) (int, string, string) {
-		return runCLI(t, append(append([]string{"wal", "dump"}, ids...), args...)...)
+		return harness.Run(t, append(append([]string{"wal", "dump"}, ids...), args...)...)
 	}
 	theirs := pgWaldump(t, pg, tlStart, end)
 

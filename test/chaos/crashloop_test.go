@@ -179,7 +179,7 @@ func (c *cluster) loseThePrimary() {
 	for _, sk := range c.sks {
 		addrs = append(addrs, sk.Addr)
 	}
-	code, out, stderr := runSafekeeper(t, "sync", "--safekeepers", strings.Join(addrs, ","),
+	code, out, stderr := harness.Run(t, "sync", "--safekeepers", strings.Join(addrs, ","),
 		"--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(), "--timeout", "60s")
 	if code != 0 {
 		t.Fatalf("sync after losing the primary: exit %d: %s", code, stderr)

@@ -53,7 +53,7 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	for _, sk := range c.sks {
 		addrs = append(addrs, sk.Addr)
 	}
-	code, out, stderr := runSafekeeper(t, "sync", "--safekeepers", strings.Join(addrs, ","),
+	code, out, stderr := harness.Run(t, "sync", "--safekeepers", strings.Join(addrs, ","),
 		"--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(), "--timeout", "60s")
 	if code != 0 {
 		t.Fatalf("sync: exit %d: %s", code, stderr)
@@ -198,15 +198,6 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 		t.Errorf("exported segments by timeline: %v, want both", byTLI)
 	}
 	t.Logf("wal export across the switch: %d segments named for timeline 1, %d for timeline 2 (equal to the promoted primary's)", byTLI[1], byTLI[2])
-}
-
-func runSafekeeper(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	cmd := exec.CommandContext(harness.Context(t, 2*time.Minute), harness.Binary(t), args...)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.Run()
-	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
 }
 
 func lsnOf(t *testing.T, s string) proto.LSN {

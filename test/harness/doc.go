@@ -26,7 +26,8 @@
 //     listens, held by a bound socket that never listens.
 //   - Other subcommands (StartProcess): `safekeeper propose`, for one, with
 //     the same Kill/Stop/Log, Exited for its exit code and CheckRunning to
-//     fail the test when it exited.
+//     fail the test when it exited; Run runs a command to its end (sync,
+//     timeline create) and returns its exit code and output.
 //   - The pipeline: StartSafekeepers (ids 1..n) and Addrs; StartProposer
 //     builds propose's command line; WaitSyncStandby waits until it streams
 //     as the primary's synchronous standby; StartCluster is all of it, a
@@ -50,7 +51,8 @@
 //     message, LastLine the last line that says something.
 //   - /proc: ReadProcStat (parent, state, CPU ticks of a process and its
 //     reaped children), CPUTime, ClockTicks and MappedRSS, for the tests
-//     and benchmarks that measure the processes they start.
+//     and benchmarks that measure the processes they start; CPUModel,
+//     MemTotal and LoadAvg for their reports on the machine.
 //   - Reports: WriteDocSection rewrites a generated section of a document
 //     (the benchmarks' results in docs/performance.md) between its markers.
 //

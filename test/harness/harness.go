@@ -377,3 +377,15 @@ func (sk *Safekeeper) ConnString(tenant, timeline string) string {
 	host, port, _ := strings.Cut(sk.Addr, ":")
 	return fmt.Sprintf("host=%s port=%s user=postgres options='-c tenant_id=%s -c timeline_id=%s'", host, port, tenant, timeline)
 }
+
+// Run runs the binary with args to its end, within two minutes, and
+// returns its exit code (-1 if it did not exit by itself), stdout and
+// stderr: a command an operator types, such as `safekeeper sync`.
+func Run(t testing.TB, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.CommandContext(Context(t, 2*time.Minute), Binary(t), args...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Run()
+	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+}

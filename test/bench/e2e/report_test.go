@@ -221,23 +221,11 @@ type machine struct {
 
 func describeMachine(b *bench) machine {
 	m := machine{nproc: runtime.NumCPU(), goVersion: runtime.Version(), tmpDir: os.TempDir()}
-	m.cpu = "unknown"
-	if info, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(info), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.cpu = strings.TrimSpace(v)
-				break
-			}
-		}
+	m.cpu = harness.CPUModel()
+	if m.cpu == "" {
+		m.cpu = "unknown"
 	}
-	if info, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(info), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
-				kb, _ := strconv.ParseFloat(f[1], 64)
-				m.memGiB = kb / (1 << 20)
-			}
-		}
-	}
+	m.memGiB = float64(harness.MemTotal()) / (1 << 30)
 	ostype, _ := os.ReadFile("/proc/sys/kernel/ostype")
 	rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	m.kernel = strings.TrimSpace(string(ostype)) + " " + strings.TrimSpace(string(rel)) + " " + runtime.GOARCH
@@ -254,15 +242,10 @@ func describeMachine(b *bench) machine {
 }
 
 func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
+	if l := harness.LoadAvg(); l != "" {
+		return l
 	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
+	return "unknown"
 }
 
 // filesystemOf names the file system type and source of the mount that

@@ -101,25 +101,9 @@ type Machine struct {
 // directory (data directories and dd's file are in it).
 func DescribeMachine(dir string) Machine {
 	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), Date: time.Now().UTC().Format("2006-01-02 15:04 UTC")}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if f, err := readKV("/proc/meminfo", ":"); err == nil {
-		m.MemTotal = f["MemTotal"] * 1024
-	}
+	m.CPUModel, m.MemTotal, m.LoadAvg = harness.CPUModel(), harness.MemTotal(), harness.LoadAvg()
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
-	}
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		f := strings.Fields(string(b))
-		if len(f) >= 3 {
-			m.LoadAvg = strings.Join(f[:3], " ")
-		}
 	}
 	if out, err := exec.Command("findmnt", "-n", "-o", "FSTYPE,SOURCE,OPTIONS", "-T", dir).Output(); err == nil {
 		m.TempFS = strings.Join(strings.Fields(string(out)), " ")
