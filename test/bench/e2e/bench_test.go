@@ -180,11 +180,13 @@ func setup(t *testing.T, p params) *bench {
 	harness.Binary(t)
 	// TCP: the standbys and the proposer stream from the primary over
 	// loopback TCP, as they would over a network (a Unix socket would
-	// flatter them); the rest uses its socket.
+	// flatter them); pgbench uses its socket. So does nothing else for
+	// long: the monitor connection comes over TCP, so that waitNoClients
+	// can tell pgbench's backends ("[local]") from it.
 	b.pg = pgtest.Start(t, pgtest.Options{Conf: primaryConf, TCP: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if b.mon, err = pgx.Connect(ctx, b.pg.ConnString()); err != nil {
+	if b.mon, err = pgx.Connect(ctx, b.pg.TCPConnString()); err != nil {
 		t.Fatalf("connect to the primary: %v", err)
 	}
 	t.Cleanup(func() { b.mon.Close(context.Background()) })
