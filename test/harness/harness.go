@@ -116,10 +116,7 @@ type Safekeeper struct {
 	LogPath  string
 	Args     []string // extra flags for run
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // Wait's result once done is closed
+	proc child
 }
 
 // startTimeout bounds one Start: until the process logs that it listens,
@@ -175,7 +172,9 @@ func (sk *Safekeeper) Start() {
 	deadline := time.Now().Add(startTimeout)
 	for {
 		from := fileSize(sk.LogPath)
-		done := sk.launch(pg, http)
+		args := append([]string{"--log-level", "debug", "run", "--id", strconv.FormatUint(sk.ID, 10),
+			"--listen-pg", pg, "--listen-http", http, "--data-dir", sk.DataDir}, sk.Args...)
+		done := sk.proc.launch(sk.t, fmt.Sprintf("safekeeper %d", sk.ID), sk.LogPath, args)
 		var gotPG, gotHTTP string
 		exited := false
 		WaitFor(sk.t, time.Until(deadline), fmt.Sprintf("safekeeper %d to log %q", sk.ID, listeningMsg), func() bool {
@@ -197,10 +196,7 @@ func (sk *Safekeeper) Start() {
 			}
 			return
 		}
-		sk.mu.Lock()
-		sk.cmd = nil
-		err := sk.err
-		sk.mu.Unlock()
+		err := sk.proc.exitedRun()
 		out := readFrom(sk.LogPath, from)
 		if first || !strings.Contains(out, syscall.EADDRINUSE.Error()) {
 			sk.t.Fatalf("safekeeper %d exited at start: %v\n%s", sk.ID, err, TailFile(sk.LogPath, 30))
@@ -211,40 +207,6 @@ func (sk *Safekeeper) Start() {
 			return bindable(pg) && (http == "" || bindable(http))
 		})
 	}
-}
-
-// launch starts the process with the given listen addresses; done is
-// closed when it has exited (and sk.err set).
-func (sk *Safekeeper) launch(pg, http string) chan struct{} {
-	sk.t.Helper()
-	sk.mu.Lock()
-	defer sk.mu.Unlock()
-	if sk.cmd != nil {
-		sk.t.Fatalf("safekeeper %d already running", sk.ID)
-	}
-	logf, err := os.OpenFile(sk.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		sk.t.Fatal(err)
-	}
-	args := append([]string{"--log-level", "debug", "run", "--id", strconv.FormatUint(sk.ID, 10),
-		"--listen-pg", pg, "--listen-http", http, "--data-dir", sk.DataDir}, sk.Args...)
-	cmd := exec.Command(Binary(sk.t), args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		sk.t.Fatalf("start safekeeper: %v", err)
-	}
-	done := make(chan struct{})
-	sk.cmd, sk.done = cmd, done
-	go func() {
-		err := cmd.Wait()
-		logf.Close()
-		sk.mu.Lock()
-		sk.err = err
-		sk.mu.Unlock()
-		close(done)
-	}()
-	return done
 }
 
 // bindable reports whether a listener could bind addr now (the probe is
@@ -277,40 +239,17 @@ func readFrom(path string, offset int64) string {
 }
 
 // Kill sends SIGKILL and waits for the process to be gone. No-op if stopped.
-func (sk *Safekeeper) Kill() {
-	sk.mu.Lock()
-	cmd, done := sk.cmd, sk.done
-	sk.cmd = nil
-	sk.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	<-done
-}
+func (sk *Safekeeper) Kill() { sk.proc.signal(syscall.SIGKILL, 0) }
 
 // Stop sends SIGTERM and returns the exit error (nil for exit 0); it fails
 // the test if the process is still running after timeout.
 func (sk *Safekeeper) Stop(timeout time.Duration) error {
 	sk.t.Helper()
-	sk.mu.Lock()
-	cmd, done := sk.cmd, sk.done
-	sk.cmd = nil
-	sk.mu.Unlock()
-	if cmd == nil {
-		return nil
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(timeout):
-		cmd.Process.Signal(syscall.SIGKILL)
-		<-done
+	err, late := sk.proc.signal(syscall.SIGTERM, timeout)
+	if late {
 		sk.t.Fatalf("safekeeper %d did not exit within %v of SIGTERM", sk.ID, timeout)
 	}
-	sk.mu.Lock()
-	defer sk.mu.Unlock()
-	return sk.err
+	return err
 }
 
 // Restart kills the process with SIGKILL and starts it again.
@@ -322,14 +261,7 @@ func (sk *Safekeeper) Restart() {
 
 // PID returns the process id of the running process, 0 when it is stopped.
 // Benchmarks read its /proc entries (I/O counters, RSS) and attach tracers.
-func (sk *Safekeeper) PID() int {
-	sk.mu.Lock()
-	defer sk.mu.Unlock()
-	if sk.cmd == nil || sk.cmd.Process == nil {
-		return 0
-	}
-	return sk.cmd.Process.Pid
-}
+func (sk *Safekeeper) PID() int { return sk.proc.pid() }
 
 // Log returns the process's log so far.
 func (sk *Safekeeper) Log() string {
