@@ -52,20 +52,6 @@ func waitSent(t *testing.T, nc net.Conn) {
 	})
 }
 
-// status returns TIMELINE_STATUS as a column → value map.
-func status(t *testing.T, c *pgconn.PgConn) map[string]string {
-	t.Helper()
-	res, err := c.Exec(harness.Context(t, 10*time.Second), "TIMELINE_STATUS").ReadAll()
-	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 {
-		t.Fatalf("TIMELINE_STATUS: %v", err)
-	}
-	m := map[string]string{}
-	for i, f := range res[0].FieldDescriptions {
-		m[f.Name] = string(res[0].Rows[0][i])
-	}
-	return m
-}
-
 // TestDisconnectFlushesSoEveryReportAgrees: WAL a proposer sent just before
 // it disconnected is made durable, and TIMELINE_STATUS, IDENTIFY_SYSTEM and
 // the next vote all report the same flush_lsn (commit_lsn = flush_lsn here,
@@ -95,9 +81,9 @@ func TestDisconnectFlushesSoEveryReportAgrees(t *testing.T) {
 	p.c.Close() // without reading a single response
 	rc := replConn(t, sk, 1)
 	harness.WaitFor(t, 10*time.Second, "the disconnected proposer's WAL to be durable", func() bool {
-		return status(t, rc)["flush_lsn"] == end.String()
+		return harness.StatusRow(t, rc)["flush_lsn"] == end.String()
 	})
-	st := status(t, rc)
+	st := harness.StatusRow(t, rc)
 	is, err := pglogrepl.IdentifySystem(harness.Context(t, 10*time.Second), rc)
 	if err != nil {
 		t.Fatal(err)

@@ -148,7 +148,7 @@ func TestMaxConnections(t *testing.T) {
 	}
 	// The stream that was running goes on, and so does the reader.
 	end = pushSome()
-	if st := status(t, rd); st["flush_lsn"] != end.String() {
+	if st := harness.StatusRow(t, rd); st["flush_lsn"] != end.String() {
 		t.Fatalf("the reader after the flood: flush_lsn %s, want %s", st["flush_lsn"], end)
 	}
 	for _, c := range conns {
@@ -288,7 +288,7 @@ func TestIdleConnectionsDoNotLockOutClients(t *testing.T) {
 	}
 	// A replication connection runs TIMELINE_STATUS.
 	late := replConn(t, sk, 1)
-	if st := status(t, late); st["flush_lsn"] != end.String() {
+	if st := harness.StatusRow(t, late); st["flush_lsn"] != end.String() {
 		t.Fatalf("TIMELINE_STATUS of the late client: flush_lsn %s, want %s", st["flush_lsn"], end)
 	}
 	if got := evicted(); got < extra+2 {
@@ -297,7 +297,7 @@ func TestIdleConnectionsDoNotLockOutClients(t *testing.T) {
 
 	// The stream that was running goes on, and so does the reader.
 	end = pushSome()
-	if st := status(t, rd); st["flush_lsn"] != end.String() {
+	if st := harness.StatusRow(t, rd); st["flush_lsn"] != end.String() {
 		t.Fatalf("the reader after the evictions: flush_lsn %s, want %s", st["flush_lsn"], end)
 	}
 

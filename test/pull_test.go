@@ -21,23 +21,7 @@ import (
 // statusOf reads TIMELINE_STATUS of timeline 1 by column name.
 func statusOf(t *testing.T, sk *harness.Safekeeper) map[string]string {
 	t.Helper()
-	ctx := harness.Context(t, 10*time.Second)
-	host, port, _ := strings.Cut(sk.Addr, ":")
-	c, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=t sslmode=disable replication=true options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, tenant(1), proto.ID{0xbb, 1}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
-	res, err := c.Exec(ctx, "TIMELINE_STATUS").ReadAll()
-	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 {
-		t.Fatalf("TIMELINE_STATUS: %v", err)
-	}
-	row := map[string]string{}
-	for i, f := range res[0].FieldDescriptions {
-		row[f.Name] = string(res[0].Rows[0][i])
-	}
-	return row
+	return sk.TimelineStatus(t, tenant(1).String(), proto.ID{0xbb, 1}.String())
 }
 
 func exportWAL(t *testing.T, sk *harness.Safekeeper) string {

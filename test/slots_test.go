@@ -132,7 +132,7 @@ func TestSlotOnEverySafekeeper(t *testing.T) {
 	for _, sk := range sks {
 		var st map[string]string
 		harness.WaitFor(t, 30*time.Second, fmt.Sprintf("safekeeper %d to commit %s and hold WAL for the slot", sk.ID, past), func() bool {
-			st = readStatus(t, sk, ten, tl)
+			st = sk.TimelineStatus(t, ten.String(), tl.String())
 			commit, _ := proto.ParseLSN(st["commit_lsn"])
 			return commit >= past && strings.Contains(st["retention_reason"], `replication slot "archiver"`)
 		})
@@ -195,26 +195,4 @@ func TestSlotOnEverySafekeeper(t *testing.T) {
 		}
 		return true
 	})
-}
-
-// readStatus reads TIMELINE_STATUS of a timeline by column name.
-func readStatus(t *testing.T, sk *harness.Safekeeper, tenant, timeline proto.ID) map[string]string {
-	t.Helper()
-	ctx := harness.Context(t, 10*time.Second)
-	host, port, _ := strings.Cut(sk.Addr, ":")
-	c, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%s user=t sslmode=disable replication=true options='-c tenant_id=%s -c timeline_id=%s'",
-		host, port, tenant, timeline))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
-	res, err := c.Exec(ctx, "TIMELINE_STATUS").ReadAll()
-	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 {
-		t.Fatalf("TIMELINE_STATUS: %v", err)
-	}
-	row := map[string]string{}
-	for i, f := range res[0].FieldDescriptions {
-		row[f.Name] = string(res[0].Rows[0][i])
-	}
-	return row
 }

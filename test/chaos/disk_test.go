@@ -147,15 +147,7 @@ func statusRow(t *testing.T, addr string) map[string]string {
 	t.Helper()
 	conn := replConn(t, addr)
 	defer conn.Close(context.Background())
-	res, err := conn.Exec(harness.Context(t, 10*time.Second), "TIMELINE_STATUS").ReadAll()
-	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 {
-		t.Fatalf("TIMELINE_STATUS: %v", err)
-	}
-	row := map[string]string{}
-	for i, fd := range res[0].FieldDescriptions {
-		row[fd.Name] = string(res[0].Rows[0][i])
-	}
-	return row
+	return harness.StatusRow(t, conn)
 }
 
 // startAt starts a stream at l and returns "" once WAL arrives, or the

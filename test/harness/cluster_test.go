@@ -12,7 +12,8 @@ import (
 
 // TestStartCluster: the primary's synchronous standby is the proposer
 // (started with the cluster's flags and the test's own), every safekeeper
-// holds the timeline, commits go through, and a hot standby fed by
+// holds the timeline, and TIMELINE_STATUS shows the primary's WAL
+// committed there; commits go through, and a hot standby fed by
 // safekeeper 1 replays them.
 func TestStartCluster(t *testing.T) {
 	if testing.Short() {
@@ -47,6 +48,12 @@ func TestStartCluster(t *testing.T) {
 			t.Fatalf("safekeeper %d: the timeline answers %s", sk.ID, resp.Status)
 		}
 	}
+	end := c.PG.Exec(t, "SELECT pg_current_wal_flush_lsn()")
+	WaitFor(t, 30*time.Second, "safekeeper 3's TIMELINE_STATUS to show the primary's WAL committed", func() bool {
+		st := c.Safekeepers[2].TimelineStatus(t, tenant, timeline)
+		flush, commit := st["flush_lsn"], st["commit_lsn"]
+		return flush != "" && commit != "" && c.PG.Exec(t, "SELECT '"+commit+"'::pg_lsn >= '"+end+"'::pg_lsn AND '"+flush+"'::pg_lsn >= '"+commit+"'::pg_lsn") == "t"
+	})
 	sb := StartStandby(t, c.PG, c.Safekeepers[0], StandbyOptions{Tenant: tenant, Timeline: timeline})
 	c.PG.Exec(t, "CREATE TABLE x(i int); INSERT INTO x VALUES (7)") // waits for the quorum
 	sb.WaitReplay(t, c.PG.Exec(t, "SELECT pg_current_wal_flush_lsn()"), 60*time.Second)

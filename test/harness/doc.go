@@ -34,6 +34,9 @@
 //     test/pgtest primary, three safekeepers, the timeline created as an
 //     operator does (CreateTimeline) and the proposer protecting the
 //     primary.
+//   - A safekeeper's state: TIMELINE_STATUS by column name
+//     (Safekeeper.TimelineStatus, or StatusRow on a connection the test
+//     holds).
 //   - A hot standby fed by a safekeeper (StartStandby): a copy of a
 //     test/pgtest primary whose primary_conninfo is a safekeeper
 //     (Safekeeper.ConnString names the timeline in the startup options).
