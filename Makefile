@@ -48,7 +48,7 @@ CHAOS_SEED     ?= 0
 chaos: build
 	$(GO) test -count=1 -timeout 0 -v ./test/chaos -run '^TestChaos$$' -chaos.duration=$(CHAOS_DURATION) -chaos.seed=$(CHAOS_SEED)
 
-# The end-to-end benchmark (test/bench/e2e, issue 9): one primary under pgbench,
+# The end-to-end benchmark (test/bench/e2e): one primary under pgbench,
 # rounds alternating between one stock sync standby (A1), three with ANY 2
 # (A3) and the proposer with 3 safekeepers (B); medians, B/A ratios, and the
 # bench-e2e section of docs/performance.md rewritten (BENCH_WRITE_DOC=0: not).
