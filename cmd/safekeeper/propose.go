@@ -319,3 +319,25 @@ func parseByteSize(s string) (int, error) {
 	}
 	return n * mult, nil
 }
+
+// safekeeperFlags are --safekeepers, --tenant-id and --timeline-id, which
+// every command that speaks to a timeline's safekeepers takes.
+func safekeeperFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline (required)"},
+		&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
+		&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)"},
+	}
+}
+
+// timelineDescFlags are --system-id (described by systemID) and what
+// describes a timeline's primary with it: --pg-version, --wal-seg-size,
+// --pg-timeline (checkTimelineFlags checks them).
+func timelineDescFlags(systemID string) []cli.Flag {
+	return []cli.Flag{
+		&cli.Uint64Flag{Name: "system-id", Usage: systemID},
+		&cli.UintFlag{Name: "pg-version", Value: 150000, Usage: "with --system-id: PG_VERSION_NUM of the primary, 150000-159999 (only the major version must match)"},
+		&cli.UintFlag{Name: "wal-seg-size", Value: 16 << 20, Usage: "with --system-id: WAL segment size in bytes, a power of two from 1 MiB to 1 GiB (must match the timeline's)"},
+		&cli.UintFlag{Name: "pg-timeline", Value: 1, Usage: "with --system-id: PostgreSQL timeline id (TLI) of the primary, at least 1"},
+	}
+}

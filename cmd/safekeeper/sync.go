@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -37,18 +38,13 @@ func syncCommand() *cli.Command {
 			"a restart cannot fix it).",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "safekeepers", "tenant-id", "timeline-id") },
-		Flags: append([]cli.Flag{jsonFlag(),
-			&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline (required)"},
-			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
-			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)"},
-			&cli.Uint64Flag{Name: "system-id", Usage: "the primary's database system identifier (default: read from the safekeepers, with the three flags below)"},
-			&cli.UintFlag{Name: "pg-version", Value: 150000, Usage: "with --system-id: PG_VERSION_NUM of the primary, 150000-159999 (only the major version must match)"},
-			&cli.UintFlag{Name: "wal-seg-size", Value: 16 << 20, Usage: "with --system-id: WAL segment size in bytes, a power of two from 1 MiB to 1 GiB (must match the timeline's)"},
-			&cli.UintFlag{Name: "pg-timeline", Value: 1, Usage: "with --system-id: PostgreSQL timeline id (TLI) of the timeline, at least 1"},
-			&cli.BoolFlag{Name: "create", Usage: "with --system-id: create the timeline on the safekeepers if none holds it (initialising a brand-new timeline); without it sync fails when no safekeeper holds the timeline"},
-			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up (exit 1) if no quorum is synced within this time"},
-			&cli.BoolFlag{Name: "force", Usage: "run even while a proposer streams to the timeline (it is deposed)"},
-		}, securityFlags()...),
+		Flags: slices.Concat([]cli.Flag{jsonFlag()}, safekeeperFlags(),
+			timelineDescFlags("the primary's database system identifier (default: read from the safekeepers, with the three flags below)"),
+			[]cli.Flag{
+				&cli.BoolFlag{Name: "create", Usage: "with --system-id: create the timeline on the safekeepers if none holds it (initialising a brand-new timeline); without it sync fails when no safekeeper holds the timeline"},
+				&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up (exit 1) if no quorum is synced within this time"},
+				&cli.BoolFlag{Name: "force", Usage: "run even while a proposer streams to the timeline (it is deposed)"},
+			}, securityFlags()),
 		Action: func(c *cli.Context) error {
 			log, tl, err := timelineArgs(c)
 			if err != nil {

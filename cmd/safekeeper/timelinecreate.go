@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,17 +30,11 @@ func timelineCreateCommand() *cli.Command {
 			"up), 2 usage, 4 a safekeeper holds the timeline for another cluster.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "safekeepers", "tenant-id", "timeline-id") },
-		Flags: append([]cli.Flag{jsonFlag(),
-			&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline (required)"},
-			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
-			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)"},
-			&cli.StringFlag{Name: "upstream", Usage: "libpq connection string of the primary, to read its system id, version, segment size and timeline from (or --system-id)"},
-			&cli.Uint64Flag{Name: "system-id", Usage: "the primary's database system identifier (SELECT system_identifier FROM pg_control_system()), instead of --upstream"},
-			&cli.UintFlag{Name: "pg-version", Value: 150000, Usage: "with --system-id: PG_VERSION_NUM of the primary, 150000-159999"},
-			&cli.UintFlag{Name: "wal-seg-size", Value: 16 << 20, Usage: "with --system-id: WAL segment size in bytes, a power of two from 1 MiB to 1 GiB"},
-			&cli.UintFlag{Name: "pg-timeline", Value: 1, Usage: "with --system-id: PostgreSQL timeline id (TLI) of the primary, at least 1"},
-			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up on a safekeeper that has not answered within this time"},
-		}, securityFlags()...),
+		Flags: slices.Concat([]cli.Flag{jsonFlag()}, safekeeperFlags(),
+			[]cli.Flag{&cli.StringFlag{Name: "upstream", Usage: "libpq connection string of the primary, to read its system id, version, segment size and timeline from (or --system-id)"}},
+			timelineDescFlags("the primary's database system identifier (SELECT system_identifier FROM pg_control_system()), instead of --upstream"),
+			[]cli.Flag{&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up on a safekeeper that has not answered within this time"}},
+			securityFlags()),
 		Action: func(c *cli.Context) error {
 			_, tl, err := timelineArgs(c)
 			if err != nil {
