@@ -173,23 +173,13 @@ func checkSlotName(name string) error {
 // Slots returns the timeline's persistent slots, sorted by name.
 func (t *Timeline) Slots() ([]Slot, error) {
 	var out []Slot
-	err := t.db.bolt.View(func(tx *bolt.Tx) error {
-		tb := tx.Bucket(bucketTimelines).Bucket(t.key[:])
-		if tb == nil {
-			return fmt.Errorf("%w: %s", ErrNoTimeline, t.Key())
+	err := t.forEachIn(bucketSlots, func(k, v []byte) error {
+		s, err := decodeSlot(string(k), v) // copies out of the transaction
+		if err != nil {
+			return err
 		}
-		sb := tb.Bucket(bucketSlots)
-		if sb == nil {
-			return nil
-		}
-		return sb.ForEach(func(k, v []byte) error {
-			s, err := decodeSlot(string(k), v) // copies out of the transaction
-			if err != nil {
-				return err
-			}
-			out = append(out, s)
-			return nil
-		})
+		out = append(out, s)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("storage: slots of timeline %s: %w", t.Key(), err)
@@ -234,20 +224,7 @@ func (t *Timeline) updateSlot(name string, fn func(sb *bolt.Bucket) error) error
 	if err := checkSlotName(name); err != nil {
 		return err
 	}
-	if err := t.db.checkOpen(); err != nil {
-		return err
-	}
-	err := t.db.bolt.Update(func(tx *bolt.Tx) error {
-		tb := tx.Bucket(bucketTimelines).Bucket(t.key[:])
-		if tb == nil {
-			return fmt.Errorf("%w: %s", ErrNoTimeline, t.Key())
-		}
-		sb, err := tb.CreateBucketIfNotExists(bucketSlots)
-		if err != nil {
-			return err
-		}
-		return fn(sb)
-	})
+	err := t.updateSlots(func(sb *bolt.Bucket, _ *bolt.Bucket) error { return fn(sb) })
 	if err != nil {
 		if errors.Is(err, ErrSlotExists) || errors.Is(err, ErrNoSlot) {
 			return err
@@ -261,23 +238,13 @@ func (t *Timeline) updateSlot(name string, fn func(sb *bolt.Bucket) error) error
 // incarnation.
 func (t *Timeline) SlotTombstones() ([]SlotTombstone, error) {
 	var out []SlotTombstone
-	err := t.db.bolt.View(func(tx *bolt.Tx) error {
-		tb := tx.Bucket(bucketTimelines).Bucket(t.key[:])
-		if tb == nil {
-			return fmt.Errorf("%w: %s", ErrNoTimeline, t.Key())
+	err := t.forEachIn(bucketTombstones, func(k, v []byte) error {
+		ts, err := decodeTombstone(k, v) // copies out of the transaction
+		if err != nil {
+			return err
 		}
-		b := tb.Bucket(bucketTombstones)
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(k, v []byte) error {
-			ts, err := decodeTombstone(k, v) // copies out of the transaction
-			if err != nil {
-				return err
-			}
-			out = append(out, ts)
-			return nil
-		})
+		out = append(out, ts)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("storage: slot tombstones of timeline %s: %w", t.Key(), err)
@@ -309,18 +276,7 @@ func (t *Timeline) UpdateSlots(u SlotUpdate) error {
 			return err
 		}
 	}
-	if err := t.db.checkOpen(); err != nil {
-		return err
-	}
-	err := t.db.bolt.Update(func(tx *bolt.Tx) error {
-		tb := tx.Bucket(bucketTimelines).Bucket(t.key[:])
-		if tb == nil {
-			return fmt.Errorf("%w: %s", ErrNoTimeline, t.Key())
-		}
-		sb, err := tb.CreateBucketIfNotExists(bucketSlots)
-		if err != nil {
-			return err
-		}
+	err := t.updateSlots(func(sb, tsb *bolt.Bucket) error {
 		for _, name := range u.Drop {
 			if err := sb.Delete([]byte(name)); err != nil {
 				return err
@@ -330,13 +286,6 @@ func (t *Timeline) UpdateSlots(u SlotUpdate) error {
 			if err := sb.Put([]byte(u.Put[i].Name), encodeSlot(nil, &u.Put[i])); err != nil {
 				return err
 			}
-		}
-		if len(u.PutTombstones) == 0 && len(u.DropTombstones) == 0 {
-			return nil
-		}
-		tsb, err := tb.CreateBucketIfNotExists(bucketTombstones)
-		if err != nil {
-			return err
 		}
 		for _, ts := range u.DropTombstones {
 			if err := tsb.Delete(tombstoneKey(ts.Name, ts.Incarnation)); err != nil {
@@ -355,4 +304,44 @@ func (t *Timeline) UpdateSlots(u SlotUpdate) error {
 		return fmt.Errorf("storage: slots of timeline %s: %w", t.Key(), err)
 	}
 	return nil
+}
+
+// forEachIn calls fn for every key and value of the timeline's sub-bucket
+// name (none if there is no such bucket), in one read transaction; fn must
+// copy what it keeps.
+func (t *Timeline) forEachIn(name []byte, fn func(k, v []byte) error) error {
+	return t.db.bolt.View(func(tx *bolt.Tx) error {
+		tb := tx.Bucket(bucketTimelines).Bucket(t.key[:])
+		if tb == nil {
+			return fmt.Errorf("%w: %s", ErrNoTimeline, t.Key())
+		}
+		b := tb.Bucket(name)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(fn)
+	})
+}
+
+// updateSlots runs fn on the timeline's slots and tombstones buckets
+// (created if missing) in one write transaction.
+func (t *Timeline) updateSlots(fn func(slots, tombstones *bolt.Bucket) error) error {
+	if err := t.db.checkOpen(); err != nil {
+		return err
+	}
+	return t.db.bolt.Update(func(tx *bolt.Tx) error {
+		tb := tx.Bucket(bucketTimelines).Bucket(t.key[:])
+		if tb == nil {
+			return fmt.Errorf("%w: %s", ErrNoTimeline, t.Key())
+		}
+		sb, err := tb.CreateBucketIfNotExists(bucketSlots)
+		if err != nil {
+			return err
+		}
+		tsb, err := tb.CreateBucketIfNotExists(bucketTombstones)
+		if err != nil {
+			return err
+		}
+		return fn(sb, tsb)
+	})
 }
