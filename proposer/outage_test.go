@@ -113,7 +113,7 @@ func switchablePrimary(t *testing.T) (addr string, up *atomic.Bool, refusals *at
 					be.Flush()
 					return
 				}
-				serveIdentify(be)
+				serveIdentify(be, nil)
 			}()
 		}
 	}()
@@ -122,9 +122,9 @@ func switchablePrimary(t *testing.T) (addr string, up *atomic.Bool, refusals *at
 
 // serveIdentify answers a replication connection's IDENTIFY_SYSTEM, SHOW
 // wal_segment_size, SHOW server_version_num and CREATE_REPLICATION_SLOT as
-// a PostgreSQL 15 primary at 0/1000000 would, and any other query with an
-// error.
-func serveIdentify(be *pgproto3.Backend) {
+// a PostgreSQL 15 primary at 0/1000000 would (the slot refused with
+// slotErr when it is not nil), and any other query with an error.
+func serveIdentify(be *pgproto3.Backend, slotErr *pgproto3.ErrorResponse) {
 	be.Send(&pgproto3.AuthenticationOk{})
 	be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
 	be.Flush()
@@ -155,6 +155,8 @@ func serveIdentify(be *pgproto3.Backend) {
 			rows([]string{"wal_segment_size"}, "16MB")
 		case q.String == "SHOW server_version_num":
 			rows([]string{"server_version_num"}, "150000")
+		case strings.HasPrefix(q.String, "CREATE_REPLICATION_SLOT") && slotErr != nil:
+			be.Send(slotErr)
 		case strings.HasPrefix(q.String, "CREATE_REPLICATION_SLOT"):
 			rows([]string{"slot_name", "consistent_point", "snapshot_name", "output_plugin"}, "proposer", "0/1000000", "", "")
 		default:
@@ -258,34 +260,15 @@ func TestRunLogsAnUnreachablePrimaryOnce(t *testing.T) {
 // timeline's term and the real primary's commits would wait — and says why,
 // once, retrying in case the standby is promoted.
 func TestStandbyAsUpstreamIsNeverProposedFor(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
 	var standbyConns atomic.Int32
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			standbyConns.Add(1)
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(10 * time.Second))
-				be := pgproto3.NewBackend(c, c)
-				if _, err := be.ReceiveStartupMessage(); err != nil {
-					return
-				}
-				be.Send(&pgproto3.ParameterStatus{Name: "in_hot_standby", Value: "on"})
-				serveIdentify(be)
-			}()
-		}
-	}()
+	standby := fakeSafekeeper(t, func(n int, c net.Conn, be *pgproto3.Backend) { // a fake server: here a standby
+		standbyConns.Add(1)
+		be.Send(&pgproto3.ParameterStatus{Name: "in_hot_standby", Value: "on"})
+		serveIdentify(be, nil)
+	})
 	var greeted atomic.Int32
 	sk := fakeSafekeeper(t, func(n int, c net.Conn, be *pgproto3.Backend) { greeted.Add(1) })
-	host, port, _ := net.SplitHostPort(l.Addr().String())
+	host, port, _ := net.SplitHostPort(standby)
 	log := newLogRecords()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,47 +56,8 @@ func servePrimary(c net.Conn, code string, atSlot bool) {
 		be.Flush()
 		return
 	}
-	be.Send(&pgproto3.AuthenticationOk{})
-	be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
-	be.Flush()
-	rows := func(cols []string, vals ...string) {
-		var fds []pgproto3.FieldDescription
-		var row [][]byte
-		for i, col := range cols {
-			fds = append(fds, pgproto3.FieldDescription{Name: []byte(col), DataTypeOID: 25})
-			row = append(row, []byte(vals[i]))
-		}
-		be.Send(&pgproto3.RowDescription{Fields: fds})
-		be.Send(&pgproto3.DataRow{Values: row})
-		be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
-	}
-	for {
-		m, err := be.Receive()
-		if err != nil {
-			return
-		}
-		q, ok := m.(*pgproto3.Query)
-		if !ok {
-			return
-		}
-		switch {
-		case q.String == "IDENTIFY_SYSTEM":
-			rows([]string{"systemid", "timeline", "xlogpos", "dbname"}, "7300000000000000001", "1", "0/1000000", "")
-		case q.String == "SHOW wal_segment_size":
-			rows([]string{"wal_segment_size"}, "16MB")
-		case q.String == "SHOW server_version_num":
-			rows([]string{"server_version_num"}, "150000")
-		case strings.HasPrefix(q.String, "CREATE_REPLICATION_SLOT"):
-			refuse.Severity = "ERROR"
-			be.Send(refuse)
-		default:
-			be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "XX000", Message: "unexpected " + q.String})
-		}
-		be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
-		if be.Flush() != nil {
-			return
-		}
-	}
+	refuse.Severity = "ERROR"
+	serveIdentify(be, refuse)
 }
 
 // countHandler counts the log records with message msg.
