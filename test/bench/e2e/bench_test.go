@@ -29,6 +29,7 @@ var (
 	flagSeconds = flag.Int("bench.seconds", envInt("BENCH_SECONDS", 15), "pgbench -T of each round (env BENCH_SECONDS)")
 	flagClients = flag.Int("bench.clients", envInt("BENCH_CLIENTS", 8), "pgbench -c (env BENCH_CLIENTS)")
 	flagJobs    = flag.Int("bench.jobs", envInt("BENCH_JOBS", 2), "pgbench -j (env BENCH_JOBS)")
+	flagLow     = flag.Int("bench.clients-low", envInt("BENCH_CLIENTS_LOW", 1), "pgbench -c of the second pass (-j 1 for 1 client), 0 for no second pass (env BENCH_CLIENTS_LOW)")
 	flagScale   = flag.Int("bench.scale", envInt("BENCH_SCALE", 10), "pgbench -i -s (env BENCH_SCALE)")
 	flagWarmup  = flag.Int("bench.warmup", envInt("BENCH_WARMUP", 3), "seconds of one unreported warm-up round per configuration, 0 for none (env BENCH_WARMUP)")
 	flagDoc     = flag.Bool("bench.doc", envInt("BENCH_WRITE_DOC", 1) != 0, "rewrite the bench-e2e section of docs/performance.md (env BENCH_WRITE_DOC=0: leave it)")
@@ -53,7 +54,32 @@ func envInt(name string, def int) int {
 
 type params struct {
 	rounds, seconds, clients, jobs, scale, warmup int
+	clientsLow                                    int // the second pass's pgbench -c; 0: no second pass
 	writeDoc                                      bool
+}
+
+// pass is one series of rounds at one pgbench client count: the main pass
+// (BENCH_CLIENTS) and the low one (BENCH_CLIENTS_LOW: commit latency
+// without CPU contention).
+type pass struct {
+	n             int // index in params.passes: 0 main, 1 low
+	clients, jobs int
+}
+
+func (ps pass) label() string {
+	if ps.clients == 1 {
+		return "1 client"
+	}
+	return fmt.Sprintf("%d clients", ps.clients)
+}
+
+// passes are the passes a run makes, the main one first.
+func (p params) passes() []pass {
+	out := []pass{{n: 0, clients: p.clients, jobs: p.jobs}}
+	if p.clientsLow > 0 {
+		out = append(out, pass{n: 1, clients: p.clientsLow, jobs: min(p.jobs, p.clientsLow)})
+	}
+	return out
 }
 
 func (p params) validate() error {
@@ -62,7 +88,7 @@ func (p params) validate() error {
 		name   string
 		v, min int
 	}{{"BENCH_ROUNDS", p.rounds, 1}, {"BENCH_SECONDS", p.seconds, 1}, {"BENCH_CLIENTS", p.clients, 1},
-		{"BENCH_JOBS", p.jobs, 1}, {"BENCH_SCALE", p.scale, 1}, {"BENCH_WARMUP", p.warmup, 0}} {
+		{"BENCH_JOBS", p.jobs, 1}, {"BENCH_CLIENTS_LOW", p.clientsLow, 0}, {"BENCH_SCALE", p.scale, 1}, {"BENCH_WARMUP", p.warmup, 0}} {
 		if c.v < c.min {
 			errs = append(errs, fmt.Errorf("%s = %d, want at least %d", c.name, c.v, c.min))
 		}
@@ -75,8 +101,8 @@ func (p params) validate() error {
 
 // command is the command line that reproduces a run with p.
 func (p params) command() string {
-	return fmt.Sprintf("BENCH_ROUNDS=%d BENCH_SECONDS=%d BENCH_CLIENTS=%d BENCH_JOBS=%d BENCH_SCALE=%d BENCH_WARMUP=%d make bench-e2e",
-		p.rounds, p.seconds, p.clients, p.jobs, p.scale, p.warmup)
+	return fmt.Sprintf("BENCH_ROUNDS=%d BENCH_SECONDS=%d BENCH_CLIENTS=%d BENCH_JOBS=%d BENCH_CLIENTS_LOW=%d BENCH_SCALE=%d BENCH_WARMUP=%d make bench-e2e",
+		p.rounds, p.seconds, p.clients, p.jobs, p.clientsLow, p.scale, p.warmup)
 }
 
 func TestMain(m *testing.M) { harness.Main(m) }
@@ -96,6 +122,7 @@ var groupNames = [nGroups]string{"primary", "standbys", "proposer", "safekeepers
 // result is one round.
 type result struct {
 	cfg        string
+	pass       pass
 	cycle      int // 1..rounds; 0 for the warm-up
 	seconds    int
 	txns       int64
@@ -145,7 +172,7 @@ func TestBenchE2E(t *testing.T) {
 		t.Skip("the end-to-end benchmark runs only with -bench.e2e (make bench-e2e)")
 	}
 	p := params{rounds: *flagRounds, seconds: *flagSeconds, clients: *flagClients, jobs: *flagJobs,
-		scale: *flagScale, warmup: *flagWarmup, writeDoc: *flagDoc}
+		clientsLow: *flagLow, scale: *flagScale, warmup: *flagWarmup, writeDoc: *flagDoc}
 	if err := errors.Join(append(slices.Clone(envErrs), p.validate())...); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +201,8 @@ func setup(t *testing.T, p params) *bench {
 	if p.warmup > 0 {
 		cycles++
 	}
-	est := (float64(len(configs))*(float64(p.rounds*p.seconds+p.warmup)+5*cycles) + 10 + 2*float64(p.scale)) / 60
+	cycles += float64(p.rounds * (len(p.passes()) - 1))
+	est := (float64(len(configs))*(float64(len(p.passes())*p.rounds*p.seconds+p.warmup)+5*cycles) + 10 + 2*float64(p.scale)) / 60
 	b.say("%s: about %.0f minutes", p.command(), math.Ceil(est))
 	b.say("building the safekeeper binary")
 	harness.Binary(t)
@@ -208,23 +236,29 @@ func setup(t *testing.T, p params) *bench {
 	return b
 }
 
-// run runs the warm-up rounds, then the measured ones: A1, A3, B, A1, ….
+// run runs the warm-up rounds, then the measured ones of each pass: A1,
+// A3, B, A1, … at BENCH_CLIENTS clients, then the same at
+// BENCH_CLIENTS_LOW.
 func (b *bench) run() {
 	p := b.p
 	b.say("before each round: switch the configuration (stop what it does not use), wait until its members are synchronous and caught up, " +
 		"TRUNCATE pgbench_history, VACUUM pgbench_branches and pgbench_tellers, CHECKPOINT, wait again; for B restart the proposer once caught up (its link stats then cover the round only)")
+	passes := p.passes()
 	if p.warmup > 0 {
 		b.say("warm-up: one %d s round per configuration, not reported in the medians", p.warmup)
 		for _, c := range configs {
-			r := b.round(c, 0, p.warmup)
+			r := b.round(c, passes[0], 0, p.warmup)
 			fmt.Println(roundLine(r, p.rounds))
 		}
 	}
-	for cycle := 1; cycle <= p.rounds; cycle++ {
-		for _, c := range configs {
-			r := b.round(c, cycle, p.seconds)
-			fmt.Println(roundLine(r, p.rounds))
-			b.results = append(b.results, r)
+	for _, ps := range passes {
+		b.say("pass: pgbench -c %d -j %d, %d rounds per configuration", ps.clients, ps.jobs, p.rounds)
+		for cycle := 1; cycle <= p.rounds; cycle++ {
+			for _, c := range configs {
+				r := b.round(c, ps, cycle, p.seconds)
+				fmt.Println(roundLine(r, p.rounds))
+				b.results = append(b.results, r)
+			}
 		}
 	}
 	b.stopProposer()
@@ -237,8 +271,8 @@ func (b *bench) run() {
 }
 
 // round switches to c, prepares the primary and runs one pgbench round of
-// secs seconds.
-func (b *bench) round(c config, cycle, secs int) result {
+// secs seconds with ps's clients.
+func (b *bench) round(c config, ps pass, cycle, secs int) result {
 	b.switchTo(c)
 	b.exec("TRUNCATE pgbench_history")
 	b.exec("VACUUM pgbench_branches")
@@ -251,7 +285,7 @@ func (b *bench) round(c config, cycle, secs int) result {
 		b.startProposer()
 		b.waitReady(c)
 	}
-	r := b.measure(c, cycle, secs)
+	r := b.measure(c, ps, cycle, secs)
 	r.catchupGap = catchup
 	return r
 }
@@ -379,10 +413,11 @@ type lagSamples struct {
 	err   error
 }
 
-// measure runs one pgbench round of secs seconds under c, which is ready,
-// and returns its figures.
-func (b *bench) measure(c config, cycle, secs int) result {
+// measure runs one pgbench round of secs seconds with ps's clients under
+// c, which is ready, and returns its figures.
+func (b *bench) measure(c config, ps pass, cycle, secs int) result {
 	t := b.t
+	what := fmt.Sprintf("%s round %d (%s)", c.name, cycle, ps.label())
 	b.waitNoClients()
 	rts := b.roots(c)
 	before := b.snapshot(rts)
@@ -400,54 +435,54 @@ func (b *bench) measure(c config, cycle, secs int) result {
 	}
 	defer stopSampler() // on a failure below: the goroutine must end before the connection closes
 
-	prefix := filepath.Join(b.logDir, fmt.Sprintf("%s-%d", c.name, cycle))
+	prefix := filepath.Join(b.logDir, fmt.Sprintf("%s-c%d-%d", c.name, ps.clients, cycle))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs)*time.Second+5*time.Minute)
 	defer cancel()
 	cmd := b.pg.Cmd(ctx, "pgbench", "-h", b.pg.SocketDir, "-p", strconv.Itoa(b.pg.Port), "-U", "postgres",
-		"-n", "-c", strconv.Itoa(b.p.clients), "-j", strconv.Itoa(b.p.jobs), "-T", strconv.Itoa(secs),
+		"-n", "-c", strconv.Itoa(ps.clients), "-j", strconv.Itoa(ps.jobs), "-T", strconv.Itoa(secs),
 		"-l", "--log-prefix", prefix, "postgres")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	lag := stopSampler()
 	if err != nil {
-		t.Fatalf("%s round %d: pgbench: %v\n%s", c.name, cycle, err, out.String())
+		t.Fatalf("%s: pgbench: %v\n%s", what, err, out.String())
 	}
 	pgbenchCPU := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	b.waitNoClients()
 	after := b.snapshot(rts)
 	if lag.err != nil {
-		t.Fatalf("%s round %d: %v", c.name, cycle, lag.err)
+		t.Fatalf("%s: %v", what, lag.err)
 	}
 	b.checkStillSync(c)
 
 	sum, err := parsePgbench(out.String())
 	if err != nil {
-		t.Fatalf("%s round %d: pgbench output: %v\n%s", c.name, cycle, err, out.String())
+		t.Fatalf("%s: pgbench output: %v\n%s", what, err, out.String())
 	}
 	if sum.failed > 0 {
-		t.Fatalf("%s round %d: %d failed transactions\n%s", c.name, cycle, sum.failed, out.String())
+		t.Fatalf("%s: %d failed transactions\n%s", what, sum.failed, out.String())
 	}
 	files, err := filepath.Glob(prefix + ".*")
 	if err != nil || len(files) == 0 {
-		t.Fatalf("%s round %d: no pgbench log files %s.* (%v)", c.name, cycle, prefix, err)
+		t.Fatalf("%s: no pgbench log files %s.* (%v)", what, prefix, err)
 	}
 	lat, other, err := readLatencies(files)
 	if err != nil {
-		t.Fatalf("%s round %d: pgbench log: %v", c.name, cycle, err)
+		t.Fatalf("%s: pgbench log: %v", what, err)
 	}
 	for _, f := range files {
 		os.Remove(f)
 	}
 	if len(lat) == 0 {
-		t.Fatalf("%s round %d: no latency in the pgbench logs", c.name, cycle)
+		t.Fatalf("%s: no latency in the pgbench logs", what)
 	}
 	if int64(len(lat)) != sum.txns {
-		b.say("%s round %d: the pgbench logs hold %d latencies (%d other lines), pgbench reported %d transactions", c.name, cycle, len(lat), other, sum.txns)
+		b.say("%s: the pgbench logs hold %d latencies (%d other lines), pgbench reported %d transactions", what, len(lat), other, sum.txns)
 	}
 	slices.Sort(lat)
 
-	r := result{cfg: c.name, cycle: cycle, seconds: secs, txns: sum.txns, tps: sum.tps,
+	r := result{cfg: c.name, pass: ps, cycle: cycle, seconds: secs, txns: sum.txns, tps: sum.tps,
 		latP50: percentile(lat, 0.50) / 1000, latP99: percentile(lat, 0.99) / 1000,
 		lagP50: median(lag.ms), lagSamples: len(lag.ms)}
 	perTxn := 1e6 / b.clk / float64(sum.txns)
@@ -464,7 +499,7 @@ func (b *bench) measure(c config, cycle, secs int) result {
 		for _, s := range st {
 			r.late += s.late
 			if s.responses == 0 {
-				t.Fatalf("%s round %d: the proposer got no SafeKeeperResponse from %s", c.name, cycle, s.safekeeper)
+				t.Fatalf("%s: the proposer got no SafeKeeperResponse from %s", what, s.safekeeper)
 			}
 		}
 	}

@@ -7,7 +7,10 @@
 // BENCH_SCALE, BENCH_CLIENTS clients, BENCH_SECONDS per round) under three
 // configurations of synchronous replication, round by round in turn (A1,
 // A3, B, A1, A3, B, …, BENCH_ROUNDS each), so that the noise of a shared
-// machine falls on all three alike:
+// machine falls on all three alike. A second pass of rounds, the same way,
+// runs pgbench with BENCH_CLIENTS_LOW clients (default 1, -j 1; 0: no
+// second pass): with one client nothing competes for the CPU, so its
+// latency is the commit path's own. The configurations:
 //
 //   - A1: one stock standby s1 (pg_basebackup, standby.signal, a physical
 //     slot), synchronous_standby_names = 's1'.
@@ -32,9 +35,10 @@
 // count through their parent; pgbench's from its rusage), and for B the
 // longest wait for a SafeKeeperResponse (max_response_gap, from the
 // proposer's "safekeeper link stats" at SIGTERM). At the end: the median
-// per configuration and the median of the per-cycle ratios B/A1 and B/A3;
-// the same, with the machine, the method and the command, replaces the
-// bench-e2e section of docs/performance.md (BENCH_WRITE_DOC=0: not).
+// per configuration and the median of the per-cycle ratios B/A1 and B/A3,
+// for each pass on its own; the same, with the machine, the method and the
+// command, replaces the bench-e2e section of docs/performance.md
+// (BENCH_WRITE_DOC=0: not).
 //
 // Lifecycle: TestBenchE2E skips unless -bench.e2e is given, so make test
 // only compiles and vets it (the parsers' unit tests do run). Everything it

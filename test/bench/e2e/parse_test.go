@@ -152,3 +152,49 @@ func TestRatioPairsCycles(t *testing.T) {
 		}
 	}
 }
+
+// TestPasses: the low pass runs with at most as many threads as clients
+// (pgbench refuses more), BENCH_CLIENTS_LOW=0 drops it, and each pass's
+// ratios pair only its own rounds.
+func TestPasses(t *testing.T) {
+	p := params{rounds: 1, seconds: 1, clients: 8, jobs: 2, clientsLow: 1, scale: 1}
+	if err := p.validate(); err != nil {
+		t.Fatal(err)
+	}
+	ps := p.passes()
+	if len(ps) != 2 || ps[0] != (pass{n: 0, clients: 8, jobs: 2}) || ps[1] != (pass{n: 1, clients: 1, jobs: 1}) {
+		t.Fatalf("passes = %+v", ps)
+	}
+	if ps[1].label() != "1 client" || ps[0].label() != "8 clients" {
+		t.Errorf("labels %q, %q", ps[0].label(), ps[1].label())
+	}
+	p.clientsLow = 0
+	if ps := p.passes(); len(ps) != 1 {
+		t.Errorf("BENCH_CLIENTS_LOW=0: passes = %+v, want the main one only", ps)
+	}
+	p.clientsLow = -1
+	if err := p.validate(); err == nil {
+		t.Error("BENCH_CLIENTS_LOW=-1 did not fail validation")
+	}
+
+	nan := math.NaN()
+	main, low := ps[0], ps[1]
+	rs := []result{
+		{cfg: "A3", pass: main, cycle: 1, tps: 1000, cpu: [nGroups]float64{500, 390, nan, nan, 100}},
+		{cfg: "B", pass: main, cycle: 1, tps: 700, cpu: [nGroups]float64{500, nan, 140, 585, 100}},
+		{cfg: "A3", pass: low, cycle: 1, tps: 250, cpu: [nGroups]float64{600, 400, nan, nan, 100}},
+		{cfg: "B", pass: low, cycle: 1, tps: 150, cpu: [nGroups]float64{600, nan, 200, 800, 100}},
+	}
+	if got := ratio(ofPass(rs, 0), "A3", figureByName("TPS")); got != 0.7 {
+		t.Errorf("8 clients: B/A3 TPS = %v, want 0.7", got)
+	}
+	if got := ratio(ofPass(rs, 1), "A3", figureByName("TPS")); got != 0.6 {
+		t.Errorf("1 client: B/A3 TPS = %v, want 0.6", got)
+	}
+	if got := ratio(ofPass(rs, 0), "A3", figureByName("replicas")); got != 1.5 {
+		t.Errorf("8 clients: safekeepers/standbys = %v, want 1.5", got)
+	}
+	if tab := ratioTable(ofPass(rs, 1)); !strings.Contains(tab, "| B/A3 | 0.60 |") || !strings.Contains(tab, "| 2.00 |\n") {
+		t.Errorf("1-client ratio table:\n%s", tab)
+	}
+}

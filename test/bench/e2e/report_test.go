@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,7 +36,8 @@ func roundLine(r result, rounds int) string {
 	if r.cycle == 0 {
 		label = "warm-up"
 	}
-	line := fmt.Sprintf("%-3s %-9s %3ds: tps %7.1f  latency p50 %6.2f ms p99 %6.2f ms  flush_lag p50 %s ms (%d samples)  "+
+	label += fmt.Sprintf(" -c %d", r.pass.clients)
+	line := fmt.Sprintf("%-3s %-15s %3ds: tps %7.1f  latency p50 %6.2f ms p99 %6.2f ms  flush_lag p50 %s ms (%d samples)  "+
 		"CPU µs/txn: primary %s standbys %s proposer %s safekeepers %s pgbench %s (server total %s)  max_response_gap %s",
 		r.cfg, label, r.seconds, r.tps, r.latP50, r.latP99, fnum(r.lagP50, 2), r.lagSamples,
 		fnum(r.cpu[gPrimary], 0), fnum(r.cpu[gStandbys], 0), fnum(r.cpu[gProposer], 0), fnum(r.cpu[gSafekeepers], 0),
@@ -78,15 +80,26 @@ var figures = []figure{
 	}},
 }
 
+// replicas is the CPU per transaction of what keeps the copies of the WAL:
+// the standbys (A) or the safekeepers (B). It is no column of the summary
+// (both are); its ratio compares the two.
+var replicas = figure{"replicas", 0, func(r result) float64 {
+	if !math.IsNaN(r.cpu[gStandbys]) {
+		return r.cpu[gStandbys]
+	}
+	return r.cpu[gSafekeepers]
+}}
+
 // ratioFigures are the figures whose B/A ratios are reported, with their
 // labels there.
 var ratioFigures = []struct{ figure, label string }{
 	{"TPS", "TPS"}, {"latency p50 ms", "latency p50"}, {"latency p99 ms", "latency p99"}, {"flush_lag p50 ms", "flush_lag p50"},
 	{"CPU µs/txn primary", "CPU/txn primary"}, {"server total", "CPU/txn server total"},
+	{"replicas", "CPU/txn safekeepers / standbys"},
 }
 
 func figureByName(name string) figure {
-	for _, f := range figures {
+	for _, f := range append(slices.Clone(figures), replicas) {
 		if f.name == name {
 			return f
 		}
@@ -148,6 +161,17 @@ func gapSummary(results []result) string {
 		n, float64(longest)/float64(time.Millisecond), late)
 }
 
+// ofPass are the results of pass n.
+func ofPass(results []result, n int) []result {
+	var out []result
+	for _, r := range results {
+		if r.pass.n == n {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // ratio is the median over cycles of B's figure divided by base's in the
 // same cycle (pairs are adjacent in time, so drift cancels).
 func ratio(results []result, base string, f figure) float64 {
@@ -189,14 +213,14 @@ func ratioTable(results []result) string {
 
 func roundsTable(results []result) string {
 	var sb strings.Builder
-	head := []string{"round", "config"}
+	head := []string{"round", "config", "clients"}
 	for _, f := range figures {
 		head = append(head, f.name)
 	}
 	sb.WriteString(mdRow(head...))
 	sb.WriteString(mdSep(len(head)))
 	for _, r := range results {
-		row := []string{strconv.Itoa(r.cycle), r.cfg}
+		row := []string{strconv.Itoa(r.cycle), r.cfg, strconv.Itoa(r.pass.clients)}
 		for _, f := range figures {
 			row = append(row, fnum(f.get(r), f.prec))
 		}
@@ -276,11 +300,15 @@ func filesystemOf(dir string) string {
 // report prints the medians and ratios and rewrites the doc section.
 func (b *bench) report() {
 	took := time.Since(b.started).Round(time.Second)
-	fmt.Printf("\n================ bench-e2e: medians over %d rounds per configuration ================\n", b.p.rounds)
-	fmt.Print(summaryTable(b.results))
-	fmt.Print(gapSummary(b.results))
-	fmt.Println()
-	fmt.Print(ratioTable(b.results))
+	for _, ps := range b.p.passes() {
+		rs := ofPass(b.results, ps.n)
+		fmt.Printf("\n================ bench-e2e, %s (pgbench -c %d -j %d): medians over %d rounds per configuration ================\n",
+			ps.label(), ps.clients, ps.jobs, b.p.rounds)
+		fmt.Print(summaryTable(rs))
+		fmt.Print(gapSummary(rs))
+		fmt.Println()
+		fmt.Print(ratioTable(rs))
+	}
 	fmt.Printf("(run took %v; load average at start %s, at end %s)\n", took, b.machine.loadStart, loadAvg())
 	if !b.p.writeDoc {
 		b.say("BENCH_WRITE_DOC=0: docs/performance.md left alone")
@@ -301,7 +329,7 @@ func (b *bench) docSection(took time.Duration) string {
 	sb.WriteString("Command:\n\n")
 	fmt.Fprintf(&sb, "    %s\n\n", p.command())
 	fmt.Fprintf(&sb, "which runs `go test ./test/bench/e2e -run '^TestBenchE2E$' -count=1 -timeout 0 -v -args -bench.e2e` "+
-		"(flags -bench.rounds, -bench.seconds, -bench.clients, -bench.jobs, -bench.scale, -bench.warmup override the variables; "+
+		"(flags -bench.rounds, -bench.seconds, -bench.clients, -bench.jobs, -bench.clients-low, -bench.scale, -bench.warmup override the variables; "+
 		"BENCH_WRITE_DOC=0 leaves this file alone).\n\n")
 	sb.WriteString("Machine:\n\n")
 	fmt.Fprintf(&sb, "- %d CPUs (nproc), %s, %.1f GiB memory\n", m.nproc, m.cpu, m.memGiB)
@@ -311,11 +339,16 @@ func (b *bench) docSection(took time.Duration) string {
 	sb.WriteString("Method:\n\n")
 	fmt.Fprintf(&sb, "- One PostgreSQL 15 primary (fsync on, synchronous_commit on, max_wal_size 8GB, checkpoint_timeout 30min so that no checkpoint starts inside a round), "+
 		"`pgbench -i -s %d` once, before the base backups. Each round is `pgbench -n -c %d -j %d -T %d -l` over the unix socket "+
-		"(TPC-B-like; -n because the harness does pgbench's cleanup itself, outside the measured window).\n", p.scale, p.clients, p.jobs, p.seconds)
+		"(TPC-B-like; -n because the harness does pgbench's cleanup itself, outside the measured window).", p.scale, p.clients, p.jobs, p.seconds)
+	if ps := p.passes(); len(ps) > 1 {
+		fmt.Fprintf(&sb, " A second pass, **%s**, runs the same rounds with `pgbench -c %d -j %d`: commit latency with no CPU contention.\n", ps[1].label(), ps[1].clients, ps[1].jobs)
+	} else {
+		sb.WriteString(" No second pass with fewer clients (BENCH_CLIENTS_LOW=0).\n")
+	}
 	sb.WriteString("- Configurations: **A1** one stock streaming standby s1 (pg_basebackup, standby.signal, physical slot), " +
 		"`synchronous_standby_names = 's1'`; **A3** three stock standbys, `'ANY 2 (s1,s2,s3)'`; **B** `safekeeper propose` and three " +
 		"`safekeeper run` (fsync on), `'proposer'`. Every standby and the proposer reach the primary over TCP on loopback.\n")
-	fmt.Fprintf(&sb, "- Rounds alternate A1, A3, B, A1, … (%d each). Before each: synchronous_standby_names set (ALTER SYSTEM, reload); "+
+	fmt.Fprintf(&sb, "- Rounds alternate A1, A3, B, A1, … (%d each per pass; the second pass after the first). Before each: synchronous_standby_names set (ALTER SYSTEM, reload); "+
 		"every standby, proposer and safekeeper the configuration does not use stopped (nothing idle streams or replays); its members started "+
 		"and waited for until synchronous with everything flushed (standbys: replayed); TRUNCATE pgbench_history, VACUUM pgbench_branches and "+
 		"pgbench_tellers, CHECKPOINT, wait again; for B the proposer is restarted, so its link stats cover the round, not its catch-up after the A rounds.", p.rounds)
@@ -328,18 +361,22 @@ func (b *bench) docSection(took time.Duration) string {
 		"flush_lag: pg_stat_replication.flush_lag of the synchronous standbys (sync or quorum) sampled every 100 ms, median over samples and standbys.\n")
 	sb.WriteString("- CPU µs per transaction: the delta over the round of utime+stime+cutime+cstime (/proc, clock ticks) of each process tree, " +
 		"after the exited backends are reaped: the primary's postmaster with all its children (backends, walsenders), each running standby's postmaster " +
-		"tree, the proposer, the safekeepers; pgbench from its rusage. Server total = all but pgbench.\n")
+		"tree, the proposer, the safekeepers; pgbench from its rusage. Server total = all but pgbench. The ratio \"CPU/txn safekeepers / standbys\" divides B's safekeepers by A's standbys.\n")
 	sb.WriteString("- max_response_gap (B): the longest time any proposer↔safekeeper connection waited for a SafeKeeperResponse with a request outstanding, " +
 		"from the proposer's `safekeeper link stats` log lines at SIGTERM (the protocol's bound is 100 ms; \"late\" counts waits above it). " +
 		"It is timed where the proposer's owner goroutine queues requests and handles responses, so proposer-side delays count too: an upper bound on the safekeepers' silence. " +
 		"catch-up max_response_gap: the same figure of the proposer run the harness restarts before a B round: its start, and the catch-up of the WAL written since the last B round.\n")
 	sb.WriteString("- Ratios: for each cycle B's figure over A1's (A3's) from the same cycle, then the median over cycles. The machine is shared, " +
 		"so absolute figures are noisy; the ratios are the result.\n\n")
-	fmt.Fprintf(&sb, "Medians over %d rounds per configuration:\n\n", p.rounds)
-	sb.WriteString(summaryTable(b.results))
-	sb.WriteString("\n" + gapSummary(b.results) + "\n")
-	sb.WriteString(ratioTable(b.results))
-	sb.WriteString("\nEvery round:\n\n")
+	for _, ps := range p.passes() {
+		rs := ofPass(b.results, ps.n)
+		fmt.Fprintf(&sb, "**%s** (`pgbench -c %d -j %d`), medians over %d rounds per configuration:\n\n", ps.label(), ps.clients, ps.jobs, p.rounds)
+		sb.WriteString(summaryTable(rs))
+		sb.WriteString("\n" + gapSummary(rs) + "\n")
+		sb.WriteString(ratioTable(rs))
+		sb.WriteString("\n")
+	}
+	sb.WriteString("Every round:\n\n")
 	sb.WriteString(roundsTable(b.results))
 	return sb.String()
 }
