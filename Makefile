@@ -54,7 +54,8 @@ chaos: build
 # bench-e2e section of docs/performance.md rewritten (BENCH_WRITE_DOC=0: not).
 # Knobs: BENCH_ROUNDS (3), BENCH_SECONDS (15), BENCH_CLIENTS (8), BENCH_JOBS (2),
 # BENCH_CLIENTS_LOW (1: a second pass of rounds at 1 client, 0: none),
-# BENCH_SCALE (10), BENCH_WARMUP (3 s per configuration, 0: none).
+# BENCH_SCALE (10), BENCH_WARMUP (3 s per configuration, 0: none), BENCH_PERF
+# (1: perf stat per node in the last round of each configuration, 0: none).
 bench-e2e: build
 	SAFEKEEPER_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/bench/e2e -run '^TestBenchE2E$$' -count=1 -timeout 0 -v -args -bench.e2e
 

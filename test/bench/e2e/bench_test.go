@@ -32,6 +32,7 @@ var (
 	flagLow     = flag.Int("bench.clients-low", envInt("BENCH_CLIENTS_LOW", 1), "pgbench -c of the second pass (-j 1 for 1 client), 0 for no second pass (env BENCH_CLIENTS_LOW)")
 	flagScale   = flag.Int("bench.scale", envInt("BENCH_SCALE", 10), "pgbench -i -s (env BENCH_SCALE)")
 	flagWarmup  = flag.Int("bench.warmup", envInt("BENCH_WARMUP", 3), "seconds of one unreported warm-up round per configuration, 0 for none (env BENCH_WARMUP)")
+	flagPerf    = flag.Bool("bench.perf", envInt("BENCH_PERF", 1) != 0, "attach perf stat to one node of each kind in the main pass's last round of each configuration (env BENCH_PERF=0: not)")
 	flagDoc     = flag.Bool("bench.doc", envInt("BENCH_WRITE_DOC", 1) != 0, "rewrite the bench-e2e section of docs/performance.md (env BENCH_WRITE_DOC=0: leave it)")
 )
 
@@ -55,6 +56,7 @@ func envInt(name string, def int) int {
 type params struct {
 	rounds, seconds, clients, jobs, scale, warmup int
 	clientsLow                                    int // the second pass's pgbench -c; 0: no second pass
+	perf                                          bool
 	writeDoc                                      bool
 }
 
@@ -101,8 +103,12 @@ func (p params) validate() error {
 
 // command is the command line that reproduces a run with p.
 func (p params) command() string {
-	return fmt.Sprintf("BENCH_ROUNDS=%d BENCH_SECONDS=%d BENCH_CLIENTS=%d BENCH_JOBS=%d BENCH_CLIENTS_LOW=%d BENCH_SCALE=%d BENCH_WARMUP=%d make bench-e2e",
-		p.rounds, p.seconds, p.clients, p.jobs, p.clientsLow, p.scale, p.warmup)
+	perf := ""
+	if !p.perf {
+		perf = "BENCH_PERF=0 "
+	}
+	return fmt.Sprintf("BENCH_ROUNDS=%d BENCH_SECONDS=%d BENCH_CLIENTS=%d BENCH_JOBS=%d BENCH_CLIENTS_LOW=%d BENCH_SCALE=%d BENCH_WARMUP=%d %smake bench-e2e",
+		p.rounds, p.seconds, p.clients, p.jobs, p.clientsLow, p.scale, p.warmup, perf)
 }
 
 func TestMain(m *testing.M) { harness.Main(m) }
@@ -136,6 +142,7 @@ type result struct {
 	late       int64            // responses that ended a wait over 100 ms (B only)
 	hasGap     bool
 	catchupGap time.Duration // the same, of the proposer run restarted before the round
+	nodes      []perfNode    // perf stat's counts per node, in the round that has them
 }
 
 // server is the CPU per transaction of everything but pgbench.
@@ -162,6 +169,8 @@ type bench struct {
 	started  time.Time
 	machine  machine
 	results  []result
+	perf     perfTool
+	perfDir  string // perf stat's output files
 
 	propLogFrom int // where the running proposer's part of its log begins
 }
@@ -172,7 +181,7 @@ func TestBenchE2E(t *testing.T) {
 		t.Skip("the end-to-end benchmark runs only with -bench.e2e (make bench-e2e)")
 	}
 	p := params{rounds: *flagRounds, seconds: *flagSeconds, clients: *flagClients, jobs: *flagJobs,
-		clientsLow: *flagLow, scale: *flagScale, warmup: *flagWarmup, writeDoc: *flagDoc}
+		clientsLow: *flagLow, scale: *flagScale, warmup: *flagWarmup, perf: *flagPerf, writeDoc: *flagDoc}
 	if err := errors.Join(append(slices.Clone(envErrs), p.validate())...); err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +230,16 @@ func setup(t *testing.T, p params) *bench {
 	b.machine = describeMachine(b)
 	b.say("primary: PostgreSQL %s on port %d in %s", b.machine.pgVersion, b.pg.Port, b.pg.Dir)
 	b.logDir = pgtest.Dir(t, "bench-e2e-pgbench-")
+	b.perf = probePerf(p.perf)
+	b.perfDir = t.TempDir()
+	switch {
+	case b.perf.off != "":
+		b.say("no per-node table: %s", b.perf.off)
+	case len(b.perf.missing) > 0:
+		b.say("perf stat: per-node table without %s (not countable here)", strings.Join(b.perf.missing, ", "))
+	default:
+		b.say("perf stat: per-node table in round %d of each configuration (%s)", p.rounds, b.perf.path)
+	}
 
 	b.say("pgbench -i -s %d (no synchronous standby yet; the base backups below copy the result)", p.scale)
 	out, err := b.runPG(30*time.Minute, "pgbench", "-i", "-s", strconv.Itoa(p.scale), "-q",
@@ -435,6 +454,22 @@ func (b *bench) measure(c config, ps pass, cycle, secs int) result {
 	}
 	defer stopSampler() // on a failure below: the goroutine must end before the connection closes
 
+	var perfNodes []*perfNode
+	var perfSessions []*perfSession
+	if b.perf.off == "" && ps.n == 0 && cycle == b.p.rounds {
+		perfNodes, perfSessions = b.startPerf(c)
+	}
+	stoppedPerf := false
+	defer func() {
+		if !stoppedPerf {
+			for _, s := range perfSessions {
+				if s != nil {
+					s.abort()
+				}
+			}
+		}
+	}()
+
 	prefix := filepath.Join(b.logDir, fmt.Sprintf("%s-c%d-%d", c.name, ps.clients, cycle))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs)*time.Second+5*time.Minute)
 	defer cancel()
@@ -444,6 +479,8 @@ func (b *bench) measure(c config, ps pass, cycle, secs int) result {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
+	nodes := b.stopPerf(perfNodes, perfSessions)
+	stoppedPerf = true
 	lag := stopSampler()
 	if err != nil {
 		t.Fatalf("%s: pgbench: %v\n%s", what, err, out.String())
@@ -484,7 +521,7 @@ func (b *bench) measure(c config, ps pass, cycle, secs int) result {
 
 	r := result{cfg: c.name, pass: ps, cycle: cycle, seconds: secs, txns: sum.txns, tps: sum.tps,
 		latP50: percentile(lat, 0.50) / 1000, latP99: percentile(lat, 0.99) / 1000,
-		lagP50: median(lag.ms), lagSamples: len(lag.ms)}
+		lagP50: median(lag.ms), lagSamples: len(lag.ms), nodes: nodes}
 	perTxn := 1e6 / b.clk / float64(sum.txns)
 	for g := range gPgbench {
 		r.cpu[g] = math.NaN()

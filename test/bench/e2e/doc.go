@@ -36,9 +36,26 @@
 // longest wait for a SafeKeeperResponse (max_response_gap, from the
 // proposer's "safekeeper link stats" at SIGTERM). At the end: the median
 // per configuration and the median of the per-cycle ratios B/A1 and B/A3,
-// for each pass on its own; the same, with the machine, the method and the
-// command, replaces the bench-e2e section of docs/performance.md
-// (BENCH_WRITE_DOC=0: not).
+// for each pass on its own.
+//
+// Per node (perfstat_test.go): in the first pass's last round of each
+// configuration, `perf stat -x, -p PID` counts the CPU time
+// (task-clock), context switches and the commit path's system calls
+// (fdatasync, fsync, pwrite64, socket reads and writes, futex,
+// nanosleep, epoll) of one node of each kind: the walreceiver of standby
+// s1 (A1, A3; found by its process title among the standby's
+// processes), safekeeper 1 and the proposer (B). perf starts with its
+// counters disabled (-D -1) and a control pipe (--control fd:3,4); they
+// are enabled, and perf's ack awaited, just before pgbench starts, and
+// disabled when it ends. The table divides the counts by the round's
+// transactions and by the node's commits of WAL (a walreceiver's
+// fdatasyncs, half a safekeeper's: bbolt makes two per transaction).
+// Without perf, or where it cannot count (BENCH_PERF=0 also), the report
+// says so and the rest goes on.
+//
+// The medians, the ratios and the per-node table, with the machine, the
+// method and the command, replace the bench-e2e section of
+// docs/performance.md (BENCH_WRITE_DOC=0: not).
 //
 // Lifecycle: TestBenchE2E skips unless -bench.e2e is given, so make test
 // only compiles and vets it (the parsers' unit tests do run). Everything it

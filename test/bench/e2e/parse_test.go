@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -196,5 +198,129 @@ func TestPasses(t *testing.T) {
 	}
 	if tab := ratioTable(ofPass(rs, 1)); !strings.Contains(tab, "| B/A3 | 0.60 |") || !strings.Contains(tab, "| 2.00 |\n") {
 		t.Errorf("1-client ratio table:\n%s", tab)
+	}
+}
+
+// perf stat -x, -o FILE output of perf 6.1 (the Events lines are its
+// notices for --control enable/disable).
+const perfOut = `# started on Wed Dec  2 04:56:27 2026
+
+Events disabled
+Events enabled
+Events disabled
+2412.50,msec,task-clock,2412496221,100.00,0.161,CPUs utilized
+86000,,context-switches,2412496221,100.00,35.648,K/sec
+8500,,syscalls:sys_enter_fdatasync,2412496221,100.00,3.523,K/sec
+<not counted>,,syscalls:sys_enter_fsync,0,100.00,,
+30300,,syscalls:sys_enter_pwrite64,2412496221,100.00,12.560,K/sec
+<not supported>,,syscalls:sys_enter_pwritev,0,100.00,,
+20000,,syscalls:sys_enter_read,2412496221,100.00,8.290,K/sec
+5400,,syscalls:sys_enter_write,2412496221,100.00,2.238,K/sec
+16600,,syscalls:sys_enter_futex,2412496221,100.00,6.881,K/sec
+34300,,syscalls:sys_enter_nanosleep,2412496221,100.00,14.218,K/sec
+14800,,syscalls:sys_enter_epoll_pwait,2412496221,100.00,6.135,K/sec
+`
+
+func TestParsePerfStat(t *testing.T) {
+	c, err := parsePerfStat(perfOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := perfCounts{"task-clock": 2412500, "context-switches": 86000, "syscalls:sys_enter_fdatasync": 8500,
+		"syscalls:sys_enter_pwrite64": 30300, "syscalls:sys_enter_read": 20000, "syscalls:sys_enter_write": 5400,
+		"syscalls:sys_enter_futex": 16600, "syscalls:sys_enter_nanosleep": 34300, "syscalls:sys_enter_epoll_pwait": 14800}
+	if len(c) != len(want) {
+		t.Errorf("got %d events, want %d (not counted / not supported left out): %v", len(c), len(want), c)
+	}
+	for ev, v := range want {
+		if math.Abs(c[ev]-v) > 1e-6 {
+			t.Errorf("%s = %v, want %v", ev, c[ev], v)
+		}
+	}
+	for _, bad := range []string{"", "# started on x\n\n<not counted>,msec,task-clock,0,100.00,,\n",
+		"12x,,context-switches,1,100.00,,\n", "1,furlongs,task-clock,1,100.00,,\n", "5,context-switches\n"} {
+		if _, err := parsePerfStat(bad); err == nil {
+			t.Errorf("parsePerfStat(%q) did not fail", bad)
+		}
+	}
+}
+
+// TestPerfTable: counts per transaction, per commit in parentheses (a
+// safekeeper's commit is two fdatasyncs, a walreceiver's one), "-" for an
+// event not counted; a node perf failed on is named under the table.
+func TestPerfTable(t *testing.T) {
+	c, err := parsePerfStat(perfOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := []result{
+		{cfg: "A1", cycle: 3, tps: 2000, txns: 10000, nodes: []perfNode{{label: "walreceiver of s1", fsyncsPerCommit: 1,
+			counts: perfCounts{"task-clock": 1120000, "syscalls:sys_enter_fdatasync": 7400, "syscalls:sys_enter_recvfrom": 20000, "syscalls:sys_enter_read": 100}}}},
+		{cfg: "B", cycle: 3, tps: 1000, txns: 10000, nodes: []perfNode{
+			{label: "safekeeper 1", fsyncsPerCommit: 2, counts: c},
+			{label: "proposer", err: errors.New("perf stat did not exit after SIGINT")}}},
+	}
+	tab := perfTable(rs)
+	for _, want := range []string{
+		"| per transaction (per commit) | walreceiver of s1 (A1) | safekeeper 1 (B) |\n",
+		"| round | 3, 2000.0 TPS, 10000 txns | 3, 1000.0 TPS, 10000 txns |\n",
+		"| commits (walreceiver: fdatasyncs; safekeeper: fdatasyncs / 2) | 0.740 (7400) | 0.425 (4250) |\n",
+		"| CPU µs (task-clock) | 112 (151) | 241 (568) |\n",
+		"| pwrite64 + pwritev | - | 3.03 (7.1) |\n",
+		"| reads (read, recvfrom, recvmsg) | 2.01 (2.7) | 2.00 (4.7) |\n",
+		"| context switches | - | 8.60 (20.2) |\n",
+		"perf stat failed: proposer, B round 3: perf stat did not exit after SIGINT",
+	} {
+		if !strings.Contains(tab, want) {
+			t.Errorf("table lacks %q:\n%s", want, tab)
+		}
+	}
+}
+
+// TestPerfSession attaches perf stat to this test process: only the
+// system calls made while its counters are enabled count.
+func TestPerfSession(t *testing.T) {
+	pt := probePerf(true)
+	if pt.off != "" || !slices.Contains(pt.events, "syscalls:sys_enter_write") {
+		t.Skipf("perf cannot count write(2) here: %s (missing %v)", pt.off, pt.missing)
+	}
+	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	writes := func(n int) {
+		for range n {
+			if _, err := f.Write([]byte{0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	node := &perfNode{label: "this test", pid: os.Getpid()}
+	s, err := pt.attach(node, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ping's ack: perf has attached, its counters disabled (-D -1).
+	if err := s.control("ping", time.Minute); err != nil {
+		s.abort()
+		t.Fatal(err)
+	}
+	writes(3000) // attached, not enabled
+	if err := s.control("enable", time.Minute); err != nil {
+		s.abort()
+		t.Fatal(err)
+	}
+	writes(1000)
+	c, err := s.finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes(3000) // after finish
+	if n := c["syscalls:sys_enter_write"]; n < 1000 || n >= 3000 {
+		t.Errorf("perf counted %v writes, want the 1000 made while enabled (plus a few of the runtime's)", n)
+	}
+	if c["task-clock"] <= 0 {
+		t.Errorf("task-clock = %v µs", c["task-clock"])
 	}
 }

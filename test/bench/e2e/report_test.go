@@ -297,6 +297,34 @@ func filesystemOf(dir string) string {
 	return fs
 }
 
+// perfScope says which rounds the per-node table covers.
+func (b *bench) perfScope() string {
+	if b.perf.off != "" {
+		return "not measured"
+	}
+	return fmt.Sprintf("round %d of %s, %s", b.p.rounds, strings.Join(configNames(), ", "), b.p.passes()[0].label())
+}
+
+func configNames() []string {
+	var out []string
+	for _, c := range configs {
+		out = append(out, c.name)
+	}
+	return out
+}
+
+// perfSection is the per-node table, or why there is none.
+func (b *bench) perfSection() string {
+	if b.perf.off != "" {
+		return "No per-node table: " + b.perf.off + ".\n"
+	}
+	s := perfTable(b.results)
+	if len(b.perf.missing) > 0 {
+		s += "\nNot countable here, left out: " + strings.Join(b.perf.missing, ", ") + ".\n"
+	}
+	return s
+}
+
 // report prints the medians and ratios and rewrites the doc section.
 func (b *bench) report() {
 	took := time.Since(b.started).Round(time.Second)
@@ -309,6 +337,8 @@ func (b *bench) report() {
 		fmt.Println()
 		fmt.Print(ratioTable(rs))
 	}
+	fmt.Printf("\n================ bench-e2e: perf stat per node, %s ================\n", b.perfScope())
+	fmt.Print(b.perfSection())
 	fmt.Printf("(run took %v; load average at start %s, at end %s)\n", took, b.machine.loadStart, loadAvg())
 	if !b.p.writeDoc {
 		b.say("BENCH_WRITE_DOC=0: docs/performance.md left alone")
@@ -330,7 +360,7 @@ func (b *bench) docSection(took time.Duration) string {
 	fmt.Fprintf(&sb, "    %s\n\n", p.command())
 	fmt.Fprintf(&sb, "which runs `go test ./test/bench/e2e -run '^TestBenchE2E$' -count=1 -timeout 0 -v -args -bench.e2e` "+
 		"(flags -bench.rounds, -bench.seconds, -bench.clients, -bench.jobs, -bench.clients-low, -bench.scale, -bench.warmup override the variables; "+
-		"BENCH_WRITE_DOC=0 leaves this file alone).\n\n")
+		"BENCH_PERF=0 or -bench.perf=false leaves out the per-node table; BENCH_WRITE_DOC=0 leaves this file alone).\n\n")
 	sb.WriteString("Machine:\n\n")
 	fmt.Fprintf(&sb, "- %d CPUs (nproc), %s, %.1f GiB memory\n", m.nproc, m.cpu, m.memGiB)
 	fmt.Fprintf(&sb, "- kernel %s; temporary directories in %s on %s\n", m.kernel, m.tmpDir, m.tmpFS)
@@ -366,6 +396,12 @@ func (b *bench) docSection(took time.Duration) string {
 		"from the proposer's `safekeeper link stats` log lines at SIGTERM (the protocol's bound is 100 ms; \"late\" counts waits above it). " +
 		"It is timed where the proposer's owner goroutine queues requests and handles responses, so proposer-side delays count too: an upper bound on the safekeepers' silence. " +
 		"catch-up max_response_gap: the same figure of the proposer run the harness restarts before a B round: its start, and the catch-up of the WAL written since the last B round.\n")
+	sb.WriteString("- Per node: in the last round of the first pass of each configuration, `perf stat -x, -p PID` (started with its counters disabled, `-D -1 --control fd:…`; " +
+		"enabled just before pgbench starts, disabled when it ends) on one node of each kind: the walreceiver of standby s1 (A1, A3; found by its process title), " +
+		"safekeeper 1 and the proposer (B). Counts are divided by the round's transactions; in parentheses by the node's commits of WAL: a walreceiver's fdatasyncs " +
+		"(one per flush), half a safekeeper's (bbolt makes two per transaction: pages, then meta). Reads and writes are nearly all socket calls (a walreceiver writes WAL with pwrite, a safekeeper " +
+		"reads bbolt through its mmap); nanosleep in a Go process is mostly the runtime's sysmon polling while a thread is in a blocking system call. " +
+		"perf's counting adds a little to these rounds' cost; their other figures are in the medians like any round's.\n")
 	sb.WriteString("- Ratios: for each cycle B's figure over A1's (A3's) from the same cycle, then the median over cycles. The machine is shared, " +
 		"so absolute figures are noisy; the ratios are the result.\n\n")
 	for _, ps := range p.passes() {
@@ -376,7 +412,9 @@ func (b *bench) docSection(took time.Duration) string {
 		sb.WriteString(ratioTable(rs))
 		sb.WriteString("\n")
 	}
-	sb.WriteString("Every round:\n\n")
+	fmt.Fprintf(&sb, "**Per node** (`perf stat`, %s):\n\n", b.perfScope())
+	sb.WriteString(b.perfSection())
+	sb.WriteString("\nEvery round:\n\n")
 	sb.WriteString(roundsTable(b.results))
 	return sb.String()
 }
