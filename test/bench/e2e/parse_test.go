@@ -324,3 +324,44 @@ func TestPerfSession(t *testing.T) {
 		t.Errorf("task-clock = %v µs", c["task-clock"])
 	}
 }
+
+// TestDocSection: the generated section has each pass's medians and
+// ratios under its own label, and the per-node table, or why there is
+// none.
+func TestDocSection(t *testing.T) {
+	nan := math.NaN()
+	p := params{rounds: 1, seconds: 5, clients: 8, jobs: 2, clientsLow: 1, scale: 1, perf: true}
+	ps := p.passes()
+	b := &bench{t: t, p: p, started: time.Now(), perf: perfTool{events: perfEvents}}
+	for i, c := range configs {
+		for _, pass := range ps {
+			r := result{cfg: c.name, pass: pass, cycle: 1, seconds: 5, txns: 1000, tps: float64(100*(i+1) + pass.clients),
+				cpu: [nGroups]float64{500, 100, nan, nan, 50}}
+			if pass.n == 0 {
+				r.nodes = []perfNode{{label: "node " + c.name, fsyncsPerCommit: 1, counts: perfCounts{"task-clock": 200000, "syscalls:sys_enter_fdatasync": 500}}}
+			}
+			b.results = append(b.results, r)
+		}
+	}
+	doc := b.docSection(time.Minute)
+	for _, want := range []string{
+		"BENCH_CLIENTS_LOW=1 ",
+		"**8 clients** (`pgbench -c 8 -j 2`), medians over 1 rounds per configuration:\n\n| config |",
+		"| A1 | 1 | 108.0 |",
+		"**1 client** (`pgbench -c 1 -j 1`), medians over 1 rounds per configuration:\n\n| config |",
+		"| A1 | 1 | 101.0 |",
+		"| B/A1 | 2.85 |", // 308/108, 8 clients
+		"| B/A1 | 2.98 |", // 301/101, 1 client
+		"**Per node** (`perf stat`, round 1 of A1, A3, B, 8 clients):\n\n| per transaction (per commit) | node A1 (A1) | node A3 (A3) | node B (B) |",
+		"| CPU µs (task-clock) | 200 (400) |",
+		"| 1 | B | 1 | 301.0 |",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("doc section lacks %q:\n%s", want, doc)
+		}
+	}
+	b.perf = perfTool{off: "no perf in PATH"}
+	if doc := b.docSection(time.Minute); !strings.Contains(doc, "No per-node table: no perf in PATH.") {
+		t.Errorf("without perf the doc section does not say so:\n%s", doc)
+	}
+}
