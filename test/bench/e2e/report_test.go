@@ -399,8 +399,8 @@ func (b *bench) docSection(took time.Duration) string {
 	sb.WriteString("- Per node: in the last round of the first pass of each configuration, `perf stat -x, -p PID` (started with its counters disabled, `-D -1 --control fd:…`; " +
 		"enabled just before pgbench starts, disabled when it ends) on one node of each kind: the walreceiver of standby s1 (A1, A3; found by its process title), " +
 		"safekeeper 1 and the proposer (B). Counts are divided by the round's transactions; in parentheses by the node's commits of WAL: a walreceiver's fdatasyncs " +
-		"(one per flush), half a safekeeper's (bbolt makes two per transaction: pages, then meta). Reads and writes are nearly all socket calls (a walreceiver writes WAL with pwrite, a safekeeper " +
-		"reads bbolt through its mmap); nanosleep in a Go process is mostly the runtime's sysmon polling while a thread is in a blocking system call. " +
+		"(one per flush), half a safekeeper's (bbolt makes two per transaction: pages, then meta). A Go process reads and writes its sockets with read and write (a safekeeper reads bbolt through its mmap, " +
+		"writes it with pwrite64), libpq with recvfrom and sendto; a walreceiver writes WAL with pwrite64, and PostgreSQL's read also drains its latch's wakeup descriptor (a latch set by another process); nanosleep in a Go process is mostly the runtime's sysmon polling while a thread is in a blocking system call. " +
 		"perf's counting adds a little to these rounds' cost; their other figures are in the medians like any round's.\n")
 	sb.WriteString("- Ratios: for each cycle B's figure over A1's (A3's) from the same cycle, then the median over cycles. The machine is shared, " +
 		"so absolute figures are noisy; the ratios are the result.\n\n")
