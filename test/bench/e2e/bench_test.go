@@ -375,16 +375,33 @@ func (b *bench) waitNoClients() {
 			return false, err.Error()
 		}
 		for _, p := range pt.tree(pid) {
-			if pt[p].State == 'Z' {
-				return false, fmt.Sprintf("process %d is a zombie", p)
-			}
 			title, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
-			if bytes.Contains(title, []byte("[local]")) {
-				return false, fmt.Sprintf("process %d is %q", p, bytes.ReplaceAll(title, []byte{0}, []byte{' '}))
+			if why := notDone(pt[p].State, title); why != "" {
+				return false, fmt.Sprintf("process %d %s", p, why)
 			}
 		}
 		return true, ""
 	})
+}
+
+// notDone says why a process of the primary's tree keeps waitNoClients
+// waiting, "" if it does not: a pgbench backend ("[local]" in its title),
+// a zombie, or a process with no command line, which is one on its way
+// out (the kernel drops it with the process's memory, before the process
+// becomes a zombie; every live child of the postmaster has a title) or
+// one gone since /proc was read. Counted as done, an exiting backend
+// could be reaped between the reads of the postmaster's stat and its own
+// in the next snapshot, and its CPU time would be in neither.
+func notDone(state byte, cmdline []byte) string {
+	switch {
+	case state == 'Z':
+		return "is a zombie"
+	case len(cmdline) == 0:
+		return "is exiting (no command line)"
+	case bytes.Contains(cmdline, []byte("[local]")):
+		return fmt.Sprintf("is %q", bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
+	}
+	return ""
 }
 
 // sampleLag samples the synchronous standbys' flush_lag every 100 ms until

@@ -366,3 +366,23 @@ func TestDocSection(t *testing.T) {
 		t.Errorf("without perf the doc section does not say so:\n%s", doc)
 	}
 }
+
+// TestNotDone: waitNoClients waits for pgbench's backends, zombies and
+// processes on their way out (no command line left), not for the rest.
+func TestNotDone(t *testing.T) {
+	for _, c := range []struct {
+		state   byte
+		cmdline string
+		wait    bool
+	}{
+		{'S', "postgres: postgres postgres [local] idle\x00", true},
+		{'Z', "", true},
+		{'R', "", true}, // exiting: its memory, and with it its title, is gone; not yet a zombie
+		{'S', "postgres: walsender postgres 127.0.0.1(51000) streaming 0/3000000\x00", false},
+		{'S', "postgres: checkpointer \x00", false},
+	} {
+		if got := notDone(c.state, []byte(c.cmdline)); (got != "") != c.wait {
+			t.Errorf("notDone(%c, %q) = %q, want waiting %v", c.state, c.cmdline, got, c.wait)
+		}
+	}
+}
