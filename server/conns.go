@@ -160,6 +160,10 @@ type limitedConn struct {
 	cutAt atomic.Int64  // this connection's limit on reads and writes, 0: none
 }
 
+// NetConn is the socket limitedConn wraps (pgwire asks it for the socket's
+// queues, as it asks a *tls.Conn).
+func (c *limitedConn) NetConn() net.Conn { return c.Conn }
+
 // capAt is t, or the limit l (unix nanoseconds; 0: none) if t is later or
 // zero.
 func capAt(t time.Time, l int64) time.Time {

@@ -36,6 +36,39 @@ func TestOwnerPublishesOnlyStateChanges(t *testing.T) {
 	t.Logf("%d publications, %d commits, %d requests", n, commits, 2*(400*8000/131072+1))
 }
 
+// Requests that arrive back to back share group commits: the reader that
+// runs the owner commits only when no further message is already here
+// (pgwire's Pending sees through the server's own connection wrapper).
+func TestPipelinedRequestsShareGroupCommits(t *testing.T) {
+	s := startHookedServer(t, t.TempDir(), nil, hooks{})
+	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
+	for range 400 {
+		p.gen.Record(2000)
+	}
+	wal := p.gen.Take()
+	const chunk = 4 << 10
+	before := s.db.Stats().Commits
+	reqs := 0
+	for off := 0; off < len(wal); off += chunk {
+		part := wal[off:min(off+chunk, len(wal))]
+		p.send(&proto.SafeKeeperRequest{Sender: p.ballot, BeginLSN: p.pos, EndLSN: p.pos + lsn(len(part)), CommitLSN: p.pos, WAL: part})
+		p.pos += lsn(len(part))
+		reqs++
+	}
+	var resp *proto.SafeKeeperResponse
+	for range reqs {
+		resp = p.recv().(*proto.SafeKeeperResponse)
+	}
+	if resp.FlushLSN != p.pos {
+		t.Fatalf("flush_lsn %s after the last response, want %s", resp.FlushLSN, p.pos)
+	}
+	commits := s.db.Stats().Commits - before
+	if commits > uint64(reqs/4) {
+		t.Fatalf("%d requests sent back to back took %d commits: want group commits (at most %d)", reqs, commits, reqs/4)
+	}
+	t.Logf("%d requests, %d commits", reqs, commits)
+}
+
 // A commit_lsn that comes without WAL is served to readers at once, is not
 // committed per request, reaches the disk within persistInterval, and is
 // never reported to the proposer before it is durable.

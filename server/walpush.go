@@ -22,9 +22,11 @@ import (
 const maxOutQueue = 4096
 
 // pushConn is one START_WAL_PUSH stream. Its reader goroutine (the
-// connection's own) decodes CopyData into events for the timeline owner; its
-// writer goroutine sends what the owner queues (timeline.Replies), in
-// order.
+// connection's own) decodes each CopyData and runs the timeline's owner on
+// it (timeline.Handle: step, group commit, replies queued), then writes the
+// replies queued meanwhile itself when the socket takes them at once
+// (writeOwn); its writer goroutine sends the rest — replies queued from
+// other goroutines, and whatever would block — in order.
 type pushConn struct {
 	srv    *Server
 	pc     *pgwire.Conn
@@ -47,11 +49,20 @@ type pushConn struct {
 	// the end to the owner, which queues it (End) after answering the rest.
 	final outItem
 
+	// wmu is held while queued items are taken and written, by the writer
+	// or by the reader (writeOwn), so that they go out in queue order.
+	wmu      sync.Mutex
+	ownSpare []outItem // writeOwn's batch slice (reader only)
+	ownEnc   []byte    // writeOwn's encoding buffer (reader only)
+
 	mu     sync.Mutex
 	queue  []outItem     // queued for the writer; grows only as far as it is used
 	closed bool          // nothing more will be queued
 	isDead bool          // nothing more is accepted (the final item is queued, or the queue overflowed)
 	wake   chan struct{} // capacity 1: something was queued, or closed set
+	// own: the reader is in Handle and writes or hands on what is queued
+	// when it returns (writeOwn), so enqueue need not wake the writer.
+	own bool
 
 	finished chan struct{} // closed by the writer when the stream has ended
 	endedOK  bool          // set by the writer before finished: ended by CopyDone
@@ -83,11 +94,84 @@ func (c *pushConn) enqueue(it outItem) bool {
 			c.isDead, c.closed = true, true // nothing after an error or the end
 		}
 	}
+	if !c.own || c.closed {
+		c.signal()
+	}
+	return !c.isDead
+}
+
+// signal wakes the writer.
+func (c *pushConn) signal() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	return !c.isDead
+}
+
+// handle runs the timeline's owner on ev (timeline.Handle), then sends
+// the replies queued meanwhile (writeOwn).
+func (c *pushConn) handle(ev timeline.Event, more bool) (staged bool) {
+	c.mu.Lock()
+	c.own = true
+	c.mu.Unlock()
+	staged = c.tl.Handle(ev, more)
+	c.writeOwn()
+	return staged
+}
+
+// ownBacklog bounds the bytes the proposer may leave unacknowledged on the
+// socket for the reader to write its replies itself: below it a write of
+// a few responses cannot block. Past it (a proposer slow to read) the
+// writer goroutine takes over and the reader goes on reading.
+const ownBacklog = 64 << 10
+
+// writeOwn ends the reader's Handle: what was queued meanwhile is written
+// now, by the reader, when that cannot block it (no error or end queued,
+// the writer is not writing, the socket's backlog is small); otherwise the
+// writer is woken to write it. This saves the hand-off to the writer on
+// every commit of the common case, one proposer streaming.
+func (c *pushConn) writeOwn() {
+	c.mu.Lock()
+	c.own = false
+	n, closed := len(c.queue), c.closed
+	c.mu.Unlock()
+	if n == 0 && !closed {
+		return
+	}
+	if closed || !c.wmu.TryLock() {
+		c.signal()
+		return
+	}
+	defer c.wmu.Unlock()
+	if backlog, ok := c.pc.SendBacklog(); !ok || backlog > ownBacklog {
+		c.signal()
+		return
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.signal()
+		return
+	}
+	items := c.queue
+	c.queue = c.ownSpare[:0]
+	c.mu.Unlock()
+	for i, it := range items {
+		if err := c.write(it, &c.ownEnc); err != nil {
+			break // sticky: the writer's next write ends the stream
+		}
+		items[i] = outItem{}
+	}
+	if err := c.pc.Flush(); err != nil {
+		c.signal() // the writer finds the error and ends the stream
+	}
+	if cap(items) > keptOutItems {
+		items = nil
+	}
+	if cap(c.ownEnc) > 64<<10 {
+		c.ownEnc = nil
+	}
+	c.ownSpare = items
 }
 
 // Reply, Fail and End are the owner's (timeline.Replies).
@@ -97,16 +181,26 @@ func (c *pushConn) Fail(err error) { c.enqueue(outItem{err: err}) }
 
 func (c *pushConn) End() { c.enqueue(c.final) }
 
-// take waits until something is queued or the queue is closed, and returns
-// every queued item, giving the queue spare (emptied) to fill next.
+// take waits until something is queued or the queue is closed, takes wmu,
+// and returns every queued item, giving the queue spare (emptied) to fill
+// next. The caller writes them and unlocks wmu. Items the reader wrote
+// itself meanwhile (writeOwn) are not waited for again.
 func (c *pushConn) take(spare []outItem) (items []outItem, closed bool) {
 	for {
 		c.mu.Lock()
 		if len(c.queue) > 0 || c.closed {
-			items, closed = c.queue, c.closed
-			c.queue = spare[:0]
 			c.mu.Unlock()
-			return items, closed
+			c.wmu.Lock()
+			c.mu.Lock()
+			if len(c.queue) > 0 || c.closed {
+				items, closed = c.queue, c.closed
+				c.queue = spare[:0]
+				c.mu.Unlock()
+				return items, closed
+			}
+			c.mu.Unlock()
+			c.wmu.Unlock()
+			continue
 		}
 		c.mu.Unlock()
 		<-c.wake
@@ -118,7 +212,8 @@ func (c *pushConn) take(spare []outItem) (items []outItem, closed bool) {
 const keptOutItems = 64
 
 // writer sends queued replies, every reply queued so far in one socket
-// write. It closes finished when the stream is over.
+// write. It closes finished when the stream is over, and then keeps wmu:
+// nothing more is written.
 func (c *pushConn) writer() {
 	defer close(c.finished)
 	var spare []outItem
@@ -151,6 +246,7 @@ func (c *pushConn) writer() {
 			c.pc.Close() // the queue overflowed
 			return
 		}
+		c.wmu.Unlock()
 		if cap(items) > keptOutItems {
 			items = nil
 		}
@@ -183,12 +279,19 @@ func (c *pushConn) writeFailed(err error) {
 }
 
 // drain discards queued items until the queue is closed (it always is once
-// the stream's final item, an error or the end, is queued).
+// the stream's final item, an error or the end, is queued). The writer
+// holds wmu meanwhile, so the reader writes nothing itself either.
 func (c *pushConn) drain() {
 	for {
-		if _, closed := c.take(nil); closed {
+		c.mu.Lock()
+		clear(c.queue)
+		c.queue = c.queue[:0]
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
 			return
 		}
+		<-c.wake
 	}
 }
 
@@ -230,7 +333,7 @@ func (s *Server) runPush(pc *pgwire.Conn, cmd replcmd.StartWALPush, ids startupI
 	if c.tl != nil {
 		// The owner makes durable and answers what this connection sent,
 		// then queues the final item (End), so nothing is cut off.
-		c.tl.Enqueue(timeline.Event{Conn: c.tc, End: true})
+		c.handle(timeline.Event{Conn: c.tc, End: true}, false)
 	} else {
 		c.enqueue(c.final)
 	}
@@ -247,6 +350,7 @@ func (s *Server) runPush(pc *pgwire.Conn, cmd replcmd.StartWALPush, ids startupI
 // names the timeline (and agrees with the startup options); every later one
 // goes to that timeline's owner, whose session checks the order.
 func (c *pushConn) readLoop() outItem {
+	staged := false // a message of ours is stepped and not yet committed
 	for {
 		// The WAL budget is taken before the body is read, so that bodies
 		// waiting for it (one per connection) are not in memory meanwhile.
@@ -262,9 +366,18 @@ func (c *pushConn) readLoop() outItem {
 				return outItem{err: pgwire.Errorf(pgwire.ProtocolViolation,
 					"the first message of a WAL push is %d bytes; a greeting (ServerInfo) is at most %d", n, maxGreeting)}
 			case c.tl != nil:
-				cost = c.srv.reg.Budget().Cost(n)
-				if err := c.srv.reg.Budget().Acquire(c.srv.stopCtx, c.tl.Key().TenantID, cost); err != nil {
-					return outItem{err: errShutdown}
+				budget := c.srv.reg.Budget()
+				cost = budget.Cost(n)
+				if !budget.TryAcquire(c.tl.Key().TenantID, cost) {
+					// What this connection staged holds budget until it is
+					// committed: commit it before waiting for more.
+					if staged {
+						c.tl.Commit()
+						staged = false
+					}
+					if err := budget.Acquire(c.srv.stopCtx, c.tl.Key().TenantID, cost); err != nil {
+						return outItem{err: errShutdown}
+					}
 				}
 				c.setReadDeadline(time.Now().Add(bodyTimeout))
 			}
@@ -294,7 +407,10 @@ func (c *pushConn) readLoop() outItem {
 			}
 			c.srv.mem.walIn.Add(int64(len(r.WAL)))
 		}
-		c.tl.Enqueue(timeline.Event{Conn: c.tc, Msg: m, Payload: payload, Cost: cost})
+		// Run to completion: this goroutine steps the message and, unless
+		// the next one is already here for the same group commit, commits
+		// and answers before it reads again.
+		staged = c.handle(timeline.Event{Conn: c.tc, Msg: m, Payload: payload, Cost: cost}, c.pc.Pending())
 	}
 }
 

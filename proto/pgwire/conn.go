@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgproto3/v2"
@@ -104,7 +105,8 @@ type Conn struct {
 	// Reader side: used only by the single reader goroutine.
 	backend *pgproto3.Backend
 	frames  *frameReader
-	readErr error // sticky: the stream cannot be read any further
+	readErr error           // sticky: the stream cannot be read any further
+	raw     syscall.RawConn // the socket's, for Pending (nil until asked)
 
 	// Writer side, safe for concurrent use.
 	flushMu sync.Mutex // serialises nc.Write; held across the syscall

@@ -70,6 +70,27 @@ func (b *Budget) Acquire(ctx context.Context, tenant proto.ID, cost int64) error
 	return err
 }
 
+// TryAcquire takes cost bytes for tenant as Acquire does, if it can
+// without waiting, and reports whether it did.
+func (b *Budget) TryAcquire(tenant proto.ID, cost int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.tenants[tenant]
+	if !ok {
+		t = &tenantBudget{sem: semaphore.NewWeighted(b.share)}
+	}
+	if !t.sem.TryAcquire(cost) {
+		return false
+	}
+	if !b.global.TryAcquire(cost) {
+		t.sem.Release(cost)
+		return false
+	}
+	b.tenants[tenant] = t
+	t.held += cost
+	return true
+}
+
 // Release gives back what Acquire took.
 func (b *Budget) Release(tenant proto.ID, cost int64) {
 	b.global.Release(cost)

@@ -393,19 +393,20 @@ func (r *Registry) start(key proto.TimelineKey, st acceptor.State, store *storag
 	repl.maxSlots = r.cfg.MaxSlots
 	repl.metrics = r.cfg.Metrics
 	t := &Timeline{
-		key: key, log: tlog, in: make(chan Event, eventQueue),
+		key: key, log: tlog, kick: make(chan struct{}, 1),
 		state: sess.InMem(), changed: make(chan struct{}), store: store, repl: repl, stopped: make(chan struct{}), retired: make(chan struct{}),
 		onPublish: r.cfg.Hooks.OnPublish, persistEvery: persistInterval, budget: r.budget, metrics: r.cfg.Metrics, recycle: r.cfg.Recycle,
 	}
 	if r.cfg.Hooks.PersistInterval != 0 {
 		t.persistEvery = r.cfg.Hooks.PersistInterval
 	}
+	t.own = &owner{t: t, sess: sess, conns: map[acceptor.ConnID]*Conn{}}
 	ctx, cancel := context.WithCancel(r.ctx)
 	t.cancel = cancel
 	r.ownerWG.Add(2)
 	go func() {
 		defer r.ownerWG.Done()
-		t.run(ctx, sess)
+		t.run(ctx)
 	}()
 	go func() {
 		defer r.ownerWG.Done()

@@ -13,17 +13,13 @@ import (
 	"github.com/safekeeper/safekeeper/storage"
 )
 
-// maxBatch bounds how many queued events one group commit takes, so that a
+// maxBatch bounds how many messages one group commit takes, so that a
 // steady stream still gets a SafeKeeperResponse well within 100 ms.
 const maxBatch = 64
 
-// eventQueue is the capacity of a timeline's inbound queue: at most this many
-// requests (≤ 128 KiB of WAL each) wait in memory for the owner.
-const eventQueue = 64
-
 // Event is one thing for the timeline owner to do: a message a push
 // connection sent, or the end of its stream (End: the stream is over after
-// CopyDone or an error, whose final item the connection holds). Either way
+// CopyDone or an error, whose final item the connection holds). At the end
 // the owner first makes durable and answers everything staged (rule 7: a
 // dropped connection flushes too).
 type Event struct {
@@ -51,13 +47,14 @@ type Conn struct {
 	SyncSlots bool
 	Out       Replies
 	// dead: the connection takes no more replies (its queue overflowed or
-	// its error is queued). Owner goroutine only.
+	// its error is queued). Guarded by the timeline's ownMu.
 	dead bool
 }
 
 // Replies is where the owner puts a push connection's replies, in order;
 // the server's push stream implements it with a queue its writer
-// goroutine drains. None of its methods may block the owner.
+// goroutine drains. None of its methods may block: the owner's lock is
+// held while they run.
 type Replies interface {
 	// Reply queues m. It returns false when the connection takes nothing
 	// more (a proposer that stopped reading overflowed its queue and is
@@ -84,15 +81,23 @@ func (c *Conn) fail(err error) {
 	}
 }
 
-// Timeline is one running timeline: its owner goroutine (run), which
-// alone drives the timeline's acceptor.Session, fed by the push
-// connections' reader goroutines through a bounded queue (Enqueue); the
-// durable state the owner last published, for readers (Status); and the
-// replication side (readers, slots).
+// Timeline is one running timeline: its owner, the state that drives the
+// timeline's acceptor.Session, entered under ownMu by the reader
+// goroutine of the push connection whose message it is (Handle: run to
+// completion, no hand-off per message) and by the timeline's background
+// goroutine (run: timers, slot reports, the stop); the durable state the
+// owner last published, for readers (Status); and the replication side
+// (readers, slots).
 type Timeline struct {
 	key proto.TimelineKey
 	log *slog.Logger
-	in  chan Event
+
+	// ownMu guards own: one message, commit or timer at a time.
+	ownMu sync.Mutex
+	own   *owner
+	// kick wakes run to look at own again (capacity 1): a commit_lsn
+	// waits in memory only, or the connections that sync slots changed.
+	kick chan struct{}
 
 	mu      sync.Mutex
 	state   acceptor.State // the session's InMem state after the owner's last step
@@ -145,9 +150,55 @@ func (t *Timeline) Key() proto.TimelineKey { return t.key }
 // Log is the timeline's logger: its lines carry tenant_id and timeline_id.
 func (t *Timeline) Log() *slog.Logger { return t.log }
 
-// Enqueue hands ev to the owner. It blocks while the owner's queue is
-// full: that backpressure reaches the proposer through TCP.
-func (t *Timeline) Enqueue(ev Event) { t.in <- ev }
+// Handle hands ev to the owner, on the caller's goroutine (the push
+// connection's reader): the session steps the message; unless more is
+// true (another message of the connection is already here, so the group
+// commit can take it too), everything staged is committed (Flush) and
+// answered before Handle returns. An End always commits. Handle holds the
+// owner's lock while it runs: messages of other connections of the
+// timeline wait for it, and the reader does not read meanwhile, which is
+// the backpressure that reaches the proposer through TCP. It reports
+// whether something of the connection's is staged and not yet committed
+// (call Commit before waiting on anything but the connection's next
+// message).
+func (t *Timeline) Handle(ev Event, more bool) (staged bool) {
+	t.ownMu.Lock()
+	defer t.ownMu.Unlock()
+	o := t.own
+	if o.stopped {
+		// The registry stopped the timeline (it does so only once its
+		// connections have ended): nothing is stepped any more.
+		if ev.Cost > 0 {
+			t.budget.Release(t.key.TenantID, ev.Cost)
+		}
+		if ev.Payload != nil && t.recycle != nil {
+			t.recycle([][]byte{ev.Payload})
+		}
+		if ev.End {
+			ev.Conn.Out.End()
+		} else {
+			ev.Conn.fail(ErrStopped)
+		}
+		return false
+	}
+	o.handle(ev)
+	o.batch++
+	if !ev.End && more && o.batch < maxBatch {
+		return o.sess.Pending() > 0
+	}
+	o.commit()
+	return false
+}
+
+// Commit makes durable and answers what Handle staged and left for a
+// later message to commit with.
+func (t *Timeline) Commit() {
+	t.ownMu.Lock()
+	defer t.ownMu.Unlock()
+	if !t.own.stopped && t.own.batch > 0 {
+		t.own.commit()
+	}
+}
 
 // RemovedUpTo is the retention horizon as stored: no WAL below it.
 func (t *Timeline) RemovedUpTo() proto.LSN { return t.store.RemovedUpTo() }
@@ -250,14 +301,14 @@ func (t *Timeline) publish(st acceptor.State) {
 // commit and cost no fsync of their own.
 const persistInterval = 100 * time.Millisecond
 
-// run is the owner loop: it hands every queued event to the session, then
-// commits the batch (Flush), and acts on each Ready as it says: publish the
-// new state, then send the replies. A commit_lsn held in memory only is
-// persisted within persistInterval and at the end. It returns when ctx is
-// done and every connection has left (the server closes them first).
-func (t *Timeline) run(ctx context.Context, sess *acceptor.Session) {
+// run is the timeline's background goroutine: it persists a commit_lsn
+// held in memory only within persistInterval (Handle kicks it when one
+// is), reports slot tables to the connections that sync slots, and at the
+// stop persists what the owner holds. It returns when ctx is done (the
+// server has ended every connection first); Handle takes nothing after.
+func (t *Timeline) run(ctx context.Context) {
 	defer close(t.stopped)
-	o := owner{t: t, sess: sess, conns: map[acceptor.ConnID]*Conn{}}
+	o := t.own
 	timer := time.NewTimer(t.persistEvery)
 	timer.Stop()
 	defer timer.Stop()
@@ -272,46 +323,54 @@ func (t *Timeline) run(ctx context.Context, sess *acceptor.Session) {
 	for {
 		select {
 		case <-ctx.Done():
-			o.act(sess.Persist())
+			t.ownMu.Lock()
+			o.act(o.sess.Persist())
 			o.release()
+			o.stopped = true
+			t.ownMu.Unlock()
 			return
 		case <-persist:
 			persist = nil
-			o.act(sess.Persist())
+			t.ownMu.Lock()
+			o.persistArmed = false
+			o.act(o.sess.Persist())
+			o.release()
+			o.batch = 0
+			t.ownMu.Unlock()
 		case <-slotChange:
 		case <-slotTick:
-		case ev := <-t.in:
-			o.handle(ev)
-		drain:
-			for i := 1; i < maxBatch; i++ {
-				select {
-				case ev := <-t.in:
-					o.handle(ev)
-				default:
-					break drain
-				}
-			}
-			r := sess.Flush()
-			o.act(r)
-			o.release() // the batch is committed (or failed): its WAL left memory
+		case <-t.kick:
 		}
-		if persist == nil && sess.Unpersisted() {
+		t.ownMu.Lock()
+		if persist == nil && o.sess.Unpersisted() {
 			timer.Reset(t.persistEvery)
 			persist = timer.C
+			o.persistArmed = true
 		}
 		slotChange, slotTick = o.slotWait()
+		o.slotsWatched = len(o.slotConns)
+		t.ownMu.Unlock()
 	}
 }
 
-// owner is the state of the owner goroutine.
+// owner is the state behind a timeline's session, guarded by ownMu.
 type owner struct {
 	t     *Timeline
 	sess  *acceptor.Session
 	conns map[acceptor.ConnID]*Conn // connections the session knows
-	// cost is the budget bytes of the events handled since the last
-	// release, and payloads their messages' buffers.
+	// batch is how many events were handled since the last commit; cost
+	// is their budget bytes and payloads their messages' buffers, given
+	// back once they are committed (release).
+	batch    int
 	cost     int64
 	payloads [][]byte
+	// persistArmed: run's persist timer is armed; slotsWatched is how
+	// many connections run watches the slot table for. Handle kicks run
+	// when what it did changes either.
+	persistArmed bool
+	slotsWatched int
+	// stopped: run has persisted the session for the last time.
+	stopped bool
 
 	// slotConns are the connections that sync slots (slotsync.go), with
 	// the slot table generation each was sent last; slotNext is when the
@@ -320,6 +379,21 @@ type owner struct {
 	slotSent  map[acceptor.ConnID]uint64
 	slotNext  time.Time
 	slotTimer *time.Timer
+}
+
+// commit is the group commit of the events handled since the last one:
+// Flush, then act on what it says, then give their memory back; then
+// wake run if it has something new to watch.
+func (o *owner) commit() {
+	o.act(o.sess.Flush())
+	o.release() // the batch is committed (or failed): its WAL left memory
+	o.batch = 0
+	if (!o.persistArmed && o.sess.Unpersisted()) || o.slotsWatched != len(o.slotConns) {
+		select {
+		case o.t.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // slotWait reports slot tables to the connections that sync slots and did
