@@ -173,6 +173,14 @@ type DB struct {
 	timelines map[tlKey]*Timeline // guarded by mu; one handle per timeline
 	closeErr  error               // result of the first Close
 	closeOnce sync.Once
+
+	// The zero-filled tail (prealloc.go), the group commit leader's: the
+	// file it writes zeros through, how far the file is written, and when
+	// a fill last failed.
+	zeroFile   *os.File
+	zeroedTo   int64
+	zeroFailed time.Time
+	hwm        int64 // the end of the last page in use, as the last batch began
 }
 
 // testHooks let tests hold the group commit to build a batch
@@ -305,6 +313,9 @@ func (db *DB) Close() error {
 		}
 		db.mu.Unlock()
 		db.closeErr = db.bolt.Close()
+		if db.zeroFile != nil {
+			db.zeroFile.Close()
+		}
 	})
 	return db.closeErr
 }
@@ -715,6 +726,7 @@ func (db *DB) commit(r *commitReq) error {
 	db.pending = nil
 	db.mu.Unlock()
 	db.commitBatch(batch) // r is in it
+	db.zeroAhead()        // its committers are awake: the next batch waits for this
 	db.mu.Lock()
 	if len(db.pending) > 0 {
 		db.pending[0].wake <- struct{}{} // the next leader
@@ -769,6 +781,7 @@ func (db *DB) commitBatch(batch []*commitReq) {
 			}
 			walBytes += r.wrote
 		}
+		db.hwm = tx.Size() // before this commit's pages: zeroAhead's hint
 		err = tx.Commit()
 		txStats = tx.Stats()
 		return err
