@@ -15,25 +15,24 @@ import (
 
 // TestWriterStopsWhenTheOwnerIsGone: a safekeeper connection's writer
 // returns once its session is over, even though the owner never closes its
-// queue (its last events may never have been read). Waiting for the close
+// outbox (its last events may never have been read). Waiting for the close
 // hung `safekeeper sync` past its --timeout: the greeting of the last
 // safekeeper was still queued when sync returned.
 func TestWriterStopsWhenTheOwnerIsGone(t *testing.T) {
 	a, b := net.Pipe()
 	defer b.Close()
-	c := &Conn{nc: a}
-	out := make(chan []byte, 4)
+	o := NewOutbox(&Conn{nc: a}, 4)
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
-		c.WriteQueue(out, done)
+		o.Run(done)
 		close(finished)
 	}()
 	close(done)
 	select {
 	case <-finished:
 	case <-time.After(10 * time.Second):
-		t.Fatal("writer still waits for its queue to close after the session ended")
+		t.Fatal("writer still waits for its outbox to close after the session ended")
 	}
 	if _, err := b.Read(make([]byte, 1)); err == nil {
 		t.Fatal("the connection is still open after the writer stopped")
@@ -41,20 +40,19 @@ func TestWriterStopsWhenTheOwnerIsGone(t *testing.T) {
 }
 
 // TestWriterClosesADroppedConnection: when the owner drops a connection (it
-// closes the queue: a safekeeper that broke the protocol), the writer sends
+// closes the outbox: a safekeeper that broke the protocol), the writer sends
 // what was queued and then closes the socket, so the reader ends and the
 // link reconnects. Before, the socket stayed open and that safekeeper was
 // lost for the rest of the term.
 func TestWriterClosesADroppedConnection(t *testing.T) {
 	a, b := net.Pipe()
 	defer b.Close()
-	c := &Conn{nc: a}
-	out := make(chan []byte, 4)
+	o := NewOutbox(&Conn{nc: a}, 4)
 	done := make(chan struct{})
 	defer close(done)
-	go c.WriteQueue(out, done)
-	out <- []byte("last")
-	close(out)
+	go o.Run(done)
+	o.Put([]byte("last"))
+	o.Close()
 	b.SetReadDeadline(time.Now().Add(10 * time.Second))
 	got := make([]byte, 64)
 	n, err := io.ReadFull(b, got[:5+4])
@@ -62,15 +60,15 @@ func TestWriterClosesADroppedConnection(t *testing.T) {
 		t.Fatalf("read %q, %v: want the queued CopyData first", got[:n], err)
 	}
 	if _, err := b.Read(got); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("after the queue was closed: %v, want the connection closed", err)
+		t.Fatalf("after the outbox was closed: %v, want the connection closed", err)
 	}
 
 	// Nothing queued when the owner drops it: closed all the same.
 	a2, b2 := net.Pipe()
 	defer b2.Close()
-	out2 := make(chan []byte)
-	go (&Conn{nc: a2}).WriteQueue(out2, done)
-	close(out2)
+	o2 := NewOutbox(&Conn{nc: a2}, 4)
+	go o2.Run(done)
+	o2.Close()
 	b2.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := b2.Read(got); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("an idle connection dropped: %v, want it closed", err)
@@ -117,10 +115,10 @@ func TestRefusalIsReadAfterAFailedWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-refused
-	out := make(chan []byte, 1)
+	o := NewOutbox(c, 1)
 	done := make(chan struct{})
 	defer close(done)
-	go c.WriteQueue(out, done)
+	go o.Run(done)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if werr, _ := c.writeFailure(); werr != nil {
@@ -129,10 +127,8 @@ func TestRefusalIsReadAfterAFailedWrite(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("writes to a safekeeper that reset the connection still succeed after 10 s")
 		}
-		select {
-		case out <- []byte("WAL the safekeeper never reads"):
-		default:
-		}
+		o.Put([]byte("WAL the safekeeper never reads"))
+		o.Flush()
 		time.Sleep(time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -11,10 +11,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgproto3/v2"
+
+	"github.com/safekeeper/safekeeper/proto/netq"
 )
 
 // Startup packet codes (the int32 after the length of the first packet).
@@ -105,8 +106,8 @@ type Conn struct {
 	// Reader side: used only by the single reader goroutine.
 	backend *pgproto3.Backend
 	frames  *frameReader
-	readErr error           // sticky: the stream cannot be read any further
-	raw     syscall.RawConn // the socket's, for Pending (nil until asked)
+	readErr error        // sticky: the stream cannot be read any further
+	sock    *netq.Socket // the socket, for Pending and SendBacklog (nil until asked)
 
 	// Writer side, safe for concurrent use.
 	flushMu sync.Mutex // serialises nc.Write; held across the syscall
