@@ -18,7 +18,7 @@ type Config struct {
 
 // Acceptor is the state machine of one timeline on one safekeeper: the
 // acceptor of the WAL push protocol, rules 1–8 of README_PROTO.md. It is
-// not safe for concurrent use: one owner goroutine per timeline drives it.
+// not safe for concurrent use: one owner per timeline drives it, one call at a time.
 //
 // Durability order: every method that answers with a decision (a vote, a
 // state report, a truncation) first commits all staged WAL and the new state

@@ -15,7 +15,7 @@
 // (Step stages requests, Flush commits them in one Storage.Commit and
 // answers each), the end-of-stream flush and the storage-failure path
 // (stop, refuse greetings, rebuild from Storage.Load). Session is the one
-// entry point: the server's owner goroutine and the simulation (test/sim)
+// entry point: the server's timeline owner and the simulation (test/sim)
 // both drive it and act on the Ready each call returns — publish its State,
 // then send its Out.
 //

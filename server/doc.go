@@ -39,7 +39,7 @@
 //     (the database mapping, the heap, pgwire's buffers: process-wide).
 //
 // The timelines are not here: server/timeline holds them (the registry,
-// each timeline's owner goroutine, readers, slots, retention, the WAL
+// each timeline's owner, readers, slots, retention, the WAL
 // budget), behind an API that speaks no wire protocol. The protocol
 // decisions are not here either: they are acceptor.Session's (and
 // acceptor.Acceptor's), which is pure, so that the deterministic

@@ -232,7 +232,7 @@ func (e *NodeIDMismatchError) Unwrap() error { return ErrNodeIDMismatch }
 
 // Server is a safekeeper: it accepts PostgreSQL-protocol connections, runs
 // the WAL push protocol for proposers and keeps each timeline's state in one
-// owner goroutine.
+// owner (server/timeline), run by the push readers themselves.
 type Server struct {
 	cfg Config
 	log *slog.Logger

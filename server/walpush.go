@@ -10,6 +10,7 @@ import (
 
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/proto/netq"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
 	"github.com/safekeeper/safekeeper/proto/replcmd"
 	"github.com/safekeeper/safekeeper/server/auth"
@@ -123,7 +124,7 @@ func (c *pushConn) handle(ev timeline.Event, more bool) (staged bool) {
 // socket for the reader to write its replies itself: below it a write of
 // a few responses cannot block. Past it (a proposer slow to read) the
 // writer goroutine takes over and the reader goes on reading.
-const ownBacklog = 64 << 10
+const ownBacklog = netq.SmallBacklog
 
 // writeOwn ends the reader's Handle: what was queued meanwhile is written
 // now, by the reader, when that cannot block it (no error or end queued,

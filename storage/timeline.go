@@ -17,7 +17,7 @@ var _ acceptor.Storage = (*Timeline)(nil)
 // implements acceptor.Storage.
 //
 // WriteWAL, TruncateWAL and Commit mutate the timeline and belong to its one
-// owner goroutine (the acceptor's). ReadWAL, EndLSN, RemovedUpTo and
+// owner (the acceptor's, one call at a time). ReadWAL, EndLSN, RemovedUpTo and
 // RemoveWAL may be called from any goroutine: readers see committed WAL only.
 type Timeline struct {
 	db      *DB

@@ -10,12 +10,16 @@
 //     outside the lock: an open may fsync), opening every stored one at
 //     start in the background with a few workers (OpenStored), stopping
 //     them at shutdown (Stop, Close).
-//   - timeline.go: Timeline and its owner goroutine. The owner alone
-//     drives the timeline's acceptor.Session, fed by the push connections'
-//     readers through a bounded queue (Enqueue: backpressure reaches TCP),
-//     and acts on each Ready: publish the new durable state to readers
-//     (Status), then hand each reply to its connection through Replies, the
-//     one interface it calls per reply.
+//   - timeline.go: Timeline and its owner. The owner alone drives the
+//     timeline's acceptor.Session; it is state under a lock, run by the
+//     push connection's reader whose message it is (Handle: step, and
+//     group-commit once no further message is already here; run to
+//     completion, no hand-off per message; the reader not reading
+//     meanwhile is the backpressure that reaches TCP), and by one
+//     background goroutine for timers, slot reports and the stop. It acts
+//     on each Ready: publish the new durable state to readers (Status),
+//     then hand each reply to its connection through Replies, the one
+//     interface it calls per reply.
 //   - delete.go: the connections bound to a timeline (Bind) and the delete
 //     of a timeline or a tenant (Registry.Delete, DeleteTenant).
 //   - readers.go: the replication streams (Reader) and their feedback
