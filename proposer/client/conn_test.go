@@ -139,3 +139,42 @@ func TestRefusalIsReadAfterAFailedWrite(t *testing.T) {
 		t.Fatalf("Recv after the failed write: %v; want the safekeeper's FATAL 53100", err)
 	}
 }
+
+// TestOutboxFlushWritesItself: with a small backlog, Flush writes what was
+// put from the caller's goroutine, in order, without the writer (Run is
+// not started here); a batch too large for that is left to the writer.
+func TestOutboxFlushWritesItself(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	nc, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	peer, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	o := NewOutbox(&Conn{nc: nc}, 8)
+	o.Put([]byte("one"))
+	o.Put([]byte("two"))
+	o.Flush()
+	got := make([]byte, 2*(5+3))
+	if _, err := io.ReadFull(peer, got); err != nil {
+		t.Fatalf("nothing written by Flush without the writer: %v", err)
+	}
+	if string(got[5:8]) != "one" || string(got[13:16]) != "two" {
+		t.Fatalf("read %q: want CopyData one, then two", got)
+	}
+	big := make([]byte, maxOwnBatch+1)
+	o.Put(big)
+	o.Flush()
+	if q := o.Take(); len(q) != 1 {
+		t.Fatalf("a batch of %d bytes: %d payloads left queued, want it left to the writer", len(big), len(q))
+	}
+}
