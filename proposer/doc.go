@@ -26,11 +26,9 @@
 //     session, the WAL buffer (the session's WALSource), the catch-up
 //     streams and the clock it ticks the session with; one reader
 //     goroutine per connection (primary, each safekeeper, each catch-up
-//     stream) feeds it through bounded channels. The owner puts what it
-//     sends a safekeeper in the connection's client.Outbox and, at the end
-//     of each round, writes it itself when the socket takes it at once;
-//     one writer goroutine per safekeeper connection writes what could
-//     block. The owner never blocks on a socket.
+//     stream) feeds it through bounded channels, and one writer goroutine
+//     per safekeeper connection sends what the owner queued. The owner
+//     never blocks on a socket.
 //   - Sync (sync.go): the same session without WAL of its own, for
 //     `safekeeper sync`: its WALSource is copy streams from the donor.
 //     CreateTimeline (create.go) greets every safekeeper once, allowed to

@@ -193,8 +193,7 @@ type driver struct {
 // and its catch-up stream from the primary.
 type skState struct {
 	i, gen    int
-	out       *client.Outbox // nil while disconnected
-	flush     bool           // out has messages put since the last Flush
+	out       chan []byte // nil while disconnected
 	cu        *catchup
 	cuWant    bool      // the session needs WAL below the buffer: start a catch-up
 	cuFrom    proto.LSN // where
@@ -300,7 +299,7 @@ func (s *driver) run(ctx context.Context) error {
 		for _, sk := range s.sks {
 			s.dropCatchup(sk)
 			if sk.out != nil {
-				sk.out.Close()
+				close(sk.out)
 				sk.out = nil
 			}
 		}
@@ -425,7 +424,6 @@ func (s *driver) act(ctx context.Context, r session.Ready) {
 			s.startCatchup(ctx, sk)
 		}
 	}
-	s.flushOutboxes()
 }
 
 // logEvents logs the session's events in r (act does, and so does a
@@ -438,30 +436,15 @@ func (s *driver) send(sk *skState, m proto.Message) {
 	if sk.out == nil {
 		return
 	}
-	if sk.out.Put(m.Encode(nil)) {
-		sk.flush = true
+	select {
+	case sk.out <- m.Encode(nil):
 		if _, ok := m.(*proto.SafeKeeperRequest); ok {
 			sk.gap.sent(s.now())
 		}
-	} else {
+	default:
 		// Cannot happen: MaxInFlight bounds the queue. Treat as a broken link.
 		s.log.Error("safekeeper send queue full; dropping the connection", "safekeeper", s.cfg.Safekeepers[sk.i])
 		s.disconnect(sk)
-	}
-}
-
-// flushOutboxes sends what was put in each safekeeper's outbox since the
-// last call (act and the slot report end with it): the owner writes it itself when the socket takes it at once
-// (client.Outbox.Flush), so a round of WAL reaches the safekeepers with a
-// write each and no goroutine woken.
-func (s *driver) flushOutboxes() {
-	for _, sk := range s.sks {
-		if sk.flush {
-			sk.flush = false
-			if sk.out != nil {
-				sk.out.Flush()
-			}
-		}
 	}
 }
 
@@ -470,7 +453,7 @@ func (s *driver) flushOutboxes() {
 // catch-up stream, and ignores the rest of that connection's events.
 func (s *driver) closeLink(sk *skState) {
 	if sk.out != nil {
-		sk.out.Close()
+		close(sk.out)
 		sk.out = nil
 	}
 	s.dropCatchup(sk)
@@ -531,7 +514,6 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 		for i, t := range s.slots.Report(ev.sk, m.SlotTable, func(i int) bool { return s.sks[i].out != nil }) {
 			s.send(s.sks[i], &proto.Slots{SlotTable: t})
 		}
-		s.flushOutboxes()
 		return nil
 	}
 	r, err := s.sess.Receive(ev.sk, ev.msg)

@@ -39,14 +39,14 @@ func discardUpstream(t *testing.T) *client.Replication {
 // streamingSession is a driver of three safekeepers, elected on a new
 // timeline at tlStart and streaming, with no IO except the discarded
 // status updates: what the driver queues to safekeeper i is on outs[i].
-func streamingSession(t *testing.T) (*driver, []*client.Outbox) {
+func streamingSession(t *testing.T) (*driver, []chan []byte) {
 	t.Helper()
 	return streamingSessionLog(t, nil, "sk3:1")
 }
 
 // streamingSessionLog is streamingSession logging to log, with the third
 // safekeeper at sk3.
-func streamingSessionLog(t *testing.T, log *slog.Logger, sk3 string) (*driver, []*client.Outbox) {
+func streamingSessionLog(t *testing.T, log *slog.Logger, sk3 string) (*driver, []chan []byte) {
 	t.Helper()
 	cfg, err := Config{Upstream: "host=127.0.0.1", Safekeepers: []string{"sk1:1", "sk2:1", sk3},
 		TenantID: proto.ID{1}, TimelineID: proto.ID{2}, ProposerUUID: us, Logger: log}.withDefaults()
@@ -57,9 +57,9 @@ func streamingSessionLog(t *testing.T, log *slog.Logger, sk3 string) (*driver, [
 	s := newDriver(cfg, 0)
 	s.up = discardUpstream(t)
 	s.slot = newSlotKeeper(cfg.Upstream, cfg.SlotName, 0, s.log)
-	var outs []*client.Outbox
+	var outs []chan []byte
 	for i, sk := range s.sks {
-		out := client.NewOutbox(nil, cfg.MaxInFlight+16)
+		out := make(chan []byte, cfg.MaxInFlight+16)
 		outs = append(outs, out)
 		sk.gen, sk.out = 1, out
 		r, err := s.sess.Greeted(i, info(0, 0, 0, nil))
@@ -102,17 +102,21 @@ func streamingSessionLog(t *testing.T, log *slog.Logger, sk3 string) (*driver, [
 }
 
 // queued decodes and removes everything queued on out.
-func queued(t *testing.T, out *client.Outbox) []proto.Message {
+func queued(t *testing.T, out chan []byte) []proto.Message {
 	t.Helper()
 	var ms []proto.Message
-	for _, p := range out.Take() {
-		m, err := proto.DecodeProposerMessage(p)
-		if err != nil {
-			t.Fatal(err)
+	for {
+		select {
+		case p := <-out:
+			m, err := proto.DecodeProposerMessage(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms = append(ms, m)
+		default:
+			return ms
 		}
-		ms = append(ms, m)
 	}
-	return ms
 }
 
 // respond delivers safekeeper i's SafeKeeperResponse with flush_lsn flush.
@@ -254,7 +258,7 @@ func TestRegrantedSafekeeperGetsBufferedWAL(t *testing.T) {
 	b := s.sess.Core().Ballot()
 	h := proto.TermHistory{{Term: b.Term, StartLSN: tlStart}}
 	for i := range outs {
-		out := client.NewOutbox(nil, s.cfg.MaxInFlight+16)
+		out := make(chan []byte, s.cfg.MaxInFlight+16)
 		outs[i] = out
 		greeting := info(b.Term, tlStart, 0, h)
 		greeting.VotedFor = b

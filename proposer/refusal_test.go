@@ -112,7 +112,7 @@ func TestRefusalForGoodIsClassifiedAndFinal(t *testing.T) {
 			linkDone := make(chan struct{})
 			go func() { l.wg.Wait(); close(linkDone) }()
 			var refusal skEvent
-			outs := map[int]*client.Outbox{}
+			outs := map[int]chan []byte{}
 			deadline := time.After(10 * time.Second)
 			for !refusal.refused {
 				select {
@@ -123,7 +123,7 @@ func TestRefusalForGoodIsClassifiedAndFinal(t *testing.T) {
 					case ev.out != nil:
 						outs[ev.gen] = ev.out
 					case ev.err != nil && outs[ev.gen] != nil: // the owner is done with the connection
-						outs[ev.gen].Close()
+						close(outs[ev.gen])
 						delete(outs, ev.gen)
 					}
 				case <-deadline:

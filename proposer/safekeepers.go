@@ -25,7 +25,7 @@ import (
 type skEvent struct {
 	sk, gen int
 	info    *proto.SafeKeeperInfo // the greeting of a new connection
-	out     *client.Outbox        // the new connection's outbox
+	out     chan []byte           // the new connection's writer queue
 	msg     proto.Message
 	err     error
 	// refused: err is the safekeeper's refusal (a *RefusalError) of our
@@ -55,7 +55,7 @@ type skEvent struct {
 // safekeeper that greets and then refuses at once (its disk breaker
 // tripped, FATAL 53100; the timeline being deleted) is retried at the
 // longest backoff, not every bo.min. The owner writes through
-// the connection's outbox (encoded payloads; closing it ends the writer)
+// the connection's out queue (encoded payloads; closing it ends the writer)
 // and never blocks on it: it keeps at most queueCap payloads queued.
 type skLinks struct {
 	addrs []string
@@ -242,16 +242,16 @@ func (l *skLinks) connection(ctx context.Context, i, gen int, quiet bool) (greet
 			return greetedAt, err
 		}
 	}
-	out := client.NewOutbox(c, l.queueCap)
+	out := make(chan []byte, l.queueCap)
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		out.Run(ctx.Done())
+		c.WriteQueue(out, ctx.Done())
 	}()
 	defer func() { <-writerDone }() // the owner closes out after our final event
 	if !l.post(ctx, skEvent{sk: i, gen: gen, info: info, out: out, quiet: quiet}) {
 		c.Close()
-		out.Close() // the owner never got it
+		close(out) // the owner never got it
 		return greetedAt, ctx.Err()
 	}
 	for {

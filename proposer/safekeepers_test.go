@@ -133,7 +133,7 @@ func runLink(t *testing.T, addr string, bo backoff) <-chan reconnectLine {
 	ownerDone := make(chan struct{})
 	go func() {
 		defer close(ownerDone)
-		outs := map[int]*client.Outbox{}
+		outs := map[int]chan []byte{}
 		for {
 			select {
 			case <-ctx.Done():
@@ -142,7 +142,7 @@ func runLink(t *testing.T, addr string, bo backoff) <-chan reconnectLine {
 				if ev.out != nil {
 					outs[ev.gen] = ev.out
 				} else if ev.err != nil && outs[ev.gen] != nil {
-					outs[ev.gen].Close()
+					close(outs[ev.gen])
 					delete(outs, ev.gen)
 				}
 			}

@@ -157,7 +157,7 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 		cancel()
 		for i := range y.sks {
 			if y.sks[i].out != nil {
-				y.sks[i].out.Close()
+				close(y.sks[i].out)
 			}
 		}
 		links.wg.Wait()
@@ -251,7 +251,7 @@ type syncer struct {
 
 type syncSK struct {
 	gen int
-	out *client.Outbox // nil while disconnected
+	out chan []byte // nil while disconnected
 
 	copyID   int          // the current copy stream (0: none)
 	copyStop func()       // stops it
@@ -271,12 +271,10 @@ func (y *syncer) act(ctx context.Context, r session.Ready) {
 	y.logEvents(r)
 	for _, m := range r.Sends {
 		if out := y.sks[m.To].out; out != nil {
-			out.Put(m.Msg.Encode(nil))
-		}
-	}
-	for i := range y.sks {
-		if out := y.sks[i].out; out != nil {
-			out.Flush()
+			select {
+			case out <- m.Msg.Encode(nil):
+			default:
+			}
 		}
 	}
 	for _, i := range r.Drop {
@@ -298,7 +296,7 @@ func (y *syncer) logEvents(r session.Ready) {
 func (y *syncer) closeLink(i int) {
 	s := &y.sks[i]
 	if s.out != nil {
-		s.out.Close()
+		close(s.out)
 		s.out = nil
 	}
 	y.stopCopy(i)

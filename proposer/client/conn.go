@@ -156,6 +156,20 @@ func (c *Conn) SendRaw(payload []byte) error {
 	return c.writeLocked()
 }
 
+// queueRaw buffers payload as one CopyData without sending it; flush sends
+// everything queued in one write.
+func (c *Conn) queueRaw(payload []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wbuf = appendCopyData(c.wbuf, func(b []byte) []byte { return append(b, payload...) })
+}
+
+func (c *Conn) flush() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writeLocked()
+}
+
 func (c *Conn) writeLocked() error {
 	if len(c.wbuf) == 0 {
 		return nil
@@ -299,4 +313,58 @@ func TimelineConnString(addr, user string, sec Security, tenant, timeline proto.
 	}
 	return fmt.Sprintf("host=%s port=%s user=%s %s options='-c tenant_id=%s -c timeline_id=%s'",
 		host, port, user, params, tenant, timeline), nil
+}
+
+// WriteQueue sends payloads queued on out, one socket write per burst, until
+// out is closed — the owner is done with the connection (it dropped it, or
+// it ended): what was queued is sent, then the connection is closed, so its
+// reader ends and the link reconnects — or done is (the owner is gone: its
+// last events may never have been read, so nobody would close out). After a
+// write error it leaves the connection open for the reader, which reads what
+// the safekeeper said before it closed (its FATAL, the root cause) and then
+// reports the end (Conn.Recv); it drains out until it is closed or done is,
+// and then closes the connection.
+func (c *Conn) WriteQueue(out chan []byte, done <-chan struct{}) {
+	for {
+		var p []byte
+		select {
+		case <-done:
+			c.Close()
+			return
+		case q, ok := <-out:
+			if !ok {
+				c.Close()
+				return
+			}
+			p = q
+		}
+		c.queueRaw(p)
+		for more := true; more; {
+			select {
+			case p, ok := <-out:
+				if !ok {
+					c.flush()
+					c.Close()
+					return
+				}
+				c.queueRaw(p)
+			default:
+				more = false
+			}
+		}
+		if err := c.flush(); err != nil {
+			for {
+				select {
+				case <-done:
+					c.Close()
+					return
+				case _, ok := <-out:
+					if !ok {
+						c.Close()
+						return
+					}
+				}
+			}
+		}
+	}
 }

@@ -15,24 +15,25 @@ import (
 
 // TestWriterStopsWhenTheOwnerIsGone: a safekeeper connection's writer
 // returns once its session is over, even though the owner never closes its
-// outbox (its last events may never have been read). Waiting for the close
+// queue (its last events may never have been read). Waiting for the close
 // hung `safekeeper sync` past its --timeout: the greeting of the last
 // safekeeper was still queued when sync returned.
 func TestWriterStopsWhenTheOwnerIsGone(t *testing.T) {
 	a, b := net.Pipe()
 	defer b.Close()
-	o := NewOutbox(&Conn{nc: a}, 4)
+	c := &Conn{nc: a}
+	out := make(chan []byte, 4)
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
-		o.Run(done)
+		c.WriteQueue(out, done)
 		close(finished)
 	}()
 	close(done)
 	select {
 	case <-finished:
 	case <-time.After(10 * time.Second):
-		t.Fatal("writer still waits for its outbox to close after the session ended")
+		t.Fatal("writer still waits for its queue to close after the session ended")
 	}
 	if _, err := b.Read(make([]byte, 1)); err == nil {
 		t.Fatal("the connection is still open after the writer stopped")
@@ -40,19 +41,20 @@ func TestWriterStopsWhenTheOwnerIsGone(t *testing.T) {
 }
 
 // TestWriterClosesADroppedConnection: when the owner drops a connection (it
-// closes the outbox: a safekeeper that broke the protocol), the writer sends
+// closes the queue: a safekeeper that broke the protocol), the writer sends
 // what was queued and then closes the socket, so the reader ends and the
 // link reconnects. Before, the socket stayed open and that safekeeper was
 // lost for the rest of the term.
 func TestWriterClosesADroppedConnection(t *testing.T) {
 	a, b := net.Pipe()
 	defer b.Close()
-	o := NewOutbox(&Conn{nc: a}, 4)
+	c := &Conn{nc: a}
+	out := make(chan []byte, 4)
 	done := make(chan struct{})
 	defer close(done)
-	go o.Run(done)
-	o.Put([]byte("last"))
-	o.Close()
+	go c.WriteQueue(out, done)
+	out <- []byte("last")
+	close(out)
 	b.SetReadDeadline(time.Now().Add(10 * time.Second))
 	got := make([]byte, 64)
 	n, err := io.ReadFull(b, got[:5+4])
@@ -60,15 +62,15 @@ func TestWriterClosesADroppedConnection(t *testing.T) {
 		t.Fatalf("read %q, %v: want the queued CopyData first", got[:n], err)
 	}
 	if _, err := b.Read(got); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("after the outbox was closed: %v, want the connection closed", err)
+		t.Fatalf("after the queue was closed: %v, want the connection closed", err)
 	}
 
 	// Nothing queued when the owner drops it: closed all the same.
 	a2, b2 := net.Pipe()
 	defer b2.Close()
-	o2 := NewOutbox(&Conn{nc: a2}, 4)
-	go o2.Run(done)
-	o2.Close()
+	out2 := make(chan []byte)
+	go (&Conn{nc: a2}).WriteQueue(out2, done)
+	close(out2)
 	b2.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := b2.Read(got); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("an idle connection dropped: %v, want it closed", err)
@@ -115,10 +117,10 @@ func TestRefusalIsReadAfterAFailedWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-refused
-	o := NewOutbox(c, 1)
+	out := make(chan []byte, 1)
 	done := make(chan struct{})
 	defer close(done)
-	go o.Run(done)
+	go c.WriteQueue(out, done)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if werr, _ := c.writeFailure(); werr != nil {
@@ -127,8 +129,10 @@ func TestRefusalIsReadAfterAFailedWrite(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("writes to a safekeeper that reset the connection still succeed after 10 s")
 		}
-		o.Put([]byte("WAL the safekeeper never reads"))
-		o.Flush()
+		select {
+		case out <- []byte("WAL the safekeeper never reads"):
+		default:
+		}
 		time.Sleep(time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -137,44 +141,5 @@ func TestRefusalIsReadAfterAFailedWrite(t *testing.T) {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "53100" {
 		t.Fatalf("Recv after the failed write: %v; want the safekeeper's FATAL 53100", err)
-	}
-}
-
-// TestOutboxFlushWritesItself: with a small backlog, Flush writes what was
-// put from the caller's goroutine, in order, without the writer (Run is
-// not started here); a batch too large for that is left to the writer.
-func TestOutboxFlushWritesItself(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	nc, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	peer, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	peer.SetReadDeadline(time.Now().Add(10 * time.Second))
-	o := NewOutbox(&Conn{nc: nc}, 8)
-	o.Put([]byte("one"))
-	o.Put([]byte("two"))
-	o.Flush()
-	got := make([]byte, 2*(5+3))
-	if _, err := io.ReadFull(peer, got); err != nil {
-		t.Fatalf("nothing written by Flush without the writer: %v", err)
-	}
-	if string(got[5:8]) != "one" || string(got[13:16]) != "two" {
-		t.Fatalf("read %q: want CopyData one, then two", got)
-	}
-	big := make([]byte, maxOwnBatch+1)
-	o.Put(big)
-	o.Flush()
-	if q := o.Take(); len(q) != 1 {
-		t.Fatalf("a batch of %d bytes: %d payloads left queued, want it left to the writer", len(big), len(q))
 	}
 }

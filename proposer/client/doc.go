@@ -2,9 +2,8 @@
 // the command line open, with no decision of the proposer's in it:
 //
 //   - Conn (conn.go): one START_WAL_PUSH stream to a safekeeper (Dial), the
-//     client side of the WAL push protocol (README_PROTO.md), and its
-//     Outbox (outbox.go): the owner writes a round of messages itself
-//     when the socket takes them at once, else its writer goroutine does.
+//     client side of the WAL push protocol (README_PROTO.md), with its
+//     batching writer (WriteQueue).
 //   - Security (security.go): sslmode, sslrootcert and the password or
 //     token file, for every connection to a safekeeper.
 //   - Replication (replication.go): a physical replication connection, to

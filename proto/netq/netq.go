@@ -1,14 +1,14 @@
 // Package netq asks the kernel about a connection's socket queues: the
 // bytes received and not yet read (FIONREAD), and the bytes written and not
-// yet acknowledged by the peer (SIOCOUTQ). Both ends of the WAL push
-// protocol use them to batch without waiting: the safekeeper's push reader
-// group-commits when nothing more is waiting to be read, and a goroutine
-// that must never block on a socket writes itself only while the socket's
-// backlog is small, leaving the rest to a writer goroutine.
+// yet acknowledged by the peer (SIOCOUTQ). The safekeeper's push reader
+// uses them to batch without waiting: it group-commits when nothing more is
+// waiting to be read, and writes its replies itself only while the socket's
+// backlog is small, leaving the rest to the connection's writer goroutine.
 //
-// Why the boundary sits here: the server's wire layer (proto/pgwire) and
-// the proposer's client (proposer/client) need the same two questions, and
-// neither should import the other.
+// Why the boundary sits here: these are questions about a socket, not
+// about the PostgreSQL protocol; proto/pgwire asks them for its Conn, and
+// a client-side stream could ask them without importing the server's wire
+// layer.
 package netq
 
 import (
