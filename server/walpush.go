@@ -111,13 +111,12 @@ func (c *pushConn) signal() {
 
 // handle runs the timeline's owner on ev (timeline.Handle), then sends
 // the replies queued meanwhile (writeOwn).
-func (c *pushConn) handle(ev timeline.Event, more bool) (staged bool) {
+func (c *pushConn) handle(ev timeline.Event, more bool) {
 	c.mu.Lock()
 	c.own = true
 	c.mu.Unlock()
-	staged = c.tl.Handle(ev, more)
+	c.tl.Handle(ev, more)
 	c.writeOwn()
-	return staged
 }
 
 // ownBacklog bounds the bytes the proposer may leave unacknowledged on the
@@ -351,7 +350,6 @@ func (s *Server) runPush(pc *pgwire.Conn, cmd replcmd.StartWALPush, ids startupI
 // names the timeline (and agrees with the startup options); every later one
 // goes to that timeline's owner, whose session checks the order.
 func (c *pushConn) readLoop() outItem {
-	staged := false // a message of ours is stepped and not yet committed
 	for {
 		// The WAL budget is taken before the body is read, so that bodies
 		// waiting for it (one per connection) are not in memory meanwhile.
@@ -370,12 +368,10 @@ func (c *pushConn) readLoop() outItem {
 				budget := c.srv.reg.Budget()
 				cost = budget.Cost(n)
 				if !budget.TryAcquire(c.tl.Key().TenantID, cost) {
-					// What this connection staged holds budget until it is
-					// committed: commit it before waiting for more.
-					if staged {
-						c.tl.Commit()
-						staged = false
-					}
+					// What this connection staged or queued holds budget
+					// until it is committed: commit it before waiting for
+					// more.
+					c.tl.Commit()
 					if err := budget.Acquire(c.srv.stopCtx, c.tl.Key().TenantID, cost); err != nil {
 						return outItem{err: errShutdown}
 					}
@@ -411,7 +407,7 @@ func (c *pushConn) readLoop() outItem {
 		// Run to completion: this goroutine steps the message and, unless
 		// the next one is already here for the same group commit, commits
 		// and answers before it reads again.
-		staged = c.handle(timeline.Event{Conn: c.tc, Msg: m, Payload: payload, Cost: cost}, c.pc.Pending())
+		c.handle(timeline.Event{Conn: c.tc, Msg: m, Payload: payload, Cost: cost}, c.pc.Pending())
 	}
 }
 

@@ -181,6 +181,8 @@ type DB struct {
 	zeroedTo   int64
 	zeroFailed time.Time
 	hwm        int64 // the end of the last page in use, as the last batch began
+	// lastBatchBytes is the WAL the last batch wrote.
+	lastBatchBytes int
 }
 
 // testHooks let tests hold the group commit to build a batch
@@ -787,6 +789,7 @@ func (db *DB) commitBatch(batch []*commitReq) {
 		return err
 	}()
 	elapsed := time.Since(start)
+	db.lastBatchBytes = walBytes
 	write := txStats.GetWriteTime()
 	db.writeTxs.Add(1)
 	if elapsed > db.opts.SlowCommit {

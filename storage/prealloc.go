@@ -33,6 +33,10 @@ const (
 	zeroAheadMin = 1 << 20  // the tail kept ahead of the last page in use: hwm/16 within these bounds
 	zeroAheadMax = 16 << 20 //
 	zeroRetry    = time.Minute
+	// zeroBatchMax: after a commit of more WAL than this the tail is not
+	// filled (the journal cost is spread, and filling would double the
+	// bytes written by a large ingest).
+	zeroBatchMax = 256 << 10
 )
 
 // zeroAhead fills the next part of the tail, if it is short. The caller
@@ -42,6 +46,12 @@ func (db *DB) zeroAhead() {
 		return
 	}
 	if !db.zeroFailed.IsZero() && time.Since(db.zeroFailed) < zeroRetry {
+		return
+	}
+	if db.lastBatchBytes > zeroBatchMax {
+		// A large commit: its journal commit is spread over much data, and
+		// zeros written ahead of a stream of such commits would double the
+		// bytes written. Small commits are the ones that gain.
 		return
 	}
 	if db.zeroFile != nil && db.zeroedTo-db.hwm >= min(max(db.hwm/16, zeroAheadMin), zeroAheadMax)/2 {

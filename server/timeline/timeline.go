@@ -95,6 +95,12 @@ type Timeline struct {
 	// ownMu guards own: one message, commit or timer at a time.
 	ownMu sync.Mutex
 	own   *owner
+	// qmu guards queued: events whose reader found the owner busy, for the
+	// holder to step before it lets go (Handle). spareQueue is the
+	// emptied slice to reuse (ownMu).
+	qmu        sync.Mutex
+	queued     []queuedEvent
+	spareQueue []queuedEvent
 	// kick wakes run to look at own again (capacity 1): a commit_lsn
 	// waits in memory only, or the connections that sync slots changed.
 	kick chan struct{}
@@ -151,19 +157,51 @@ func (t *Timeline) Key() proto.TimelineKey { return t.key }
 func (t *Timeline) Log() *slog.Logger { return t.log }
 
 // Handle hands ev to the owner, on the caller's goroutine (the push
-// connection's reader): the session steps the message; unless more is
-// true (another message of the connection is already here, so the group
-// commit can take it too), everything staged is committed (Flush) and
-// answered before Handle returns. An End always commits. Handle holds the
-// owner's lock while it runs: messages of other connections of the
-// timeline wait for it, and the reader does not read meanwhile, which is
-// the backpressure that reaches the proposer through TCP. It reports
-// whether something of the connection's is staged and not yet committed
-// (call Commit before waiting on anything but the connection's next
-// message).
-func (t *Timeline) Handle(ev Event, more bool) (staged bool) {
-	t.ownMu.Lock()
-	defer t.ownMu.Unlock()
+// connection's reader): run to completion. The session steps the message;
+// unless more is true (another message of the connection is already here,
+// so the group commit can take it too), everything staged is committed
+// (Flush) and answered before Handle returns. An End always commits.
+//
+// When the owner is busy — committing a batch for this stream on the
+// background goroutine, or another connection's message — the event is
+// queued for it and Handle returns at once, so the reader goes on reading
+// while the fsync runs; whoever holds the owner steps the queued events,
+// in order, before it lets go. A stream that keeps more than maxBatch
+// messages coming hands each full batch's commit to the background
+// goroutine for the same reason: reading and fsync overlap under load,
+// and an idle-to-busy stream pays no hand-off. A full queue makes Handle
+// wait: the backpressure that reaches the proposer through TCP.
+func (t *Timeline) Handle(ev Event, more bool) {
+	if !t.ownMu.TryLock() {
+		t.qmu.Lock()
+		if len(t.queued) < maxQueued {
+			t.queued = append(t.queued, queuedEvent{ev: ev, more: more})
+			t.qmu.Unlock()
+			if t.ownMu.TryLock() { // the holder may have left before we queued
+				t.runQueued()
+				t.unlockOwner()
+			}
+			return
+		}
+		t.qmu.Unlock()
+		t.ownMu.Lock()
+	}
+	t.runQueued() // what was queued before ev comes first
+	t.step(ev, more)
+	t.unlockOwner()
+}
+
+// maxQueued bounds the events queued for a busy owner (each holds its
+// WAL's budget until it is committed).
+const maxQueued = 2 * maxBatch
+
+type queuedEvent struct {
+	ev   Event
+	more bool
+}
+
+// step hands one event to the owner. ownMu held.
+func (t *Timeline) step(ev Event, more bool) {
 	o := t.own
 	if o.stopped {
 		// The registry stopped the timeline (it does so only once its
@@ -179,25 +217,65 @@ func (t *Timeline) Handle(ev Event, more bool) (staged bool) {
 		} else {
 			ev.Conn.fail(ErrStopped)
 		}
-		return false
+		return
 	}
 	o.handle(ev)
 	o.batch++
-	if !ev.End && more && o.batch < maxBatch {
-		return o.sess.Pending() > 0
+	switch {
+	case ev.End || !more || o.batch >= 2*maxBatch:
+		o.commit()
+	case o.batch >= maxBatch && !o.commitAsked:
+		// The stream goes on: the background goroutine commits this
+		// batch while the reader reads the next one.
+		o.commitAsked = true
+		o.kickRun()
 	}
-	o.commit()
-	return false
 }
 
-// Commit makes durable and answers what Handle staged and left for a
-// later message to commit with.
+// runQueued steps the events queued while the owner was busy. ownMu held.
+func (t *Timeline) runQueued() {
+	for {
+		t.qmu.Lock()
+		q := t.queued
+		if len(q) == 0 {
+			t.qmu.Unlock()
+			return
+		}
+		t.queued, t.spareQueue = t.spareQueue[:0], nil
+		t.qmu.Unlock()
+		for i, e := range q {
+			t.step(e.ev, e.more)
+			q[i] = queuedEvent{}
+		}
+		t.spareQueue = q
+	}
+}
+
+// unlockOwner lets go of the owner, then takes it again for events queued
+// meanwhile by a reader that found it busy (and, having failed to take it
+// after queueing, left them to the holder).
+func (t *Timeline) unlockOwner() {
+	for {
+		t.ownMu.Unlock()
+		t.qmu.Lock()
+		n := len(t.queued)
+		t.qmu.Unlock()
+		if n == 0 || !t.ownMu.TryLock() {
+			return
+		}
+		t.runQueued()
+	}
+}
+
+// Commit makes durable and answers what the connections staged and left
+// for a later message to commit with (and what waits in the queue).
 func (t *Timeline) Commit() {
 	t.ownMu.Lock()
-	defer t.ownMu.Unlock()
+	t.runQueued()
 	if !t.own.stopped && t.own.batch > 0 {
 		t.own.commit()
 	}
+	t.unlockOwner()
 }
 
 // RemovedUpTo is the retention horizon as stored: no WAL below it.
@@ -324,6 +402,7 @@ func (t *Timeline) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			t.ownMu.Lock()
+			t.runQueued()
 			o.act(o.sess.Persist())
 			o.release()
 			o.stopped = true
@@ -332,16 +411,22 @@ func (t *Timeline) run(ctx context.Context) {
 		case <-persist:
 			persist = nil
 			t.ownMu.Lock()
+			t.runQueued()
 			o.persistArmed = false
 			o.act(o.sess.Persist())
 			o.release()
 			o.batch = 0
-			t.ownMu.Unlock()
+			t.unlockOwner()
 		case <-slotChange:
 		case <-slotTick:
 		case <-t.kick:
 		}
 		t.ownMu.Lock()
+		t.runQueued()
+		if o.commitAsked && o.batch > 0 {
+			o.commit()
+		}
+		o.commitAsked = false
 		if persist == nil && o.sess.Unpersisted() {
 			timer.Reset(t.persistEvery)
 			persist = timer.C
@@ -349,7 +434,7 @@ func (t *Timeline) run(ctx context.Context) {
 		}
 		slotChange, slotTick = o.slotWait()
 		o.slotsWatched = len(o.slotConns)
-		t.ownMu.Unlock()
+		t.unlockOwner()
 	}
 }
 
@@ -366,9 +451,11 @@ type owner struct {
 	payloads [][]byte
 	// persistArmed: run's persist timer is armed; slotsWatched is how
 	// many connections run watches the slot table for. Handle kicks run
-	// when what it did changes either.
+	// when what it did changes either. commitAsked: a stream that keeps
+	// coming asked run to commit the batch (Handle).
 	persistArmed bool
 	slotsWatched int
+	commitAsked  bool
 	// stopped: run has persisted the session for the last time.
 	stopped bool
 
@@ -389,10 +476,15 @@ func (o *owner) commit() {
 	o.release() // the batch is committed (or failed): its WAL left memory
 	o.batch = 0
 	if (!o.persistArmed && o.sess.Unpersisted()) || o.slotsWatched != len(o.slotConns) {
-		select {
-		case o.t.kick <- struct{}{}:
-		default:
-		}
+		o.kickRun()
+	}
+}
+
+// kickRun wakes the background goroutine to look at the owner again.
+func (o *owner) kickRun() {
+	select {
+	case o.t.kick <- struct{}{}:
+	default:
 	}
 }
 
