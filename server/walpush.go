@@ -226,7 +226,9 @@ func (c *pushConn) writer() {
 				return
 			}
 			if it.err != nil {
-				c.pc.Close()
+				// The ErrorResponse must reach a proposer that is still
+				// sending and behind in reading: no reset.
+				c.pc.CloseLingering(drainGrace)
 				c.drain()
 				return
 			}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -763,4 +764,53 @@ func (c *Conn) receive() (pgproto3.FrontendMessage, error) {
 // messageName is the protocol name of a frontend message type.
 func messageName(m pgproto3.FrontendMessage) string {
 	return strings.TrimPrefix(fmt.Sprintf("%T", m), "*pgproto3.")
+}
+
+// CloseLingering closes the connection once what was written has reached
+// the client: it shuts down the sending side (over TLS, close_notify
+// first; a FIN follows the data already written), then reads and discards
+// what the client still sends until the client's kernel has acknowledged
+// everything written, or grace passes, and closes. Closing at once while
+// the client's data lies unread makes the kernel reset the connection and
+// drop what was written and not yet delivered — the ErrorResponse that
+// says why the server ends it, when the client (a proposer streaming WAL)
+// is behind in reading our earlier replies. Data acknowledged is the
+// client's to read even after a reset. Call it once nothing more is to be
+// written.
+func (c *Conn) CloseLingering(grace time.Duration) {
+	defer c.nc.Close()
+	if t, ok := c.nc.(*tls.Conn); ok {
+		_ = t.CloseWrite()
+	}
+	nc := c.nc
+	for range 8 {
+		if _, isTLS := nc.(*tls.Conn); !isTLS {
+			if cw, ok := nc.(interface{ CloseWrite() error }); ok {
+				_ = cw.CloseWrite()
+				break
+			}
+		}
+		w, ok := nc.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		nc = w.NetConn()
+	}
+	sock := netq.Of(c.nc)
+	deadline := time.Now().Add(grace)
+	var buf []byte
+	for time.Now().Before(deadline) {
+		if n, ok := sock.Unsent(); !ok || n == 0 {
+			return
+		}
+		if buf == nil {
+			buf = make([]byte, 32<<10)
+		}
+		if c.nc.SetReadDeadline(time.Now().Add(time.Millisecond)) != nil {
+			return
+		}
+		if _, err := c.nc.Read(buf); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return // the client closed or reset: nothing more can be delivered
+		}
+	}
 }

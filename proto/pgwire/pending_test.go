@@ -66,3 +66,56 @@ func TestPendingSeesBufferedAndSocketInput(t *testing.T) {
 		t.Fatalf("ReadCopy = %q, %v", p, err)
 	}
 }
+
+// CloseLingering delivers everything written to a client that is still
+// sending and slow to read, where a plain Close with its data unread
+// resets the connection and drops what the client had not yet received.
+func TestCloseLingeringDeliversToASendingClient(t *testing.T) {
+	for _, linger := range []bool{true, false} {
+		client, _, c := ready(t, AcceptOptions{})
+		startCopyBoth(t, client, c)
+		go func() { // the client streams without pause, as a proposer does
+			msg := encode(&pgproto3.CopyData{Data: make([]byte, 1000)})
+			for {
+				if _, err := client.Write(msg); err != nil {
+					return
+				}
+			}
+		}()
+		const total = 4 << 20
+		got := make(chan int64, 1)
+		go func() { // and reads slowly
+			var n int64
+			buf := make([]byte, 4096)
+			for {
+				m, err := client.Read(buf)
+				n += int64(m)
+				if err != nil {
+					got <- n
+					return
+				}
+				if n < total/2 {
+					time.Sleep(100 * time.Microsecond)
+				}
+			}
+		}()
+		payload := make([]byte, 64<<10)
+		for sent := 0; sent < total; sent += len(payload) {
+			c.SendCopyData(payload)
+			if err := c.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if linger {
+			c.CloseLingering(5 * time.Second)
+		} else {
+			c.Close()
+		}
+		n := <-got
+		want := int64(total / len(payload) * (5 + len(payload)))
+		if linger && n < want {
+			t.Fatalf("the client received %d of %d bytes before the close: the tail was dropped", n, want)
+		}
+		t.Logf("linger %v: the client received %d of %d bytes", linger, n, want)
+	}
+}
