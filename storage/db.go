@@ -178,6 +178,7 @@ type DB struct {
 	// file it writes zeros through, how far the file is written, and when
 	// a fill last failed.
 	zeroFile   *os.File
+	zeroInit   bool // zeroedTo was found from the file (SEEK_HOLE)
 	zeroedTo   int64
 	zeroFailed time.Time
 	hwm        int64 // the end of the last page in use, as the last batch began
@@ -251,6 +252,7 @@ func open(path string, opts Options, hooks testHooks) (*DB, error) {
 		timelines: make(map[tlKey]*Timeline),
 	}
 	db.idle.L = &db.mu
+	db.openZeroFile()
 	return db, nil
 }
 

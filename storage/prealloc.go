@@ -54,7 +54,7 @@ func (db *DB) zeroAhead() {
 		// bytes written. Small commits are the ones that gain.
 		return
 	}
-	if db.zeroFile != nil && db.zeroedTo-db.hwm >= min(max(db.hwm/16, zeroAheadMin), zeroAheadMax)/2 {
+	if db.zeroInit && db.zeroedTo-db.hwm >= min(max(db.hwm/16, zeroAheadMin), zeroAheadMax)/2 {
 		return // the tail is long enough (db.hwm lags by at most a batch)
 	}
 	tx, err := db.bolt.Begin(true)
@@ -65,15 +65,13 @@ func (db *DB) zeroAhead() {
 	hwm := tx.Size()    // the end of the last page in use
 	ahead := min(max(hwm/16, zeroAheadMin), zeroAheadMax)
 	if db.zeroFile == nil {
-		f, err := os.OpenFile(db.path, os.O_WRONLY, 0)
-		if err != nil {
-			db.zeroFailure(err)
-			return
-		}
-		db.zeroFile = f
+		return // it could not be opened (openZeroFile warned)
+	}
+	if !db.zeroInit {
+		db.zeroInit = true
 		// What the file system already backs past the last page in use
 		// (an earlier run's tail) is not written again.
-		if off, err := unix.Seek(int(f.Fd()), hwm, unix.SEEK_HOLE); err == nil {
+		if off, err := unix.Seek(int(db.zeroFile.Fd()), hwm, unix.SEEK_HOLE); err == nil {
 			db.zeroedTo = off
 		}
 	}
@@ -124,4 +122,19 @@ func writeZeros(f *os.File, start, end int64) error {
 		return fmt.Errorf("storage: zero-fill %s: fdatasync: %w", f.Name(), err)
 	}
 	return nil
+}
+
+// openZeroFile opens the descriptor the tail is written through, with the
+// database, so that a server's open descriptors do not change with its
+// first commit.
+func (db *DB) openZeroFile() {
+	if db.opts.ReadOnly || db.opts.UnsafeNoFsync {
+		return
+	}
+	f, err := os.OpenFile(db.path, os.O_WRONLY, 0)
+	if err != nil {
+		db.zeroFailure(err)
+		return
+	}
+	db.zeroFile = f
 }
