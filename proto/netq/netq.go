@@ -57,24 +57,19 @@ func (s *Socket) rawConn() bool {
 // Unread is how many bytes the socket has received and not yet given to a
 // read (for TLS: of its records; what the TLS layer holds decrypted is not
 // seen); ok is false when that cannot be asked.
-func (s *Socket) Unread() (n int, ok bool) {
-	if !s.rawConn() {
-		return 0, false
-	}
-	if err := s.raw.Control(func(fd uintptr) { n, ok = inq(fd) }); err != nil {
-		return 0, false
-	}
-	return n, ok
-}
+func (s *Socket) Unread() (n int, ok bool) { return s.ask(inq) }
 
 // Unsent is how many bytes written to the socket its peer has not yet
 // acknowledged; ok is false when that cannot be asked. While it is small a
 // small write is taken by the kernel at once.
-func (s *Socket) Unsent() (n int, ok bool) {
+func (s *Socket) Unsent() (n int, ok bool) { return s.ask(outq) }
+
+// ask runs one of the ioctls on the socket's descriptor.
+func (s *Socket) ask(ioctl func(fd uintptr) (int, bool)) (n int, ok bool) {
 	if !s.rawConn() {
 		return 0, false
 	}
-	if err := s.raw.Control(func(fd uintptr) { n, ok = outq(fd) }); err != nil {
+	if err := s.raw.Control(func(fd uintptr) { n, ok = ioctl(fd) }); err != nil {
 		return 0, false
 	}
 	return n, ok
