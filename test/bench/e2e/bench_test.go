@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/safekeeper/safekeeper/test/harness"
+	"github.com/safekeeper/safekeeper/test/perfstat"
 	"github.com/safekeeper/safekeeper/test/pgtest"
 )
 
@@ -472,7 +473,7 @@ func (b *bench) measure(c config, ps pass, cycle, secs int) result {
 	defer stopSampler() // on a failure below: the goroutine must end before the connection closes
 
 	var perfNodes []*perfNode
-	var perfSessions []*perfSession
+	var perfSessions []*perfstat.Session
 	if b.perf.off == "" && ps.n == 0 && cycle == b.p.rounds {
 		perfNodes, perfSessions = b.startPerf(c)
 	}
@@ -481,7 +482,7 @@ func (b *bench) measure(c config, ps pass, cycle, secs int) result {
 		if !stoppedPerf {
 			for _, s := range perfSessions {
 				if s != nil {
-					s.abort()
+					s.Abort()
 				}
 			}
 		}

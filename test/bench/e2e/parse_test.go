@@ -5,10 +5,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/safekeeper/safekeeper/test/perfstat"
 )
 
 // These run in make test: the benchmark's parsers, without PostgreSQL.
@@ -201,61 +202,16 @@ func TestPasses(t *testing.T) {
 	}
 }
 
-// perf stat -x, -o FILE output of perf 6.1 (the Events lines are its
-// notices for --control enable/disable).
-const perfOut = `# started on Wed Dec  2 04:56:27 2026
-
-Events disabled
-Events enabled
-Events disabled
-2412.50,msec,task-clock,2412496221,100.00,0.161,CPUs utilized
-86000,,context-switches,2412496221,100.00,35.648,K/sec
-8500,,syscalls:sys_enter_fdatasync,2412496221,100.00,3.523,K/sec
-<not counted>,,syscalls:sys_enter_fsync,0,100.00,,
-30300,,syscalls:sys_enter_pwrite64,2412496221,100.00,12.560,K/sec
-<not supported>,,syscalls:sys_enter_pwritev,0,100.00,,
-20000,,syscalls:sys_enter_read,2412496221,100.00,8.290,K/sec
-5400,,syscalls:sys_enter_write,2412496221,100.00,2.238,K/sec
-16600,,syscalls:sys_enter_futex,2412496221,100.00,6.881,K/sec
-34300,,syscalls:sys_enter_nanosleep,2412496221,100.00,14.218,K/sec
-14800,,syscalls:sys_enter_epoll_pwait,2412496221,100.00,6.135,K/sec
-`
-
-func TestParsePerfStat(t *testing.T) {
-	c, err := parsePerfStat(perfOut)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := perfCounts{"task-clock": 2412500, "context-switches": 86000, "syscalls:sys_enter_fdatasync": 8500,
-		"syscalls:sys_enter_pwrite64": 30300, "syscalls:sys_enter_read": 20000, "syscalls:sys_enter_write": 5400,
-		"syscalls:sys_enter_futex": 16600, "syscalls:sys_enter_nanosleep": 34300, "syscalls:sys_enter_epoll_pwait": 14800}
-	if len(c) != len(want) {
-		t.Errorf("got %d events, want %d (not counted / not supported left out): %v", len(c), len(want), c)
-	}
-	for ev, v := range want {
-		if math.Abs(c[ev]-v) > 1e-6 {
-			t.Errorf("%s = %v, want %v", ev, c[ev], v)
-		}
-	}
-	for _, bad := range []string{"", "# started on x\n\n<not counted>,msec,task-clock,0,100.00,,\n",
-		"12x,,context-switches,1,100.00,,\n", "1,furlongs,task-clock,1,100.00,,\n", "5,context-switches\n"} {
-		if _, err := parsePerfStat(bad); err == nil {
-			t.Errorf("parsePerfStat(%q) did not fail", bad)
-		}
-	}
-}
-
 // TestPerfTable: counts per transaction, per commit in parentheses (a
 // safekeeper's commit is two fdatasyncs, a walreceiver's one), "-" for an
 // event not counted; a node perf failed on is named under the table.
 func TestPerfTable(t *testing.T) {
-	c, err := parsePerfStat(perfOut)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := perfstat.Counts{"task-clock": 2412500, "context-switches": 86000, "syscalls:sys_enter_fdatasync": 8500,
+		"syscalls:sys_enter_pwrite64": 30300, "syscalls:sys_enter_read": 20000, "syscalls:sys_enter_write": 5400,
+		"syscalls:sys_enter_futex": 16600, "syscalls:sys_enter_nanosleep": 34300, "syscalls:sys_enter_epoll_pwait": 14800}
 	rs := []result{
 		{cfg: "A1", cycle: 3, tps: 2000, txns: 10000, nodes: []perfNode{{label: "walreceiver of s1", fsyncsPerCommit: 1,
-			counts: perfCounts{"task-clock": 1120000, "syscalls:sys_enter_fdatasync": 7400, "syscalls:sys_enter_recvfrom": 20000, "syscalls:sys_enter_read": 100}}}},
+			counts: perfstat.Counts{"task-clock": 1120000, "syscalls:sys_enter_fdatasync": 7400, "syscalls:sys_enter_recvfrom": 20000, "syscalls:sys_enter_read": 100}}}},
 		{cfg: "B", cycle: 3, tps: 1000, txns: 10000, nodes: []perfNode{
 			{label: "safekeeper 1", fsyncsPerCommit: 2, counts: c},
 			{label: "proposer", err: errors.New("perf stat did not exit after SIGINT")}}},
@@ -278,54 +234,6 @@ func TestPerfTable(t *testing.T) {
 	}
 }
 
-// TestPerfSession attaches perf stat to this test process: only the
-// system calls made while its counters are enabled count.
-func TestPerfSession(t *testing.T) {
-	pt := probePerf(true)
-	if pt.off != "" || !slices.Contains(pt.events, "syscalls:sys_enter_write") {
-		t.Skipf("perf cannot count write(2) here: %s (missing %v)", pt.off, pt.missing)
-	}
-	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	writes := func(n int) {
-		for range n {
-			if _, err := f.Write([]byte{0}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	node := &perfNode{label: "this test", pid: os.Getpid()}
-	s, err := pt.attach(node, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// ping's ack: perf has attached, its counters disabled (-D -1).
-	if err := s.control("ping", time.Minute); err != nil {
-		s.abort()
-		t.Fatal(err)
-	}
-	writes(3000) // attached, not enabled
-	if err := s.control("enable", time.Minute); err != nil {
-		s.abort()
-		t.Fatal(err)
-	}
-	writes(1000)
-	c, err := s.finish()
-	if err != nil {
-		t.Fatal(err)
-	}
-	writes(3000) // after finish
-	if n := c["syscalls:sys_enter_write"]; n < 1000 || n >= 3000 {
-		t.Errorf("perf counted %v writes, want the 1000 made while enabled (plus a few of the runtime's)", n)
-	}
-	if c["task-clock"] <= 0 {
-		t.Errorf("task-clock = %v µs", c["task-clock"])
-	}
-}
-
 // TestDocSection: the generated section has each pass's medians and
 // ratios under its own label, and the per-node table, or why there is
 // none.
@@ -339,7 +247,7 @@ func TestDocSection(t *testing.T) {
 			r := result{cfg: c.name, pass: pass, cycle: 1, seconds: 5, txns: 1000, tps: float64(100*(i+1) + pass.clients),
 				cpu: [nGroups]float64{500, 100, nan, nan, 50}}
 			if pass.n == 0 {
-				r.nodes = []perfNode{{label: "node " + c.name, fsyncsPerCommit: 1, counts: perfCounts{"task-clock": 200000, "syscalls:sys_enter_fdatasync": 500}}}
+				r.nodes = []perfNode{{label: "node " + c.name, fsyncsPerCommit: 1, counts: perfstat.Counts{"task-clock": 200000, "syscalls:sys_enter_fdatasync": 500}}}
 			}
 			b.results = append(b.results, r)
 		}

@@ -1,17 +1,14 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/safekeeper/safekeeper/test/perfstat"
 )
 
 // The per-node table: `perf stat` attached, for one round of each
@@ -60,7 +57,7 @@ func probePerf(enabled bool) perfTool {
 	try := func(events ...string) error {
 		out, err := exec.Command(path, "stat", "-x,", "-e", strings.Join(events, ","), "--", "true").CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("perf stat -e %s: %v: %s", strings.Join(events, ","), err, firstLine(out))
+			return fmt.Errorf("perf stat -e %s: %v: %s", strings.Join(events, ","), err, perfstat.FirstLine(out))
 		}
 		return nil
 	}
@@ -85,11 +82,6 @@ func probePerf(enabled bool) perfTool {
 	return pt
 }
 
-func firstLine(b []byte) string {
-	line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-	return line
-}
-
 // perfNode is one node the table has a column for, and what perf counted
 // on it during the round.
 type perfNode struct {
@@ -100,159 +92,13 @@ type perfNode struct {
 	// (bbolt's two per transaction: pages, then meta); 0: no commit to
 	// speak of (the proposer).
 	fsyncsPerCommit float64
-	counts          perfCounts
+	counts          perfstat.Counts
 	err             error // perf failed on this node; counts is nil
 }
 
-// perfCounts are the counted events of one perf stat run: task-clock in
-// µs, the others in occurrences. An event perf did not count is absent.
-type perfCounts map[string]float64
-
-// parsePerfStat reads the output of perf stat -x, (the -o file): one line
-// per event, "value,unit,event,run time,percentage,metric,metric unit";
-// comments ("# started on …"), blank lines and perf's "Events enabled"
-// notices are skipped, "<not counted>" and "<not supported>" values leave
-// the event out. task-clock (msec) comes back in µs. No counted event at
-// all is an error.
-func parsePerfStat(out string) (perfCounts, error) {
-	c := perfCounts{}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") || !strings.Contains(line, ",") {
-			continue
-		}
-		f := strings.Split(line, ",")
-		if len(f) < 3 {
-			return nil, fmt.Errorf("line %d: %d fields, want at least 3: %q", n, len(f), line)
-		}
-		value, unit, event := f[0], f[1], f[2]
-		if strings.HasPrefix(value, "<") { // <not counted>, <not supported>
-			continue
-		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: value %q of %s: %v", n, value, event, err)
-		}
-		switch unit {
-		case "msec":
-			v *= 1000
-		case "usec":
-		case "nsec":
-			v /= 1000
-		case "":
-		default:
-			return nil, fmt.Errorf("line %d: unit %q of %s", n, unit, event)
-		}
-		c[event] += v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if len(c) == 0 {
-		return nil, errors.New("perf stat counted no event")
-	}
-	return c, nil
-}
-
-// perfSession is perf stat attached to one process, its counters
-// disabled until enable.
-type perfSession struct {
-	node     *perfNode
-	cmd      *exec.Cmd
-	ctl, ack *os.File // perf's control and acknowledgement pipes (our ends)
-	outFile  string
-	stderr   bytes.Buffer
-}
-
-// attach starts perf stat -p pid with its counters disabled.
-func (pt perfTool) attach(node *perfNode, dir string) (*perfSession, error) {
-	s := &perfSession{node: node, outFile: filepath.Join(dir, fmt.Sprintf("perf-%d.csv", node.pid))}
-	ctlR, ctlW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	ackR, ackW, err := os.Pipe()
-	if err != nil {
-		ctlR.Close()
-		ctlW.Close()
-		return nil, err
-	}
-	// In the child, ExtraFiles[0] is fd 3 and ExtraFiles[1] fd 4.
-	s.cmd = exec.Command(pt.path, "stat", "-x,", "-o", s.outFile, "--control", "fd:3,4", "-D", "-1",
-		"-e", strings.Join(pt.events, ","), "-p", strconv.Itoa(node.pid))
-	s.cmd.ExtraFiles = []*os.File{ctlR, ackW}
-	s.cmd.Stderr = &s.stderr
-	err = s.cmd.Start()
-	ctlR.Close()
-	ackW.Close()
-	if err != nil {
-		ctlW.Close()
-		ackR.Close()
-		return nil, err
-	}
-	s.ctl, s.ack = ctlW, ackR
-	return s, nil
-}
-
-// control sends perf one command (enable, disable) and waits for its ack.
-func (s *perfSession) control(command string, timeout time.Duration) error {
-	if _, err := s.ctl.Write([]byte(command + "\n")); err != nil {
-		return fmt.Errorf("perf stat %s: %v (%s)", command, err, firstLine(s.stderr.Bytes()))
-	}
-	if err := s.ack.SetReadDeadline(time.Now().Add(timeout)); err != nil {
-		return err
-	}
-	buf := make([]byte, 64)
-	n, err := s.ack.Read(buf)
-	if err != nil {
-		return fmt.Errorf("perf stat %s: no ack: %v (%s)", command, err, firstLine(s.stderr.Bytes()))
-	}
-	if !bytes.HasPrefix(buf[:n], []byte("ack")) {
-		return fmt.Errorf("perf stat %s: answered %q", command, buf[:n])
-	}
-	return nil
-}
-
-// finish disables the counters, stops perf (SIGINT: it prints its counts
-// and exits) and reads what it counted.
-func (s *perfSession) finish() (perfCounts, error) {
-	errDisable := s.control("disable", 30*time.Second)
-	s.ctl.Close()
-	s.ack.Close()
-	s.cmd.Process.Signal(syscall.SIGINT)
-	done := make(chan error, 1)
-	go func() { done <- s.cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		s.cmd.Process.Kill()
-		<-done
-		return nil, fmt.Errorf("perf stat did not exit after SIGINT (%s)", firstLine(s.stderr.Bytes()))
-	}
-	defer os.Remove(s.outFile)
-	if errDisable != nil {
-		return nil, errDisable
-	}
-	out, err := os.ReadFile(s.outFile)
-	if err != nil {
-		return nil, fmt.Errorf("perf stat output: %v (%s)", err, firstLine(s.stderr.Bytes()))
-	}
-	c, err := parsePerfStat(string(out))
-	if err != nil {
-		return nil, fmt.Errorf("perf stat output: %v", err)
-	}
-	return c, nil
-}
-
-// abort stops perf without reading its counts (a round that failed to
-// start them).
-func (s *perfSession) abort() {
-	s.ctl.Close()
-	s.ack.Close()
-	s.cmd.Process.Kill()
-	s.cmd.Wait()
-	os.Remove(s.outFile)
+// attach starts perf stat on node, its counters disabled.
+func (pt perfTool) attach(node *perfNode, dir string) (*perfstat.Session, error) {
+	return perfstat.Start(pt.path, pt.events, node.pid, dir)
 }
 
 // perfNodes are the nodes of c the table counts: the walreceiver of
@@ -287,18 +133,18 @@ func (b *bench) perfNodes(c config) ([]*perfNode, error) {
 // startPerf attaches perf stat to c's nodes and enables its counters.
 // A node perf fails on keeps the error (reported under the table); the
 // round goes on.
-func (b *bench) startPerf(c config) ([]*perfNode, []*perfSession) {
+func (b *bench) startPerf(c config) ([]*perfNode, []*perfstat.Session) {
 	nodes, err := b.perfNodes(c)
 	if err != nil {
 		b.say("perf stat: %v", err)
 		return []*perfNode{{label: c.name, err: err}}, nil
 	}
-	sessions := make([]*perfSession, len(nodes))
+	sessions := make([]*perfstat.Session, len(nodes))
 	for i, n := range nodes {
 		s, err := b.perf.attach(n, b.perfDir)
 		if err == nil {
-			if err = s.control("enable", 30*time.Second); err != nil {
-				s.abort()
+			if err = s.Control("enable", 30*time.Second); err != nil {
+				s.Abort()
 			}
 		}
 		if err != nil {
@@ -312,11 +158,11 @@ func (b *bench) startPerf(c config) ([]*perfNode, []*perfSession) {
 }
 
 // stopPerf stops the sessions and returns the nodes with their counts.
-func (b *bench) stopPerf(nodes []*perfNode, sessions []*perfSession) []perfNode {
+func (b *bench) stopPerf(nodes []*perfNode, sessions []*perfstat.Session) []perfNode {
 	var out []perfNode
 	for i, n := range nodes {
 		if i < len(sessions) && sessions[i] != nil {
-			n.counts, n.err = sessions[i].finish()
+			n.counts, n.err = sessions[i].Finish()
 			if n.err != nil {
 				b.say("perf stat -p %d (%s): %v", n.pid, n.label, n.err)
 			}
@@ -350,7 +196,7 @@ var perfRows = []perfRow{
 
 // sum is the row's value over c; ok is false if none of its events was
 // counted.
-func (row perfRow) sum(c perfCounts) (v float64, ok bool) {
+func (row perfRow) sum(c perfstat.Counts) (v float64, ok bool) {
 	for _, ev := range row.events {
 		if x, found := c[ev]; found {
 			v += x

@@ -3,6 +3,8 @@ package ingest
 import (
 	"strings"
 	"testing"
+
+	"github.com/safekeeper/safekeeper/test/perfstat"
 )
 
 // The helpers below run in make test (they are pure); the benchmarks
@@ -34,7 +36,8 @@ func TestMedian(t *testing.T) {
 
 func TestParseTracerOutput(t *testing.T) {
 	perf := "# started on Tue Dec  1 10:51:14 2026\n\n85,,syscalls:sys_enter_write,131053115,100.00,,\n<not counted>,,syscalls:sys_enter_fsync,0,100.00,,\n12,,syscalls:sys_enter_fdatasync,131053115,100.00,,Events disabled\n"
-	m, err := parsePerfStat([]byte(perf))
+	c, err := perfstat.Parse([]byte(perf))
+	m := syscallCounts(c)
 	if err != nil || m["write"] != 85 || m["fdatasync"] != 12 || m["fsync"] != 0 {
 		t.Fatalf("perf: %v %v", m, err)
 	}
