@@ -115,7 +115,7 @@ func NewSession(cfg Config, st State, store Storage) (*Session, error) {
 }
 
 func newSession(cfg Config, st State, store Storage, h hooks) (*Session, error) {
-	s := &Session{cfg: cfg, store: store, hooks: h, st: st.Clone(), conns: map[ConnID]*sessionConn{}}
+	s := &Session{cfg: cfg, store: store, hooks: h, st: st.Clone()}
 	acc, err := newAcceptor(cfg, st, store, h)
 	switch {
 	case err == nil:
@@ -179,6 +179,9 @@ func (s *Session) Step(c ConnID, m proto.Message) Ready {
 	var r Ready
 	sc := s.conns[c]
 	if sc == nil {
+		if s.conns == nil {
+			s.conns = map[ConnID]*sessionConn{}
+		}
 		sc = &sessionConn{}
 		s.conns[c] = sc
 	}
@@ -282,6 +285,9 @@ func (s *Session) End(c ConnID) Ready {
 	var r Ready
 	s.flush(&r)
 	delete(s.conns, c)
+	if len(s.conns) == 0 {
+		s.conns = nil // Go maps do not shrink: an idle timeline keeps none
+	}
 	s.noteState(&r)
 	return r
 }

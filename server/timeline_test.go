@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -283,4 +284,44 @@ func TestQuietServerReleasesDatabaseMapping(t *testing.T) {
 	if got := c2.readWAL(tStart, p.pos); !bytes.Equal(got, wal) {
 		t.Fatal("WAL streamed after the release differs")
 	}
+}
+
+// TestIdleTimelinesKeepNoGoroutine: a timeline whose connections ended
+// holds no goroutine of its own (its owner's background goroutine returns
+// once nothing is left to wait for; retention runs on the registry's few
+// workers), after it persisted the commit_lsn it held in memory and had
+// its retention pass. Ten thousand idle timelines cost their memory only.
+func TestIdleTimelinesKeepNoGoroutine(t *testing.T) {
+	s := startHookedServer(t, t.TempDir(), nil, hooks{})
+	const n = 40
+	base := runtime.NumGoroutine()
+	ends := make([]lsn, n)
+	for i := range n {
+		p := newTestPush(t, s.Addr().String(), proto.ID{0xbb, 0x40, byte(i)}, 1, hist1(tStart), tStart)
+		p.push(4, 8000, tStart)
+		p.heartbeat() // commit_lsn = the WAL's end, held in memory until persisted
+		ends[i] = p.pos
+		p.c.Close()
+	}
+	settled := func(i int) (acceptor.State, string) {
+		tl := running(s, proto.TimelineKey{TenantID: tTenant, TimelineID: proto.ID{0xbb, 0x40, byte(i)}})
+		st, err := tl.Stored()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, reason := tl.Retention()
+		return st, reason
+	}
+	harness.WaitFor(t, 10*time.Second, "every timeline to persist its commit_lsn and have a retention pass", func() bool {
+		for i := range n {
+			if st, reason := settled(i); st.CommitLSN != ends[i] || reason == "" {
+				return false
+			}
+		}
+		return true
+	})
+	harness.WaitFor(t, 10*time.Second, "the idle timelines' goroutines to return", func() bool {
+		return runtime.NumGoroutine() <= base+2
+	})
+	t.Logf("%d goroutines with the server up, %d with %d idle timelines", base, runtime.NumGoroutine(), n)
 }

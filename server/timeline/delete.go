@@ -19,7 +19,7 @@ import (
 //     binds are refused from then on, the timeline leaves the registry, and
 //     each bound connection is ended: its read is cut, and it ends with
 //     FATAL 57P01 after its owner made durable and answered what it sent.
-//  3. The owner and retention goroutines stop (persisting what they hold).
+//  3. Retention and the owner stop (the owner persisting what it holds).
 //  4. storage.DeleteTimeline removes it in one transaction: a crash leaves
 //     it whole or gone.
 
@@ -66,6 +66,9 @@ func (t *Timeline) Unbind(u User) {
 	defer t.usersMu.Unlock()
 	if t.users[u]--; t.users[u] <= 0 {
 		delete(t.users, u)
+		if len(t.users) == 0 {
+			t.users = nil // Go maps do not shrink: an idle timeline keeps none
+		}
 	}
 	if t.deleted && len(t.users) == 0 && t.usersGone != nil {
 		close(t.usersGone)
@@ -201,9 +204,8 @@ func (r *Registry) finishDelete(key proto.TimelineKey, t *Timeline, users []User
 			}
 			<-gone
 		}
-		t.cancel()
-		<-t.stopped
-		<-t.retired
+		r.ret.forget(t)
+		t.stop()
 	}
 	del := r.db.DeleteTimeline
 	if r.cfg.Hooks.DeleteTimeline != nil {

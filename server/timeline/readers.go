@@ -122,7 +122,7 @@ func (r *Reader) lagBytes(commit proto.LSN) uint64 {
 // replState is the replication side of one timeline: its readers, its
 // slots and the consumer feedback received since the server started. The
 // timeline owner reads the aggregated feedback for every
-// SafeKeeperResponse; the retention goroutine reads the horizons.
+// SafeKeeperResponse; the retainer reads the horizons.
 type replState struct {
 	store *storage.Timeline
 	tli   uint32 // the timeline's PostgreSQL TLI: every slot's restart_tli
@@ -137,7 +137,11 @@ type replState struct {
 	remoteConsistent proto.LSN
 	consumerSeen     bool
 
-	kick chan struct{} // wakes the retention goroutine; capacity 1
+	// ret is the registry's retainer and tl the timeline this is part of:
+	// kickRetention asks ret for a pass of tl (nil in tests that build a
+	// replState alone).
+	ret *retainer
+	tl  *Timeline
 
 	// tombstones are the dropped slots (slotsync.go), with when they were
 	// dropped; slotGen counts the changes of the persistent slots and the
@@ -150,6 +154,22 @@ type replState struct {
 	metrics  *Metrics // nil in tests that build one alone
 }
 
+// setSlot and setTombstone put a slot or tombstone in, making the map at
+// the first. mu held (or r not yet shared).
+func (r *replState) setSlot(s *slotState) {
+	if r.slots == nil {
+		r.slots = map[string]*slotState{}
+	}
+	r.slots[s.Name] = s
+}
+
+func (r *replState) setTombstone(k tombKey, at time.Time) {
+	if r.tombstones == nil {
+		r.tombstones = map[tombKey]time.Time{}
+	}
+	r.tombstones[k] = at
+}
+
 // setTLI records a PostgreSQL timeline switch: slots advancing from now
 // on restart on tli.
 func (r *replState) setTLI(tli uint32) {
@@ -159,8 +179,9 @@ func (r *replState) setTLI(tli uint32) {
 }
 
 func newReplState(store *storage.Timeline, tli uint32, log *slog.Logger) (*replState, error) {
-	r := &replState{store: store, tli: tli, log: log, readers: map[*Reader]struct{}{}, slots: map[string]*slotState{}, kick: make(chan struct{}, 1),
-		tombstones: map[tombKey]time.Time{}}
+	// The maps are made when something goes in (setSlot, setTombstone,
+	// AddReader): most timelines have no slot and, idle, no reader.
+	r := &replState{store: store, tli: tli, log: log}
 	slots, err := store.Slots()
 	if err != nil {
 		return nil, err
@@ -170,7 +191,7 @@ func newReplState(store *storage.Timeline, tli uint32, log *slog.Logger) (*replS
 		return nil, err
 	}
 	for _, ts := range tombs {
-		r.tombstones[tombKey{ts.Name, ts.Incarnation}] = ts.DroppedAt
+		r.setTombstone(tombKey{ts.Name, ts.Incarnation}, ts.DroppedAt)
 	}
 	for _, s := range slots {
 		saved := s.RestartLSN
@@ -180,16 +201,15 @@ func newReplState(store *storage.Timeline, tli uint32, log *slog.Logger) (*replS
 			// (saved 0) so the next save writes the TLI too.
 			s.RestartTLI, saved = tli, 0
 		}
-		r.slots[s.Name] = &slotState{Slot: s, saved: saved}
+		r.setSlot(&slotState{Slot: s, saved: saved})
 	}
 	return r, nil
 }
 
-// kickRetention asks the retention goroutine for a pass; it never blocks.
+// kickRetention asks the retainer for a pass; it never blocks.
 func (r *replState) kickRetention() {
-	select {
-	case r.kick <- struct{}{}:
-	default:
+	if r.ret != nil {
+		r.ret.kick(r.tl)
 	}
 }
 
@@ -227,6 +247,9 @@ func mergeHotStandby(agg, h proto.HotStandbyFeedback) proto.HotStandbyFeedback {
 // the WAL from its position on, and its feedback counts.
 func (t *Timeline) AddReader(rd *Reader) {
 	t.repl.mu.Lock()
+	if t.repl.readers == nil {
+		t.repl.readers = map[*Reader]struct{}{}
+	}
 	t.repl.readers[rd] = struct{}{}
 	t.repl.mu.Unlock()
 }
@@ -237,6 +260,9 @@ func (t *Timeline) RemoveReader(rd *Reader) { t.repl.removeReader(rd) }
 func (r *replState) removeReader(rd *Reader) {
 	r.mu.Lock()
 	delete(r.readers, rd)
+	if len(r.readers) == 0 {
+		r.readers = nil // Go maps do not shrink: an idle timeline keeps none
+	}
 	r.mu.Unlock()
 	r.kickRetention()
 }

@@ -1,7 +1,6 @@
 package timeline
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -99,8 +98,8 @@ type Registry struct {
 	db     *storage.DB
 	budget *Budget
 
-	ctx    context.Context // owners and retention run until it is cancelled (Close)
-	cancel context.CancelFunc
+	// ret runs the retention passes of every timeline.
+	ret *retainer
 
 	mu        sync.Mutex
 	stopping  bool
@@ -111,8 +110,7 @@ type Registry struct {
 	// (OpenStored). Added to under mu and only while not stopping, so
 	// Close, after Stop marked stopping under mu, can wait for it before
 	// it stops the owners.
-	openWG  sync.WaitGroup
-	ownerWG sync.WaitGroup
+	openWG sync.WaitGroup
 
 	removedSegments atomic.Int64 // WAL segments retention removed
 }
@@ -123,11 +121,12 @@ func NewRegistry(db *storage.DB, cfg Config) *Registry {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Registry{
-		cfg: cfg, log: cfg.Logger, db: db, budget: NewBudget(cfg.MaxBufferedWAL), ctx: ctx, cancel: cancel,
+	r := &Registry{
+		cfg: cfg, log: cfg.Logger, db: db, budget: NewBudget(cfg.MaxBufferedWAL),
 		timelines: map[proto.TimelineKey]*Timeline{}, opening: map[proto.TimelineKey]*opening{}, deleting: map[proto.TimelineKey]struct{}{},
 	}
+	r.ret = newRetainer(r)
+	return r
 }
 
 // Budget is the WAL budget (Config.MaxBufferedWAL) the push streams take
@@ -167,14 +166,22 @@ func (r *Registry) isStopping() bool {
 }
 
 // Close waits for the opens under way (new ones are refused once Stop
-// ran), then stops every owner and retention goroutine: each persists
-// what it holds in memory. Call it after Stop, once the connections that
-// feed the owners have ended.
+// ran), then stops retention and every timeline: each persists what it
+// holds in memory. Call it after Stop, once the connections that feed the
+// owners have ended.
 func (r *Registry) Close() {
 	r.Stop()
 	r.openWG.Wait()
-	r.cancel()
-	r.ownerWG.Wait()
+	r.ret.close()
+	var wg sync.WaitGroup
+	for _, t := range r.Running() {
+		wg.Add(1)
+		go func() { // their persists share group commits
+			defer wg.Done()
+			t.stop()
+		}()
+	}
+	wg.Wait()
 }
 
 // Open returns the running timeline key, opening it from disk; it never
@@ -366,8 +373,8 @@ func (r *Registry) load(key proto.TimelineKey, create *proto.ServerInfo) (*Timel
 	return r.start(key, st, store)
 }
 
-// start builds the timeline's session and starts its owner and
-// retention goroutines.
+// start builds the timeline's session; no goroutine starts (the owner's
+// runs while it has something to wait for, retention is the retainer's).
 func (r *Registry) start(key proto.TimelineKey, st acceptor.State, store *storage.Timeline) (*Timeline, error) {
 	var sessStore acceptor.Storage = store
 	if r.cfg.Hooks.Storage != nil {
@@ -394,25 +401,13 @@ func (r *Registry) start(key proto.TimelineKey, st acceptor.State, store *storag
 	repl.metrics = r.cfg.Metrics
 	t := &Timeline{
 		key: key, log: tlog, kick: make(chan struct{}, 1),
-		state: sess.InMem(), changed: make(chan struct{}), store: store, repl: repl, stopped: make(chan struct{}), retired: make(chan struct{}),
+		state: sess.InMem(), store: store, repl: repl, stopped: make(chan struct{}),
 		onPublish: r.cfg.Hooks.OnPublish, persistEvery: persistInterval, budget: r.budget, metrics: r.cfg.Metrics, recycle: r.cfg.Recycle,
 	}
 	if r.cfg.Hooks.PersistInterval != 0 {
 		t.persistEvery = r.cfg.Hooks.PersistInterval
 	}
-	t.own = &owner{t: t, sess: sess, conns: map[acceptor.ConnID]*Conn{}}
-	ctx, cancel := context.WithCancel(r.ctx)
-	t.cancel = cancel
-	r.ownerWG.Add(2)
-	go func() {
-		defer r.ownerWG.Done()
-		t.run(ctx)
-	}()
-	go func() {
-		defer r.ownerWG.Done()
-		defer close(t.retired)
-		r.runRetention(ctx, t)
-		repl.saveAll()
-	}()
+	t.own = &owner{t: t, sess: sess}
+	repl.ret, repl.tl = r.ret, t
 	return t, nil
 }

@@ -1,7 +1,8 @@
 package timeline
 
 import (
-	"context"
+	"container/heap"
+	"sync"
 	"time"
 
 	"github.com/safekeeper/safekeeper/proto"
@@ -32,11 +33,11 @@ import (
 //     durable in the consumer's own storage;
 //   - the position of every active reader: never the segment it reads.
 //
-// The horizon is then rounded down to a segment start. Each timeline has one
-// retention goroutine, woken (never blocking the waker) when its owner
-// commits, a consumer reports, a reader leaves or a slot changes, and
-// running at most once per Config.RetentionInterval. It works off the owner's
-// hot path: the owner only signals it. TIMELINE_STATUS reports the last
+// The horizon is then rounded down to a segment start. A timeline asks
+// the registry's retainer for a pass (never blocking) when its owner
+// commits, a consumer reports, a reader leaves or a slot changes; the
+// retainer's few workers run the passes of all timelines, each at most
+// once per Config.RetentionInterval, off the owner's hot path. TIMELINE_STATUS reports the last
 // horizon and what set it.
 
 // retentionInputs is everything the horizon depends on.
@@ -113,22 +114,216 @@ func retentionHorizon(in retentionInputs) retention {
 	return r
 }
 
-// runRetention is a timeline's retention goroutine; it returns when ctx is
-// done.
-func (r *Registry) runRetention(ctx context.Context, t *Timeline) {
+// retentionWorkers bounds the retention passes that run at once, over all
+// timelines: a pass is a read of the timeline's state and, when the
+// horizon moved past a segment, one removal transaction (an fsync). Four
+// keep one slow removal from holding up the others without taking the
+// cores the push streams need.
+const retentionWorkers = 4
+
+// retainer runs the retention passes of every timeline of a registry: a
+// timeline asks for a pass (kick, never blocking) and gets one as soon as a
+// worker is free and Config.RetentionInterval has passed since its last
+// one. An idle timeline costs nothing here: no goroutine waits for it.
+type retainer struct {
+	r    *Registry
+	mu   sync.Mutex
+	due  retainQueue   // timelines asked for, earliest first
+	wake chan struct{} // the dispatcher looks at due again; capacity 1
+	// passDone is broadcast when a pass ends (forget waits on it).
+	passDone *sync.Cond
+	work     chan *Timeline
+	stop     chan struct{}
+	stopped  bool
+	wg       sync.WaitGroup
+}
+
+// retainSlot is a timeline's place with the retainer, guarded by its mu.
+type retainSlot struct {
+	asked   bool      // a pass was asked for and has not started
+	queued  bool      // it is in due (asked, or a pass that ran asked again)
+	running bool      // a worker runs its pass now
+	gone    bool      // forgotten: no pass any more
+	last    time.Time // when its last pass started
+	at      time.Time // when its next pass may start (queued)
+	index   int       // in due
+}
+
+func newRetainer(r *Registry) *retainer {
+	rt := &retainer{r: r, wake: make(chan struct{}, 1), work: make(chan *Timeline), stop: make(chan struct{})}
+	rt.passDone = sync.NewCond(&rt.mu)
+	rt.wg.Add(1 + retentionWorkers)
+	go rt.dispatch()
+	for range retentionWorkers {
+		go rt.worker()
+	}
+	return rt
+}
+
+// kick asks for a retention pass of t.
+func (rt *retainer) kick(t *Timeline) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	s := &t.retain
+	if s.gone || s.asked {
+		return
+	}
+	s.asked = true
+	if s.running {
+		return // the worker queues it when the pass ends
+	}
+	rt.queue(t)
+}
+
+// queue puts t, asked for, in due at the earliest time its next pass may
+// start. mu held.
+func (rt *retainer) queue(t *Timeline) {
+	s := &t.retain
+	s.at = time.Now()
+	if !s.last.IsZero() {
+		s.at = later(s.at, s.last.Add(rt.r.cfg.RetentionInterval))
+	}
+	s.queued = true
+	heap.Push(&rt.due, t)
+	select {
+	case rt.wake <- struct{}{}:
+	default:
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// dispatch hands each timeline in due to a free worker once its time has
+// come.
+func (rt *retainer) dispatch() {
+	defer rt.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.repl.kick:
+		rt.mu.Lock()
+		var next *Timeline
+		var wait time.Duration = -1
+		if len(rt.due) > 0 {
+			if w := time.Until(rt.due[0].retain.at); w > 0 {
+				wait = w
+			} else {
+				next = heap.Pop(&rt.due).(*Timeline)
+				next.retain.queued = false
+				next.retain.asked = false
+				next.retain.running = true
+				next.retain.last = time.Now()
+			}
 		}
-		r.retainOnce(t)
+		rt.mu.Unlock()
+		if next != nil {
+			select {
+			case rt.work <- next:
+			case <-rt.stop:
+				rt.finish(next)
+				return
+			}
+			continue
+		}
+		var tick <-chan time.Time
+		if wait >= 0 {
+			timer.Reset(wait)
+			tick = timer.C
+		}
 		select {
-		case <-ctx.Done():
+		case <-rt.wake:
+		case <-tick:
+		case <-rt.stop:
 			return
-		case <-time.After(r.cfg.RetentionInterval):
+		}
+		if tick != nil && !timer.Stop() {
+			select { // drained, for the next Reset
+			case <-timer.C:
+			default:
+			}
 		}
 	}
+}
+
+func (rt *retainer) worker() {
+	defer rt.wg.Done()
+	for {
+		select {
+		case t := <-rt.work:
+			rt.r.retainOnce(t)
+			rt.finish(t)
+		case <-rt.stop:
+			return
+		}
+	}
+}
+
+// finish ends t's pass: asked for again meanwhile, it goes back in due.
+func (rt *retainer) finish(t *Timeline) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	s := &t.retain
+	s.running = false
+	if s.asked && !s.gone && !rt.stopped {
+		rt.queue(t)
+	}
+	rt.passDone.Broadcast()
+}
+
+// forget ends t's passes: none starts from now on, and forget returns once
+// the one running (if any) has ended.
+func (rt *retainer) forget(t *Timeline) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	s := &t.retain
+	s.gone = true
+	if s.queued {
+		heap.Remove(&rt.due, s.index)
+		s.queued = false
+	}
+	for s.running {
+		rt.passDone.Wait()
+	}
+}
+
+// close stops the dispatcher and the workers once the passes running have
+// ended; no pass starts after.
+func (rt *retainer) close() {
+	rt.mu.Lock()
+	if rt.stopped {
+		rt.mu.Unlock()
+		return
+	}
+	rt.stopped = true
+	rt.mu.Unlock()
+	close(rt.stop)
+	rt.wg.Wait()
+}
+
+// retainQueue is a heap of timelines by the time their next pass may start.
+type retainQueue []*Timeline
+
+func (q retainQueue) Len() int           { return len(q) }
+func (q retainQueue) Less(i, j int) bool { return q[i].retain.at.Before(q[j].retain.at) }
+func (q retainQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].retain.index, q[j].retain.index = i, j
+}
+func (q *retainQueue) Push(x any) {
+	t := x.(*Timeline)
+	t.retain.index = len(*q)
+	*q = append(*q, t)
+}
+func (q *retainQueue) Pop() any {
+	old := *q
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	return t
 }
 
 // retainOnce computes the horizon and removes WAL below it.
@@ -165,6 +360,6 @@ func (r *Registry) retainOnce(t *Timeline) {
 		"remote_consistent_lsn", in.RemoteConsistent)
 }
 
-// Retain runs one retention pass of t now, besides those its retention
-// goroutine runs (tests that need every input settled use it).
+// Retain runs one retention pass of t now, besides those the retainer
+// runs (tests that need every input settled use it).
 func (r *Registry) Retain(t *Timeline) { r.retainOnce(t) }

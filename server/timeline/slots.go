@@ -90,7 +90,7 @@ func (r *replState) createSlot(s storage.Slot, temporary bool, conn uint64) erro
 			return errSlotStorage("create", s.Name, err)
 		}
 	}
-	r.slots[s.Name] = &slotState{Slot: s, temporary: temporary, owner: conn, saved: s.RestartLSN, savedAt: time.Now()}
+	r.setSlot(&slotState{Slot: s, temporary: temporary, owner: conn, saved: s.RestartLSN, savedAt: time.Now()})
 	if !temporary {
 		r.slotsChangedLocked()
 	}
@@ -123,7 +123,7 @@ func (r *replState) dropSlot(name string) error {
 		for _, old := range u.DropTombstones {
 			delete(r.tombstones, tombKey{old.Name, old.Incarnation})
 		}
-		r.tombstones[tombKey{name, s.Incarnation}] = now
+		r.setTombstone(tombKey{name, s.Incarnation}, now)
 		r.slotsChangedLocked()
 	}
 	delete(r.slots, name)

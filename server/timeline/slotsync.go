@@ -182,7 +182,7 @@ func (r *replState) applySlots(t proto.SlotTable, removedUpTo proto.LSN) error {
 		delete(r.tombstones, tombKey{ts.Name, ts.Incarnation})
 	}
 	for k, at := range newTombs {
-		r.tombstones[k] = at
+		r.setTombstone(k, at)
 	}
 	for name := range drop {
 		r.log.Info("dropped replication slot: dropped on another safekeeper", "slot", name)
@@ -193,7 +193,7 @@ func (r *replState) applySlots(t proto.SlotTable, removedUpTo proto.LSN) error {
 		switch {
 		case cur == nil:
 			r.log.Info("created replication slot: copied from another safekeeper", "slot", s.Name, "restart_lsn", s.RestartLSN)
-			r.slots[s.Name] = &slotState{Slot: s, saved: s.RestartLSN, savedAt: now}
+			r.setSlot(&slotState{Slot: s, saved: s.RestartLSN, savedAt: now})
 			continue
 		case cur.Incarnation != s.Incarnation:
 			r.log.Info("replaced replication slot by the one of its name created on another safekeeper", "slot", s.Name,

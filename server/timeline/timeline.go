@@ -1,7 +1,6 @@
 package timeline
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -107,7 +106,7 @@ type Timeline struct {
 
 	mu      sync.Mutex
 	state   acceptor.State // the session's InMem state after the owner's last step
-	changed chan struct{}  // closed and replaced whenever state changes
+	changed chan struct{}  // closed at the next change of state; made by Status, nil when none waits
 	store   *storage.Timeline
 
 	// repl holds the timeline's readers, slots and their feedback.
@@ -118,10 +117,10 @@ type Timeline struct {
 	// second are warned about once a minute (RefusalWarningDue).
 	refusalWarned atomic.Int64
 
-	stopped chan struct{} // closed when the owner returned
-	retired chan struct{} // closed when the retention goroutine returned
-	// cancel stops the owner and retention goroutines (a delete).
-	cancel context.CancelFunc
+	stopped  chan struct{} // closed when stop is done
+	stopOnce sync.Once
+	// retain is the timeline's place with the registry's retainer.
+	retain retainSlot
 
 	// usersMu guards users, deleted and usersGone (delete.go).
 	usersMu   sync.Mutex
@@ -146,8 +145,8 @@ type Timeline struct {
 	retained retention // the last horizon retention computed
 }
 
-// Done is closed when the owner has returned (after a delete, or once the
-// registry's Close stopped it): it persisted what it held.
+// Done is closed when the timeline has stopped (after a delete, or once
+// the registry's Close stopped it): it persisted what it held.
 func (t *Timeline) Done() <-chan struct{} { return t.stopped }
 
 // Key is the timeline's tenant and timeline id.
@@ -347,6 +346,9 @@ func (t *Timeline) Proposer() PushInfo {
 func (t *Timeline) Status() (acceptor.State, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.changed == nil {
+		t.changed = make(chan struct{})
+	}
 	return t.state.Clone(), t.changed
 }
 
@@ -364,8 +366,10 @@ func (t *Timeline) publish(st acceptor.State) {
 	}
 	t.mu.Lock()
 	t.state = st
-	close(t.changed)
-	t.changed = make(chan struct{})
+	if t.changed != nil { // made when someone waits (Status): none per commit otherwise
+		close(t.changed)
+		t.changed = nil
+	}
 	t.mu.Unlock()
 	if t.onPublish != nil {
 		t.onPublish()
@@ -379,63 +383,102 @@ func (t *Timeline) publish(st acceptor.State) {
 // commit and cost no fsync of their own.
 const persistInterval = 100 * time.Millisecond
 
-// run is the timeline's background goroutine: it persists a commit_lsn
-// held in memory only within persistInterval (Handle kicks it when one
-// is), reports slot tables to the connections that sync slots, and at the
-// stop persists what the owner holds. It returns when ctx is done (the
-// server has ended every connection first); Handle takes nothing after.
-func (t *Timeline) run(ctx context.Context) {
-	defer close(t.stopped)
+// run is the timeline's background goroutine, running only while the
+// timeline has something to wait for: a push connection (a full batch to
+// commit while its reader reads on: commitAsked), a commit_lsn held in
+// memory only (persisted within persistInterval), slot tables to report to
+// the connections that sync slots. kickRun starts it (under ownMu) when it
+// is not running; it returns, under ownMu, once none of these is left, or
+// when the timeline stops. An idle timeline has no goroutine: ten thousand
+// of them cost their memory only.
+func (t *Timeline) run(done chan struct{}) {
+	defer close(done)
 	o := t.own
-	timer := time.NewTimer(t.persistEvery)
-	timer.Stop()
-	defer timer.Stop()
+	var timer *time.Timer
 	var persist <-chan time.Time // the timer's channel while it is armed
 	var slotChange <-chan struct{}
 	var slotTick <-chan time.Time
-	defer func() {
-		if o.slotTimer != nil {
-			o.slotTimer.Stop()
+	persistDue := false
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-persist:
+				persist, persistDue = nil, true
+			case <-slotChange:
+			case <-slotTick:
+			case <-t.kick:
+			}
 		}
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			t.ownMu.Lock()
-			t.runQueued()
-			o.act(o.sess.Persist())
-			o.release()
-			o.stopped = true
-			t.ownMu.Unlock()
+		t.ownMu.Lock()
+		t.runQueued()
+		if o.stopped {
+			if timer != nil {
+				timer.Stop()
+			}
+			if o.slotTimer != nil {
+				o.slotTimer.Stop()
+			}
+			t.unlockOwner()
 			return
-		case <-persist:
-			persist = nil
-			t.ownMu.Lock()
-			t.runQueued()
+		}
+		if persistDue {
+			persistDue = false
 			o.persistArmed = false
 			o.act(o.sess.Persist())
 			o.release()
 			o.batch = 0
-			t.unlockOwner()
-		case <-slotChange:
-		case <-slotTick:
-		case <-t.kick:
 		}
-		t.ownMu.Lock()
-		t.runQueued()
 		if o.commitAsked && o.batch > 0 {
 			o.commit()
 		}
 		o.commitAsked = false
 		if persist == nil && o.sess.Unpersisted() {
-			timer.Reset(t.persistEvery)
+			if timer == nil {
+				timer = time.NewTimer(t.persistEvery)
+			} else {
+				timer.Reset(t.persistEvery)
+			}
 			persist = timer.C
 			o.persistArmed = true
 		}
 		slotChange, slotTick = o.slotWait()
 		o.slotsWatched = len(o.slotConns)
+		if persist == nil && slotChange == nil && slotTick == nil && len(o.conns) == 0 {
+			o.bgRunning = false
+			t.unlockOwner()
+			return
+		}
 		t.unlockOwner()
 	}
+}
+
+// stop persists what the owner holds in memory for the last time and waits
+// for its background goroutine to return; nothing is stepped after (a
+// delete, or the registry's Close, once the connections ended). Then the
+// slots whose restart_lsn moved are saved. Only the first call acts; every
+// call returns once it is done.
+func (t *Timeline) stop() {
+	t.stopOnce.Do(func() {
+		t.ownMu.Lock()
+		t.runQueued()
+		o := t.own
+		o.act(o.sess.Persist())
+		o.release()
+		o.stopped = true
+		bg, running := o.bgDone, o.bgRunning
+		if running {
+			select {
+			case t.kick <- struct{}{}:
+			default:
+			}
+		}
+		t.unlockOwner()
+		if running {
+			<-bg
+		}
+		t.repl.saveAll()
+		close(t.stopped)
+	})
 }
 
 // owner is the state behind a timeline's session, guarded by ownMu.
@@ -456,8 +499,12 @@ type owner struct {
 	persistArmed bool
 	slotsWatched int
 	commitAsked  bool
-	// stopped: run has persisted the session for the last time.
+	// stopped: stop has persisted the session for the last time.
 	stopped bool
+	// bgRunning: the background goroutine (run) runs; bgDone is closed
+	// when it returns.
+	bgRunning bool
+	bgDone    chan struct{}
 
 	// slotConns are the connections that sync slots (slotsync.go), with
 	// the slot table generation each was sent last; slotNext is when the
@@ -480,8 +527,18 @@ func (o *owner) commit() {
 	}
 }
 
-// kickRun wakes the background goroutine to look at the owner again.
+// kickRun wakes the background goroutine to look at the owner again,
+// starting it if it is not running. ownMu held.
 func (o *owner) kickRun() {
+	if o.stopped {
+		return
+	}
+	if !o.bgRunning {
+		o.bgRunning = true
+		o.bgDone = make(chan struct{})
+		go o.t.run(o.bgDone)
+		return
+	}
 	select {
 	case o.t.kick <- struct{}{}:
 	default:
@@ -569,6 +626,28 @@ func (o *owner) release() {
 	o.payloads = o.payloads[:0]
 }
 
+// addConn and dropConn keep conns, made at the first connection and
+// dropped with the last: Go maps do not shrink, and an idle timeline
+// keeps none.
+func (o *owner) addConn(c *Conn) {
+	if o.conns == nil {
+		o.conns = map[acceptor.ConnID]*Conn{}
+	}
+	o.conns[c.ID] = c
+}
+
+func (o *owner) dropConn(id acceptor.ConnID) {
+	delete(o.conns, id)
+	delete(o.slotConns, id)
+	delete(o.slotSent, id)
+	if len(o.conns) == 0 {
+		o.conns = nil
+	}
+	if len(o.slotConns) == 0 {
+		o.slotConns, o.slotSent = nil, nil
+	}
+}
+
 func (o *owner) handle(ev Event) {
 	o.cost += ev.Cost
 	if ev.Payload != nil {
@@ -578,12 +657,11 @@ func (o *owner) handle(ev Event) {
 	if ev.End {
 		// The stream ended: what it sent is made durable and answered
 		// first, then its final item goes out.
-		o.conns[c.ID] = c
+		o.addConn(c)
 		o.act(o.sess.End(c.ID))
-		delete(o.conns, c.ID)
-		delete(o.slotConns, c.ID)
-		delete(o.slotSent, c.ID)
+		o.dropConn(c.ID)
 		c.Out.End()
+		o.kickRun() // its last connection gone, run may end
 		o.t.pushMu.Lock()
 		if o.t.push.Conn == c.ID {
 			o.t.push.Connected = false
@@ -594,7 +672,7 @@ func (o *owner) handle(ev Event) {
 	if c.dead {
 		return // it takes no more replies (an error, or a proposer that stopped reading)
 	}
-	o.conns[c.ID] = c
+	o.addConn(c)
 	if m, ok := ev.Msg.(*proto.Slots); ok {
 		o.applySlots(c, m) // not the session's: slots are no part of the consensus
 		return
