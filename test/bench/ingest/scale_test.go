@@ -607,13 +607,14 @@ func TestBenchScale(t *testing.T) {
 		"WAL is %s. "+
 		"*Timelines and memory:* %d timelines are created %d at a time over their own push connections (greet, vote, ProposerElected), then all push their share of %s at once in 128 KiB appends "+
 		"with at most %d unanswered, each carrying commit_lsn = the flush_lsn acknowledged so far; the pass is timed from that common start to the last response. "+
-		"RSS is VmRSS of /proc/PID/status, sampled every 250 ms until it moved less than 1 MB in 2 s (at least 3 s with the connections open, 5 s after they are closed and the server's open descriptors are back to their count before the first connection; at most 30 s). "+
+		"RSS is VmRSS of /proc/PID/status, sampled every 250 ms until it moved less than 1 MB in 2 s (at least 3 s with the connections open, 5 s after they are closed and the server's open descriptors are back to their count before the first connection; at most 30 s); the target is on its anonymous part, RssAnon (RssFile is bbolt's mapped database pages, page cache the kernel reclaims). "+
+		"Then every timeline gets a new connection (%d at a time) whose greeting must be answered with the flush_lsn its push ended at. "+
 		"*Aggregate ingest:* the same pass with %s timelines and with one timeline pushing the whole %s, in an order rotated round by round; the ratio is per round. "+
 		"*Reader:* one timeline; %s is pushed and committed (a heartbeat carries commit_lsn = its end, since ordinary readers get WAL up to commit_lsn only), "+
 		"then %s is pushed twice more on the same connection and timeline, once while a reader (pgconn + pglogrepl: START_REPLICATION PHYSICAL, no slot, standby status updates every second, "+
 		"every byte compared with what was pushed) streams from the segment start at least %s below the head, and once without; the order alternates by round. "+
 		"Catch-up MB/s is the distance to the commit_lsn at the reader's start over the time from connecting to reaching it; the WAL it reads was just written, so it is in the page cache (%.0f GB of memory), as on a safekeeper whose reader fell behind recently.\n\n",
-		RecordMix, many, setupParallel, HumanSize(total), *benchWindow, joinInts(counts[:len(counts)-1], " and "), HumanSize(total),
+		RecordMix, many, setupParallel, HumanSize(total), *benchWindow, setupParallel, joinInts(counts[:len(counts)-1], " and "), HumanSize(total),
 		HumanSize(w.Cut(behind)), HumanSize(ingest), HumanSize(behind), float64(machine.MemTotal)/1e9)
 	rep.WriteString("**Machine.**\n\n" + machine.String())
 	rep.WriteString("\n**Command.** " + commandLine("bench-scale", envs) + "\n")
