@@ -362,15 +362,15 @@ func TestBenchScale(t *testing.T) {
 		t.Skip("benchmark: run with -bench.scale (make bench-scale)")
 	}
 	envs := []string{"BENCH_TIMELINES", "BENCH_TIMELINES_SMALL", "BENCH_SCALE_BYTES", "BENCH_READER_BEHIND", "BENCH_READER_INGEST", "BENCH_ROUNDS", "BENCH_IDLE_WAIT", "BENCH_WRITE_DOC"}
-	many, err := EnvInt("BENCH_TIMELINES", 1000)
+	many, err := EnvInt("BENCH_TIMELINES", 10000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fewer, err := EnvInt("BENCH_TIMELINES_SMALL", min(100, many))
+	fewer, err := EnvInt("BENCH_TIMELINES_SMALL", min(1000, many))
 	if err != nil {
 		t.Fatal(err)
 	}
-	total, err := EnvSize("BENCH_SCALE_BYTES", 1<<30)
+	total, err := EnvSize("BENCH_SCALE_BYTES", 640<<20) // 64 KiB for each of 10,000
 	if err != nil {
 		t.Fatal(err)
 	}
