@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/safekeeper/safekeeper/proposer/session"
 	"github.com/safekeeper/safekeeper/proto"
 )
 
@@ -60,8 +61,13 @@ type Config struct {
 	// replication connection to the primary. Default 64 MiB.
 	BufferSize int
 	// MaxInFlight is how many SafeKeeperRequests may await their response
-	// per safekeeper (pipelining depth). Default 256 (32 MiB of WAL).
+	// per safekeeper (pipelining depth). Default 256.
 	MaxInFlight int
+	// MaxInFlightBytes bounds the WAL sent to a safekeeper that it has not
+	// yet reported durable (session.Config.MaxInFlightBytes): a proposer
+	// catching up keeps the safekeepers' disk queues short enough that
+	// each answers within the protocol's 100 ms. Default 4 MiB.
+	MaxInFlightBytes int
 	// ConnectTimeout bounds each connection attempt. Default 10 s.
 	ConnectTimeout time.Duration
 	// Security: how to connect to the safekeepers (sslmode, sslrootcert,
@@ -128,6 +134,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 256
 	}
+	if c.MaxInFlightBytes == 0 {
+		c.MaxInFlightBytes = session.DefaultMaxInFlightBytes
+	}
 	switch {
 	case c.Upstream == "":
 		return c, errors.New("proposer: Config.Upstream is empty")
@@ -139,6 +148,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("proposer: Config.BufferSize %d is below %d", c.BufferSize, proto.MaxWALPerRequest)
 	case c.MaxInFlight < 1:
 		return c, fmt.Errorf("proposer: Config.MaxInFlight %d is below 1", c.MaxInFlight)
+	case c.MaxInFlightBytes < 1:
+		return c, fmt.Errorf("proposer: Config.MaxInFlightBytes %d is below 1", c.MaxInFlightBytes)
 	case c.HeartbeatInterval < 0 || c.StatusInterval < 0 || c.ReconnectMin < 0 || c.ReconnectMax < c.ReconnectMin:
 		return c, errors.New("proposer: negative or inverted intervals in Config")
 	case c.Stats != nil && len(c.Stats.links) != len(c.Safekeepers):

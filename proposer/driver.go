@@ -221,7 +221,7 @@ func newDriver(cfg Config, lastTerm uint64) *driver {
 		slots: session.NewSlotMerge(len(cfg.Safekeepers))}
 	s.sess = session.New(session.Config{
 		N: len(cfg.Safekeepers), UUID: cfg.ProposerUUID, LastTerm: lastTerm,
-		MaxInFlight: cfg.MaxInFlight, HeartbeatInterval: session.Duration(cfg.HeartbeatInterval),
+		MaxInFlight: cfg.MaxInFlight, MaxInFlightBytes: cfg.MaxInFlightBytes, HeartbeatInterval: session.Duration(cfg.HeartbeatInterval),
 	}, s)
 	for i := range cfg.Safekeepers {
 		s.sks = append(s.sks, &skState{i: i, cuBackoff: backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax}})

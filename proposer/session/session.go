@@ -11,7 +11,8 @@ import (
 // streaming, sitting out the term), what was sent to it and what it still
 // owes; when to campaign, when the election can be decided, what to send
 // after it (ProposerElected, WAL in requests of at most MaxWALPerRequest
-// with at most MaxInFlight unanswered, heartbeats carrying commit_lsn and
+// with at most MaxInFlight unanswered and MaxInFlightBytes beyond the
+// safekeeper's last reported flush_lsn, heartbeats carrying commit_lsn and
 // truncate_lsn), and when a connection must be dropped.
 //
 // It does no IO, reads no clock (time comes in through Tick) and logs
@@ -48,6 +49,14 @@ type Config struct {
 	// MaxInFlight bounds the SafeKeeperRequests awaiting a response per
 	// safekeeper. Default (below 1) 256, as proposer.Config.MaxInFlight.
 	MaxInFlight int
+	// MaxInFlightBytes bounds the WAL sent to a safekeeper beyond the
+	// flush_lsn of its last SafeKeeperResponse (what it has not yet made
+	// durable): requests queue in its socket and its disk's write queue,
+	// and a response can come no sooner than that queue drains. One
+	// request may always go while none is unanswered (a record longer than
+	// the bound keeps flush_lsn behind). Default (below 1) 4 MiB, as
+	// proposer.Config.MaxInFlightBytes.
+	MaxInFlightBytes int
 	// HeartbeatInterval is how long an idle safekeeper waits for a
 	// heartbeat when neither commit_lsn nor truncate_lsn changed. Default
 	// (zero or less) 200 ms.
@@ -125,13 +134,22 @@ type link struct {
 	sentCommit  proto.LSN
 	sentTrunc   proto.LSN
 	acked       proto.LSN // commit_lsn of its last SafeKeeperResponse
+	// flushed is the flush_lsn of its last SafeKeeperResponse, or where
+	// its streaming started: sent - flushed is what MaxInFlightBytes bounds.
+	flushed proto.LSN
 }
+
+// DefaultMaxInFlightBytes is Config.MaxInFlightBytes's default.
+const DefaultMaxInFlightBytes = 4 << 20
 
 // New starts a term's session; src is where it takes WAL after the
 // election.
 func New(cfg Config, src WALSource) *Session {
 	if cfg.MaxInFlight < 1 {
 		cfg.MaxInFlight = 256
+	}
+	if cfg.MaxInFlightBytes < 1 {
+		cfg.MaxInFlightBytes = DefaultMaxInFlightBytes
 	}
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = 200 * Millisecond
@@ -255,6 +273,7 @@ func (s *Session) Receive(i int, m proto.Message) (Ready, error) {
 		}
 		l.inflight--
 		l.acked = m.CommitLSN
+		l.flushed = m.FlushLSN
 		advanced, err := s.core.Response(i, m)
 		if err != nil {
 			return r, err
@@ -350,7 +369,7 @@ func (s *Session) startSafekeeper(r *Ready, i int) {
 		return
 	}
 	r.Sends = append(r.Sends, Send{To: i, Msg: pe})
-	l.phase, l.sent = PhaseStreaming, pe.StartStreamingAt
+	l.phase, l.sent, l.flushed = PhaseStreaming, pe.StartStreamingAt, pe.StartStreamingAt
 	l.sentCommit, l.sentTrunc = 0, 0
 	r.Events = append(r.Events, Event{Kind: EventStreaming, Safekeeper: i, StartStreamingAt: pe.StartStreamingAt})
 }
@@ -361,7 +380,7 @@ func (s *Session) pump(r *Ready, i int) {
 	if l.phase != PhaseStreaming {
 		return
 	}
-	for l.inflight < s.cfg.MaxInFlight {
+	for l.inflight == 0 || (l.inflight < s.cfg.MaxInFlight && (l.sent <= l.flushed || int(l.sent-l.flushed) < s.cfg.MaxInFlightBytes)) {
 		wal := s.src.WAL(i, l.sent, proto.MaxWALPerRequest)
 		if wal == nil {
 			return

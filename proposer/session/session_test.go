@@ -139,6 +139,40 @@ func TestSessionBoundsThePipeline(t *testing.T) {
 	}
 }
 
+// TestSessionBoundsTheBytesNotYetDurable: WAL sent beyond a safekeeper's
+// last reported flush_lsn stays within MaxInFlightBytes (so its disk queue,
+// and the wait for its next response, stay short), however many requests
+// MaxInFlight allows; a response that moves flush_lsn lets more go, and one
+// request always goes while none is unanswered, even when flush_lsn cannot
+// move (a record longer than the bound).
+func TestSessionBoundsTheBytesNotYetDurable(t *testing.T) {
+	must := mustReady(t)
+	src := &memWAL{}
+	const req = proto.MaxWALPerRequest
+	s := New(Config{N: 3, UUID: us, MaxInFlight: 256, MaxInFlightBytes: 3 * req, HeartbeatInterval: 200 * Millisecond}, src)
+	electSession(t, s, 3)
+	src.wal = make([]byte, 20*req)
+	if got := sendsTo(s.PumpAll(), 0); len(got) != 3 {
+		t.Fatalf("20 requests of WAL, MaxInFlightBytes of 3: %d sent, want 3", len(got))
+	}
+	term := s.Core().Ballot().Term
+	// The first request answered and durable: one more may go.
+	if got := sendsTo(must(s.Receive(0, &proto.SafeKeeperResponse{Term: term, FlushLSN: tlStart + req})), 0); len(got) != 1 {
+		t.Fatalf("after a response with flush_lsn one request further: %d sent, want 1", len(got))
+	}
+	// Answered, but flush_lsn did not move (a record still incomplete):
+	// nothing more while requests are unanswered ...
+	for range 2 {
+		if got := sendsTo(must(s.Receive(0, &proto.SafeKeeperResponse{Term: term, FlushLSN: tlStart + req})), 0); len(got) != 0 {
+			t.Fatalf("a response with the same flush_lsn let %d requests go, want none while others are unanswered", len(got))
+		}
+	}
+	// ... and one at a time once none is.
+	if got := sendsTo(must(s.Receive(0, &proto.SafeKeeperResponse{Term: term, FlushLSN: tlStart + req})), 0); len(got) != 1 || s.InFlight(0) != 1 {
+		t.Fatalf("the last unanswered request answered, flush_lsn stuck: %d sent (%d unanswered), want one", len(got), s.InFlight(0))
+	}
+}
+
 // TestSessionDropsAConnectionThatBreaksTheProtocol: a message with no place
 // in the protocol (a response before any request) drops that connection
 // only: Ready.Drop names it and the session has forgotten it.
