@@ -191,6 +191,7 @@ func (r *Registry) finishDelete(key proto.TimelineKey, t *Timeline, users []User
 	if t != nil {
 		r.mu.Lock()
 		delete(r.timelines, key)
+		r.retiring[t] = struct{}{}
 		r.mu.Unlock()
 		res.WasActive = len(users) > 0
 		for _, pc := range users {
@@ -206,6 +207,9 @@ func (r *Registry) finishDelete(key proto.TimelineKey, t *Timeline, users []User
 		}
 		r.ret.forget(t)
 		t.stop()
+		r.mu.Lock()
+		delete(r.retiring, t)
+		r.mu.Unlock()
 	}
 	del := r.db.DeleteTimeline
 	if r.cfg.Hooks.DeleteTimeline != nil {

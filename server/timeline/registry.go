@@ -106,6 +106,9 @@ type Registry struct {
 	timelines map[proto.TimelineKey]*Timeline
 	opening   map[proto.TimelineKey]*opening // opens in progress
 	deleting  map[proto.TimelineKey]struct{} // deletes in progress (delete.go)
+	// retiring are the timelines a delete took out of timelines and has
+	// not stopped yet: Close stops them too.
+	retiring map[*Timeline]struct{}
 	// openWG counts the opens under way and the opens at start
 	// (OpenStored). Added to under mu and only while not stopping, so
 	// Close, after Stop marked stopping under mu, can wait for it before
@@ -123,7 +126,7 @@ func NewRegistry(db *storage.DB, cfg Config) *Registry {
 	}
 	r := &Registry{
 		cfg: cfg, log: cfg.Logger, db: db, budget: NewBudget(cfg.MaxBufferedWAL),
-		timelines: map[proto.TimelineKey]*Timeline{}, opening: map[proto.TimelineKey]*opening{}, deleting: map[proto.TimelineKey]struct{}{},
+		timelines: map[proto.TimelineKey]*Timeline{}, opening: map[proto.TimelineKey]*opening{}, deleting: map[proto.TimelineKey]struct{}{}, retiring: map[*Timeline]struct{}{},
 	}
 	r.ret = newRetainer(r)
 	return r
@@ -173,8 +176,17 @@ func (r *Registry) Close() {
 	r.Stop()
 	r.openWG.Wait()
 	r.ret.close()
+	r.mu.Lock()
+	all := make([]*Timeline, 0, len(r.timelines)+len(r.retiring))
+	for _, t := range r.timelines {
+		all = append(all, t)
+	}
+	for t := range r.retiring {
+		all = append(all, t)
+	}
+	r.mu.Unlock()
 	var wg sync.WaitGroup
-	for _, t := range r.Running() {
+	for _, t := range all {
 		wg.Add(1)
 		go func() { // their persists share group commits
 			defer wg.Done()
