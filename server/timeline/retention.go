@@ -3,6 +3,7 @@ package timeline
 import (
 	"container/heap"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/safekeeper/safekeeper/proto"
@@ -140,6 +141,10 @@ type retainer struct {
 
 // retainSlot is a timeline's place with the retainer, guarded by its mu.
 type retainSlot struct {
+	// waiting mirrors asked for kick's fast path, without mu: a pass is
+	// asked for and has not started, so it will see what changed before
+	// this kick (it reads the timeline's state when it runs).
+	waiting atomic.Bool
 	asked   bool      // a pass was asked for and has not started
 	queued  bool      // it is in due (asked, or a pass that ran asked again)
 	running bool      // a worker runs its pass now
@@ -160,15 +165,20 @@ func newRetainer(r *Registry) *retainer {
 	return rt
 }
 
-// kick asks for a retention pass of t.
+// kick asks for a retention pass of t. Every commit of every timeline
+// kicks: one already waiting for its pass takes no lock.
 func (rt *retainer) kick(t *Timeline) {
+	s := &t.retain
+	if s.waiting.Load() {
+		return
+	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	s := &t.retain
 	if s.gone || s.asked {
 		return
 	}
 	s.asked = true
+	s.waiting.Store(true)
 	if s.running {
 		return // the worker queues it when the pass ends
 	}
@@ -215,6 +225,7 @@ func (rt *retainer) dispatch() {
 				next = heap.Pop(&rt.due).(*Timeline)
 				next.retain.queued = false
 				next.retain.asked = false
+				next.retain.waiting.Store(false)
 				next.retain.running = true
 				next.retain.last = time.Now()
 			}
