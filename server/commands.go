@@ -263,7 +263,7 @@ func (c *replConn) timelineStatus() bool {
 	if err != nil {
 		return c.fail(err)
 	}
-	st, _ := tl.Status()
+	st := tl.State()
 	readers, slots := tl.Counts()
 	push := tl.Proposer()
 	horizon, reason := tl.Retention()
@@ -345,7 +345,7 @@ func (c *replConn) show(cmd replcmd.Show) bool {
 		if err != nil {
 			return c.fail(err)
 		}
-		st, _ := tl.Status()
+		st := tl.State()
 		switch cmd.Var {
 		case "wal_segment_size":
 			val = formatSegSize(st.WalSegSize)

@@ -135,7 +135,7 @@ func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 	// COPY, as the walsender does (an ancestor is served up to its end; a
 	// start at its end gets the next timeline at once).
 	hist := histView{end: ^proto.LSN(0)}
-	if st, _ := tl.Status(); cmd.TLI != 0 && cmd.TLI != st.PgTimeline {
+	if st := tl.State(); cmd.TLI != 0 && cmd.TLI != st.PgTimeline {
 		end, next, ok := historicEnd(st, cmd.TLI)
 		switch {
 		case !ok:
@@ -167,7 +167,7 @@ func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 	if c.pc.StartCopyBoth() != nil || c.pc.Flush() != nil {
 		return false
 	}
-	st, _ := tl.Status()
+	st := tl.State()
 	tli := st.PgTimeline
 	if hist.on {
 		tli = cmd.TLI
@@ -365,7 +365,7 @@ func (w *walSender) clampReported(what string, lsns ...*proto.LSN) {
 	if over == 0 || w.clampWarned {
 		return
 	}
-	if st, _ := w.tl.Status(); over > st.FlushLSN {
+	if st := w.tl.State(); over > st.FlushLSN {
 		w.clampWarned = true
 		w.c.log.Warn("replication client reported a position past the end of this timeline's WAL; using the end of what was sent",
 			"message", what, "reported", over, "flush_lsn", st.FlushLSN, "sent_up_to", sent, "slot", w.cmd.Slot, "conn", w.c.id)
@@ -566,7 +566,7 @@ func (w *walSender) shutdown() streamEnd {
 	deadline := time.Now().Add(w.c.srv.cfg.ShutdownGrace)
 	const repingEvery = 200 * time.Millisecond
 	for time.Now().Before(deadline) {
-		st, _ := w.tl.Status()
+		st := w.tl.State()
 		if limit := w.view(st).Limit; w.pos < limit {
 			if sent, err := w.send(limit); err != nil || !sent {
 				break

@@ -247,7 +247,7 @@ func (a *API) timelines(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			continue // deleted meanwhile
 		}
-		st, _ := tl.Status()
+		st := tl.State()
 		out = append(out, TimelineSummary{TenantID: k.TenantID.String(), TimelineID: k.TimelineID.String(), Term: st.VotedFor.Term,
 			PgTimeline: st.PgTimeline, FlushLSN: st.FlushLSN, CommitLSN: st.CommitLSN, RemovedUpTo: max(st.RemovedUpTo, tl.RemovedUpTo())})
 	}
@@ -362,7 +362,7 @@ func (a *API) pathTimeline(w http.ResponseWriter, r *http.Request) (tl *timeline
 }
 
 func (a *API) describe(tl *timeline.Timeline) Timeline {
-	st, _ := tl.Status()
+	st := tl.State()
 	horizon, reason := tl.Retention()
 	out := Timeline{
 		TimelineState: TimelineState{

@@ -105,7 +105,7 @@ func (c *timelineCollector) Collect(ch chan<- prometheus.Metric) {
 	tls := c.a.reg.Running()
 	proposers, readers := 0, 0
 	for _, tl := range tls {
-		st, _ := tl.Status()
+		st := tl.State()
 		l := []string{tl.Key().TenantID.String(), tl.Key().TimelineID.String()}
 		ch <- prometheus.MustNewConstMetric(descFlush, prometheus.GaugeValue, float64(st.FlushLSN), l...)
 		ch <- prometheus.MustNewConstMetric(descCommit, prometheus.GaugeValue, float64(st.CommitLSN), l...)

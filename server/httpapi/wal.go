@@ -47,7 +47,7 @@ func (a *API) wal(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	st, _ := tl.Status()
+	st := tl.State()
 	first := max(st.TimelineStartLSN, st.RemovedUpTo, tl.RemovedUpTo())
 	start, end := first, st.FlushLSN
 	for _, p := range []struct {

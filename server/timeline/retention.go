@@ -339,7 +339,7 @@ func (q *retainQueue) Pop() any {
 
 // retainOnce computes the horizon and removes WAL below it.
 func (r *Registry) retainOnce(t *Timeline) {
-	st, _ := t.Status()
+	st := t.State()
 	in := retentionInputs{
 		SegSize: uint64(st.WalSegSize), CommitLSN: st.CommitLSN, TruncateLSN: st.TruncateLSN,
 		RemovedUpTo: max(st.RemovedUpTo, t.store.RemovedUpTo()),

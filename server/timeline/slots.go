@@ -58,7 +58,7 @@ func (r *replState) invalidateSlot(name string, at proto.LSN) bool {
 // (IDENTIFY_SYSTEM's xlogpos rounded down), once the timeline holds WAL;
 // it is returned. A bad name is a *proto.SlotNameError.
 func (t *Timeline) CreateSlot(name string, reserveWAL, temporary bool, conn uint64) (proto.LSN, error) {
-	st, _ := t.Status()
+	st := t.State()
 	s := storage.Slot{Name: name}
 	if reserveWAL && st.CommitLSN != 0 {
 		s.RestartLSN = max(st.CommitLSN.SegmentStart(uint64(st.WalSegSize)), st.TimelineStartLSN, t.store.RemovedUpTo())

@@ -352,6 +352,14 @@ func (t *Timeline) Status() (acceptor.State, <-chan struct{}) {
 	return t.state.Clone(), t.changed
 }
 
+// State is Status without the channel, for a caller that does not wait
+// for the next change (the channel is made only for one that does).
+func (t *Timeline) State() acceptor.State {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.state.Clone()
+}
+
 // StartLSN is the timeline's timeline_start_lsn (0 before the first
 // election).
 func (t *Timeline) StartLSN() proto.LSN {
