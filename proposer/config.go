@@ -63,8 +63,9 @@ type Config struct {
 	// MaxInFlight is how many SafeKeeperRequests may await their response
 	// per safekeeper (pipelining depth). Default 256.
 	MaxInFlight int
-	// MaxInFlightBytes bounds the WAL sent to a safekeeper that it has not
-	// yet reported durable (session.Config.MaxInFlightBytes): a proposer
+	// MaxInFlightBytes bounds the WAL sent to a safekeeper beyond its last
+	// answered request, which it has not yet reported durable
+	// (session.Config.MaxInFlightBytes): a proposer
 	// catching up keeps the safekeepers' disk queues short enough that
 	// each answers within the protocol's 100 ms. Default 4 MiB.
 	MaxInFlightBytes int

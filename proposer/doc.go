@@ -16,7 +16,7 @@
 //     commit_lsn, truncate_lsn, the deposed check), the Session around it
 //     (each safekeeper's place in the protocol, campaign and election,
 //     ProposerElected, WAL with at most MaxInFlight requests unanswered
-//     and MaxInFlightBytes sent beyond the last reported flush_lsn,
+//     and MaxInFlightBytes sent beyond the last request answered,
 //     heartbeats, dropping a connection that breaks the protocol) and the
 //     slot merge. Each call returns a Ready for the caller to carry out,
 //     its events (greeted, campaigning, elected, ...) included, which the

@@ -11,8 +11,8 @@ import (
 // streaming, sitting out the term), what was sent to it and what it still
 // owes; when to campaign, when the election can be decided, what to send
 // after it (ProposerElected, WAL in requests of at most MaxWALPerRequest
-// with at most MaxInFlight unanswered and MaxInFlightBytes beyond the
-// safekeeper's last reported flush_lsn, heartbeats carrying commit_lsn and
+// with at most MaxInFlight unanswered and MaxInFlightBytes beyond the end
+// of the last one answered, heartbeats carrying commit_lsn and
 // truncate_lsn), and when a connection must be dropped.
 //
 // It does no IO, reads no clock (time comes in through Tick) and logs
@@ -49,13 +49,13 @@ type Config struct {
 	// MaxInFlight bounds the SafeKeeperRequests awaiting a response per
 	// safekeeper. Default (below 1) 256, as proposer.Config.MaxInFlight.
 	MaxInFlight int
-	// MaxInFlightBytes bounds the WAL sent to a safekeeper beyond the
-	// flush_lsn of its last SafeKeeperResponse (what it has not yet made
-	// durable): requests queue in its socket and its disk's write queue,
-	// and a response can come no sooner than that queue drains. One
-	// request may always go while none is unanswered (a record longer than
-	// the bound keeps flush_lsn behind). Default (below 1) 4 MiB, as
-	// proposer.Config.MaxInFlightBytes.
+	// MaxInFlightBytes bounds the WAL sent to a safekeeper beyond the end
+	// of its last answered request (a SafeKeeperResponse answers one
+	// request, in order, once that request's WAL is durable there): the
+	// requests not yet answered queue in its socket and its disk's write
+	// queue, and a response can come no sooner than that queue drains.
+	// One request may always go while none is unanswered. Default (below
+	// 1) 4 MiB, as proposer.Config.MaxInFlightBytes.
 	MaxInFlightBytes int
 	// HeartbeatInterval is how long an idle safekeeper waits for a
 	// heartbeat when neither commit_lsn nor truncate_lsn changed. Default
@@ -134,9 +134,14 @@ type link struct {
 	sentCommit  proto.LSN
 	sentTrunc   proto.LSN
 	acked       proto.LSN // commit_lsn of its last SafeKeeperResponse
-	// flushed is the flush_lsn of its last SafeKeeperResponse, or where
-	// its streaming started: sent - flushed is what MaxInFlightBytes bounds.
-	flushed proto.LSN
+	// ends[head:] are the EndLSNs of the requests awaiting a response,
+	// oldest first; durable is the end of the last one answered, or where
+	// streaming started: sent - durable is what MaxInFlightBytes bounds.
+	// (Not flush_lsn, which stops at the last complete record: an
+	// XLOG_SWITCH's record ends only with its 16 MiB segment's padding.)
+	ends    []proto.LSN
+	head    int
+	durable proto.LSN
 }
 
 // DefaultMaxInFlightBytes is Config.MaxInFlightBytes's default.
@@ -273,7 +278,7 @@ func (s *Session) Receive(i int, m proto.Message) (Ready, error) {
 		}
 		l.inflight--
 		l.acked = m.CommitLSN
-		l.flushed = m.FlushLSN
+		l.answered()
 		advanced, err := s.core.Response(i, m)
 		if err != nil {
 			return r, err
@@ -369,7 +374,8 @@ func (s *Session) startSafekeeper(r *Ready, i int) {
 		return
 	}
 	r.Sends = append(r.Sends, Send{To: i, Msg: pe})
-	l.phase, l.sent, l.flushed = PhaseStreaming, pe.StartStreamingAt, pe.StartStreamingAt
+	l.phase, l.sent, l.durable = PhaseStreaming, pe.StartStreamingAt, pe.StartStreamingAt
+	l.ends, l.head = l.ends[:0], 0
 	l.sentCommit, l.sentTrunc = 0, 0
 	r.Events = append(r.Events, Event{Kind: EventStreaming, Safekeeper: i, StartStreamingAt: pe.StartStreamingAt})
 }
@@ -380,7 +386,7 @@ func (s *Session) pump(r *Ready, i int) {
 	if l.phase != PhaseStreaming {
 		return
 	}
-	for l.inflight == 0 || (l.inflight < s.cfg.MaxInFlight && (l.sent <= l.flushed || int(l.sent-l.flushed) < s.cfg.MaxInFlightBytes)) {
+	for l.inflight == 0 || (l.inflight < s.cfg.MaxInFlight && int(l.sent-l.durable) < s.cfg.MaxInFlightBytes) {
 		wal := s.src.WAL(i, l.sent, proto.MaxWALPerRequest)
 		if wal == nil {
 			return
@@ -395,8 +401,24 @@ func (s *Session) sendRequest(r *Ready, i int, wal []byte) {
 	r.Sends = append(r.Sends, Send{To: i, Msg: req})
 	l.sent = req.EndLSN
 	l.inflight++
+	l.ends = append(l.ends, req.EndLSN)
 	l.lastSend, l.lastSendSet = s.now, s.ticked
 	l.sentCommit, l.sentTrunc = req.CommitLSN, req.TruncateLSN
+}
+
+// answered takes the oldest unanswered request off ends: its WAL is
+// durable on the safekeeper.
+func (l *link) answered() {
+	if l.head < len(l.ends) {
+		l.durable = l.ends[l.head]
+		l.head++
+	}
+	if l.head == len(l.ends) {
+		l.ends, l.head = l.ends[:0], 0
+	} else if l.head >= 64 && l.head*2 >= len(l.ends) {
+		n := copy(l.ends, l.ends[l.head:])
+		l.ends, l.head = l.ends[:n], 0
+	}
 }
 
 // drop forgets safekeeper i's connection, which sent m where the protocol
