@@ -1,0 +1,262 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func openTestDir(t *testing.T) (*Dir, string) {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "archive")
+	s, err := Open("file://" + root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.(*Dir), root
+}
+
+func readAll(t *testing.T, s Storage, name string, off, n int64) []byte {
+	t.Helper()
+	r, err := s.Read(context.Background(), name, off, n)
+	if err != nil {
+		t.Fatalf("Read %s [%d, +%d): %v", name, off, n, err)
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestCreateOnce: an object is created once; a second Create of its name,
+// with other bytes or the same, is ErrExists and changes nothing.
+func TestCreateOnce(t *testing.T) {
+	s, _ := openTestDir(t)
+	ctx := context.Background()
+	name := "tenant/timeline/000000010000000000000003"
+	if err := s.Create(ctx, name, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	for _, again := range [][]byte{[]byte("second, longer"), []byte("first")} {
+		if err := s.Create(ctx, name, again); !errors.Is(err, ErrExists) {
+			t.Fatalf("second Create: %v, want ErrExists", err)
+		}
+	}
+	if got := readAll(t, s, name, 0, -1); string(got) != "first" {
+		t.Fatalf("object holds %q after a refused Create, want %q", got, "first")
+	}
+	o, err := s.Stat(ctx, name)
+	if err != nil || o.Size != 5 || o.Name != name {
+		t.Fatalf("Stat: %+v, %v", o, err)
+	}
+}
+
+// TestConcurrentCreatesOneWins: writers racing to create one name with
+// different bytes: exactly one succeeds, and the object holds its bytes.
+func TestConcurrentCreatesOneWins(t *testing.T) {
+	s, _ := openTestDir(t)
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Create(context.Background(), "x/segment", bytes.Repeat([]byte{byte('a' + i)}, 1<<20))
+		}()
+	}
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Fatalf("writers %d and %d both created the object", winner, i)
+		case err == nil:
+			winner = i
+		case !errors.Is(err, ErrExists):
+			t.Fatalf("writer %d: %v", i, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no writer created the object")
+	}
+	if got := readAll(t, s, "x/segment", 0, -1); !bytes.Equal(got, bytes.Repeat([]byte{byte('a' + winner)}, 1<<20)) {
+		t.Fatal("the object does not hold the winner's bytes")
+	}
+}
+
+// TestReadRanges: a range of an object, to its end, empty at its end; an
+// offset past it and a missing object are errors.
+func TestReadRanges(t *testing.T) {
+	s, _ := openTestDir(t)
+	ctx := context.Background()
+	if err := s.Create(ctx, "o", []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		off, n int64
+		want   string
+	}{{0, -1, "0123456789"}, {3, 4, "3456"}, {7, -1, "789"}, {7, 100, "789"}, {10, -1, ""}, {10, 5, ""}} {
+		if got := readAll(t, s, "o", c.off, c.n); string(got) != c.want {
+			t.Errorf("Read(%d, %d) = %q, want %q", c.off, c.n, got, c.want)
+		}
+	}
+	if _, err := s.Read(ctx, "o", 11, 1); err == nil {
+		t.Error("Read past the end succeeded")
+	}
+	if _, err := s.Read(ctx, "missing", 0, -1); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Read of a missing object: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Stat(ctx, "missing"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Stat of a missing object: %v, want ErrNotFound", err)
+	}
+}
+
+// TestListInNameOrder: List gives the objects under a prefix in byte order
+// of their names (not a directory walk's order), and never a temporary
+// file; Delete removes an object, and deleting a missing one is no error.
+func TestListInNameOrder(t *testing.T) {
+	s, root := openTestDir(t)
+	ctx := context.Background()
+	names := []string{"a/b", "a.b", "a/c/d", "b", "ab/x"}
+	for _, n := range names {
+		if err := s.Create(ctx, n, []byte(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What a crash in the middle of a Create leaves: a temporary file.
+	if err := os.WriteFile(filepath.Join(root, "a", ".b2.tmp-0011223344556677"), []byte("partial"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	list := func(prefix string) string {
+		var got []string
+		if err := s.List(ctx, prefix, func(o Object) error {
+			if o.Size != int64(len(o.Name)) {
+				t.Errorf("%s: size %d", o.Name, o.Size)
+			}
+			got = append(got, o.Name)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(got, " ")
+	}
+	for prefix, want := range map[string]string{
+		"": "a.b a/b a/c/d ab/x b", "a": "a.b a/b a/c/d ab/x", "a/": "a/b a/c/d", "a/c": "a/c/d", "a/c/": "a/c/d", "zz/": "", "a/b": "a/b",
+	} {
+		if got := list(prefix); got != want {
+			t.Errorf("List(%q) = %q, want %q", prefix, got, want)
+		}
+	}
+	if err := s.Delete(ctx, "a/b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "a/b"); err != nil {
+		t.Fatalf("deleting a missing object: %v", err)
+	}
+	if got := list("a/"); got != "a/c/d" {
+		t.Errorf("after Delete: List(a/) = %q", got)
+	}
+	stop := errors.New("stop")
+	if err := s.List(ctx, "", func(Object) error { return stop }); err != stop {
+		t.Errorf("List returned %v, want the callback's error", err)
+	}
+}
+
+// TestBadNamesAndURLs: names that are not clean relative keys, and URLs
+// this build cannot use, are refused with their own errors.
+func TestBadNamesAndURLs(t *testing.T) {
+	s, _ := openTestDir(t)
+	for _, name := range []string{"", "/abs", "a//b", "../x", "a/../b", "a/./b", ".hidden", "a/.tmp", "a\\b", "a\nb", "a/", strings.Repeat("x", 1025)} {
+		if err := s.Create(context.Background(), name, nil); !errors.Is(err, ErrBadName) {
+			t.Errorf("Create(%q): %v, want ErrBadName", name, err)
+		}
+	}
+	for _, u := range []string{"", "/var/archive", "file:relative/path", "file://otherhost/path", "file:///tmp/x?opt=1", "s3://bucket/prefix", "ftp://h/p", "%zz"} {
+		if _, err := Open(u); !errors.Is(err, ErrBadURL) {
+			t.Errorf("Open(%q): %v, want ErrBadURL", u, err)
+		}
+	}
+}
+
+// TestKilledCreateLeavesNoPartialObject: a process killed (SIGKILL) while
+// it creates objects leaves each of them whole or absent: every object
+// listed afterwards holds exactly the bytes its writer meant.
+func TestKilledCreateLeavesNoPartialObject(t *testing.T) {
+	if root := os.Getenv("REMOTE_TEST_WRITER_ROOT"); root != "" {
+		writeForever(root)
+		return
+	}
+	root := filepath.Join(t.TempDir(), "archive")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledCreateLeavesNoPartialObject$")
+	cmd.Env = append(os.Environ(), "REMOTE_TEST_WRITER_ROOT="+root)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	s, err := NewDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	count := func() int {
+		n := 0
+		s.List(ctx, "", func(Object) error { n++; return nil })
+		return n
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for count() < 3 { // polled: the writer is another process
+		if time.Now().After(deadline) {
+			t.Fatal("the writer created no objects")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	// What the kill interrupted is gone or whole; read every object.
+	n := 0
+	if err := s.List(ctx, "", func(o Object) error {
+		n++
+		if got := readAll(t, s, o.Name, 0, -1); !bytes.Equal(got, objectBytes(o.Name)) {
+			t.Errorf("%s: %d bytes, not what its writer wrote (%d bytes)", o.Name, len(got), len(objectBytes(o.Name)))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d objects whole after the writer was killed", n)
+}
+
+// objectBytes is what the writer stores as name: 4 MiB derived from it.
+func objectBytes(name string) []byte {
+	seed := sha256.Sum256([]byte(name))
+	return bytes.Repeat(seed[:], (4<<20)/len(seed))
+}
+
+func writeForever(root string) {
+	s, err := NewDir(root)
+	if err != nil {
+		panic(err)
+	}
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("t/%08d", i)
+		if err := s.Create(context.Background(), name, objectBytes(name)); err != nil {
+			panic(err)
+		}
+	}
+}

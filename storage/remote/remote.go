@@ -1,0 +1,117 @@
+// Package remote is the object storage the WAL archive lives in: one
+// small interface (Storage: create an object once, read a range of it,
+// list, delete) and its backends, chosen by URL (Open).
+//
+// Objects are named by slash-separated keys relative to the store's root
+// (the URL's path, or a bucket's prefix): "tenant/timeline/000000010000000000000003".
+// An object is created once and never changed: Create refuses a name that
+// exists (ErrExists), so two writers of the same name cannot overwrite each
+// other, and a reader sees an object whole or not at all.
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"time"
+)
+
+var (
+	// ErrExists: Create found an object of that name; it is unchanged.
+	ErrExists = errors.New("remote: object exists")
+	// ErrNotFound: no object of that name.
+	ErrNotFound = errors.New("remote: no such object")
+	// ErrBadName: a name that is not a clean relative key (see CheckName).
+	ErrBadName = errors.New("remote: bad object name")
+	// ErrBadURL: a --remote-storage URL this build cannot use.
+	ErrBadURL = errors.New("remote: bad storage URL")
+)
+
+// Object describes a stored object.
+type Object struct {
+	Name     string
+	Size     int64
+	Modified time.Time
+}
+
+// Storage is an object store.
+type Storage interface {
+	// Create stores data as the object name, unless one of that name
+	// exists: then it returns an error wrapping ErrExists and the object
+	// stays as it was. Once Create returns nil the object is durable; a
+	// crash before that leaves no object (and no part of one) visible.
+	Create(ctx context.Context, name string, data []byte) error
+	// Read returns n bytes of the object from offset off (n < 0: to its
+	// end; fewer when it ends first). off may be the object's size (an
+	// empty read), not more.
+	Read(ctx context.Context, name string, off, n int64) (io.ReadCloser, error)
+	// Stat describes the object name.
+	Stat(ctx context.Context, name string) (Object, error)
+	// List calls fn for every object whose name starts with prefix, in
+	// byte order of the names; an error from fn ends it and is returned.
+	List(ctx context.Context, prefix string, fn func(Object) error) error
+	// Delete removes the object name; one that does not exist is no error.
+	Delete(ctx context.Context, name string) error
+	// String is the store's URL, without credentials.
+	String() string
+}
+
+// Open returns the store a --remote-storage URL names:
+//
+//	file:///absolute/path   a local directory (or a mounted share)
+func Open(raw string) (Storage, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w %q: %v", ErrBadURL, raw, err)
+	}
+	switch u.Scheme {
+	case "file":
+		if u.Host != "" && u.Host != "localhost" {
+			return nil, fmt.Errorf("%w %q: a file URL names a local path (file:///path), not host %q", ErrBadURL, raw, u.Host)
+		}
+		if u.Opaque != "" || !strings.HasPrefix(u.Path, "/") {
+			return nil, fmt.Errorf("%w %q: the path must be absolute (file:///path)", ErrBadURL, raw)
+		}
+		if u.RawQuery != "" {
+			return nil, fmt.Errorf("%w %q: a file URL takes no options", ErrBadURL, raw)
+		}
+		return NewDir(u.Path)
+	case "":
+		return nil, fmt.Errorf("%w %q: give a URL, such as file:///var/lib/safekeeper-archive", ErrBadURL, raw)
+	default:
+		return nil, fmt.Errorf("%w %q: scheme %q is not supported by this build (file:// is)", ErrBadURL, raw, u.Scheme)
+	}
+}
+
+// CheckName reports whether name is a clean object key: not empty,
+// relative, slash-separated, no empty, "." or ".." element, no element
+// starting with a dot (the directory backend's temporary files), no
+// backslash or control character, at most 1024 bytes (S3's limit).
+func CheckName(name string) error {
+	bad := func(why string) error { return fmt.Errorf("%w %q: %s", ErrBadName, name, why) }
+	switch {
+	case name == "":
+		return bad("empty")
+	case len(name) > 1024:
+		return bad("longer than 1024 bytes")
+	case strings.HasPrefix(name, "/"):
+		return bad("absolute")
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f || r == '\\' {
+			return bad("control character or backslash")
+		}
+	}
+	for _, el := range strings.Split(name, "/") {
+		switch {
+		case el == "":
+			return bad("empty element")
+		case strings.HasPrefix(el, "."):
+			return bad("an element starts with a dot")
+		}
+	}
+	return nil
+}
