@@ -47,6 +47,19 @@ func NewDir(root string) (*Dir, error) {
 
 func (d *Dir) String() string { return "file://" + d.root }
 
+// Check tells whether the directory is there and objects can be written
+// in it.
+func (d *Dir) Check(ctx context.Context) error {
+	fi, err := os.Stat(d.root)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%w: %s is not a directory", ErrUnavailable, d.root)
+	}
+	return probe(ctx, d)
+}
+
 func (d *Dir) path(name string) (string, error) {
 	if err := CheckName(name); err != nil {
 		return "", err

@@ -11,6 +11,8 @@ package remote
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -28,7 +30,20 @@ var (
 	ErrBadName = errors.New("remote: bad object name")
 	// ErrBadURL: a --remote-storage URL this build cannot use.
 	ErrBadURL = errors.New("remote: bad storage URL")
+	// ErrUnavailable: the store did not do what was asked: unreachable,
+	// an error status, a missing bucket, credentials refused. The message
+	// says which; retrying later may succeed.
+	ErrUnavailable = errors.New("remote: storage unavailable")
 )
+
+// Options are what a store needs beyond its URL.
+type Options struct {
+	// CredentialsFile is an AWS shared credentials file for s3:// URLs
+	// (profile AWS_PROFILE, else "default"); empty: the standard chain
+	// (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, the shared file,
+	// the instance role on AWS).
+	CredentialsFile string
+}
 
 // Object describes a stored object.
 type Object struct {
@@ -55,6 +70,10 @@ type Storage interface {
 	List(ctx context.Context, prefix string, fn func(Object) error) error
 	// Delete removes the object name; one that does not exist is no error.
 	Delete(ctx context.Context, name string) error
+	// Check tells whether the store can be used: it exists, the
+	// credentials are accepted, and a probe object can be created, read
+	// and deleted. The error names the problem.
+	Check(ctx context.Context) error
 	// String is the store's URL, without credentials.
 	String() string
 }
@@ -62,10 +81,14 @@ type Storage interface {
 // Open returns the store a --remote-storage URL names:
 //
 //	file:///absolute/path   a local directory (or a mounted share)
-func Open(raw string) (Storage, error) {
+//	s3://BUCKET/PREFIX?endpoint=http://HOST:PORT&region=R
+//	                        an S3 bucket (no endpoint: AWS), path-style
+//
+// Open contacts no store: Check does.
+func Open(raw string, o Options) (Storage, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w %q: %v", ErrBadURL, raw, err)
+		return nil, fmt.Errorf("%w %q: %v", ErrBadURL, redact(raw), err)
 	}
 	switch u.Scheme {
 	case "file":
@@ -79,10 +102,12 @@ func Open(raw string) (Storage, error) {
 			return nil, fmt.Errorf("%w %q: a file URL takes no options", ErrBadURL, raw)
 		}
 		return NewDir(u.Path)
+	case "s3":
+		return openS3(raw, u, o)
 	case "":
 		return nil, fmt.Errorf("%w %q: give a URL, such as file:///var/lib/safekeeper-archive", ErrBadURL, raw)
 	default:
-		return nil, fmt.Errorf("%w %q: scheme %q is not supported by this build (file:// is)", ErrBadURL, raw, u.Scheme)
+		return nil, fmt.Errorf("%w %q: scheme %q is not supported (file:// and s3:// are)", ErrBadURL, redact(raw), u.Scheme)
 	}
 }
 
@@ -112,6 +137,40 @@ func CheckName(name string) error {
 		case strings.HasPrefix(el, "."):
 			return bad("an element starts with a dot")
 		}
+	}
+	return nil
+}
+
+// probe creates, reads back and deletes a small object with a random name
+// under the store's root: what Check does once it knows the store exists.
+func probe(ctx context.Context, s Storage) error {
+	var r [8]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return err
+	}
+	name := "probe-" + hex.EncodeToString(r[:])
+	body := []byte("safekeeper remote storage probe " + name)
+	if err := s.Create(ctx, name, body); err != nil {
+		return fmt.Errorf("%s: cannot create an object: %w", s, err)
+	}
+	defer s.Delete(context.WithoutCancel(ctx), name)
+	rc, err := s.Read(ctx, name, 0, -1)
+	if err != nil {
+		return fmt.Errorf("%s: cannot read an object back: %w", s, err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		return fmt.Errorf("%s: cannot read an object back: %w", s, err)
+	}
+	if string(got) != string(body) {
+		return fmt.Errorf("%w: %s: an object read back differs from what was written", ErrUnavailable, s)
+	}
+	if err := s.Create(ctx, name, body); !errors.Is(err, ErrExists) {
+		return fmt.Errorf("%w: %s: a second create of one name was not refused (%v): the store does not support conditional writes (If-None-Match), which the archive needs", ErrUnavailable, s, err)
+	}
+	if err := s.Delete(ctx, name); err != nil {
+		return fmt.Errorf("%s: cannot delete an object: %w", s, err)
 	}
 	return nil
 }

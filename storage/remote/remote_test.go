@@ -15,16 +15,40 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/safekeeper/safekeeper/test/s3test"
 )
 
 func openTestDir(t *testing.T) (*Dir, string) {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "archive")
-	s, err := Open("file://" + root)
+	s, err := Open("file://"+root, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s.(*Dir), root
+}
+
+// eachBackend runs test on a fresh store of each backend: a directory,
+// and a prefix of a bucket on a real S3-compatible server (versitygw,
+// test/s3test). dir is the directory backend's root ("" for S3).
+func eachBackend(t *testing.T, test func(t *testing.T, s Storage, dir string)) {
+	t.Run("dir", func(t *testing.T) {
+		s, root := openTestDir(t)
+		test(t, s, root)
+	})
+	t.Run("s3", func(t *testing.T) {
+		srv := s3test.Start(t)
+		srv.SetEnv(t)
+		s, err := Open(srv.URL("cluster-1/archive"), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Check(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		test(t, s, "")
+	})
 }
 
 func readAll(t *testing.T, s Storage, name string, off, n int64) []byte {
@@ -43,8 +67,9 @@ func readAll(t *testing.T, s Storage, name string, off, n int64) []byte {
 
 // TestCreateOnce: an object is created once; a second Create of its name,
 // with other bytes or the same, is ErrExists and changes nothing.
-func TestCreateOnce(t *testing.T) {
-	s, _ := openTestDir(t)
+func TestCreateOnce(t *testing.T) { eachBackend(t, testCreateOnce) }
+
+func testCreateOnce(t *testing.T, s Storage, _ string) {
 	ctx := context.Background()
 	name := "tenant/timeline/000000010000000000000003"
 	if err := s.Create(ctx, name, []byte("first")); err != nil {
@@ -66,8 +91,9 @@ func TestCreateOnce(t *testing.T) {
 
 // TestConcurrentCreatesOneWins: writers racing to create one name with
 // different bytes: exactly one succeeds, and the object holds its bytes.
-func TestConcurrentCreatesOneWins(t *testing.T) {
-	s, _ := openTestDir(t)
+func TestConcurrentCreatesOneWins(t *testing.T) { eachBackend(t, testConcurrentCreatesOneWins) }
+
+func testConcurrentCreatesOneWins(t *testing.T, s Storage, _ string) {
 	const n = 8
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -100,8 +126,9 @@ func TestConcurrentCreatesOneWins(t *testing.T) {
 
 // TestReadRanges: a range of an object, to its end, empty at its end; an
 // offset past it and a missing object are errors.
-func TestReadRanges(t *testing.T) {
-	s, _ := openTestDir(t)
+func TestReadRanges(t *testing.T) { eachBackend(t, testReadRanges) }
+
+func testReadRanges(t *testing.T, s Storage, _ string) {
 	ctx := context.Background()
 	if err := s.Create(ctx, "o", []byte("0123456789")); err != nil {
 		t.Fatal(err)
@@ -128,8 +155,9 @@ func TestReadRanges(t *testing.T) {
 // TestListInNameOrder: List gives the objects under a prefix in byte order
 // of their names (not a directory walk's order), and never a temporary
 // file; Delete removes an object, and deleting a missing one is no error.
-func TestListInNameOrder(t *testing.T) {
-	s, root := openTestDir(t)
+func TestListInNameOrder(t *testing.T) { eachBackend(t, testListInNameOrder) }
+
+func testListInNameOrder(t *testing.T, s Storage, root string) {
 	ctx := context.Background()
 	names := []string{"a/b", "a.b", "a/c/d", "b", "ab/x"}
 	for _, n := range names {
@@ -137,9 +165,12 @@ func TestListInNameOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// What a crash in the middle of a Create leaves: a temporary file.
-	if err := os.WriteFile(filepath.Join(root, "a", ".b2.tmp-0011223344556677"), []byte("partial"), 0o600); err != nil {
-		t.Fatal(err)
+	// What a crash in the middle of a directory's Create leaves: a
+	// temporary file.
+	if root != "" {
+		if err := os.WriteFile(filepath.Join(root, "a", ".b2.tmp-0011223344556677"), []byte("partial"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	list := func(prefix string) string {
 		var got []string
@@ -185,8 +216,10 @@ func TestBadNamesAndURLs(t *testing.T) {
 			t.Errorf("Create(%q): %v, want ErrBadName", name, err)
 		}
 	}
-	for _, u := range []string{"", "/var/archive", "file:relative/path", "file://otherhost/path", "file:///tmp/x?opt=1", "s3://bucket/prefix", "ftp://h/p", "%zz"} {
-		if _, err := Open(u); !errors.Is(err, ErrBadURL) {
+	for _, u := range []string{"", "/var/archive", "file:relative/path", "file://otherhost/path", "file:///tmp/x?opt=1", "ftp://h/p", "%zz",
+		"s3:///prefix", "s3://user:secret@bucket/p", "s3://bucket/p?endpoint=ftp://h", "s3://bucket/p?endpoint=http://h/path",
+		"s3://bucket/p?acl=public", "s3://bucket/a//b"} {
+		if _, err := Open(u, Options{}); !errors.Is(err, ErrBadURL) {
 			t.Errorf("Open(%q): %v, want ErrBadURL", u, err)
 		}
 	}
@@ -258,5 +291,50 @@ func writeForever(root string) {
 		if err := s.Create(context.Background(), name, objectBytes(name)); err != nil {
 			panic(err)
 		}
+	}
+}
+
+// TestS3CheckNamesTheProblem: Check against a real S3 server tells a
+// missing bucket and refused credentials apart, and accepts the right
+// ones.
+func TestS3CheckNamesTheProblem(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	ctx := context.Background()
+	check := func(raw string) error {
+		t.Helper()
+		s, err := Open(raw, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Check(ctx)
+	}
+	if err := check(srv.URL("p")); err != nil {
+		t.Fatalf("good bucket and credentials: %v", err)
+	}
+	wrongBucket := strings.Replace(srv.URL("p"), "s3://"+srv.Bucket+"/", "s3://no-such-bucket/", 1)
+	if err := check(wrongBucket); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), `bucket "no-such-bucket" does not exist`) {
+		t.Errorf("missing bucket: %v", err)
+	}
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret")
+	if err := check(srv.URL("p")); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "credentials refused") {
+		t.Errorf("wrong secret: %v", err)
+	}
+	// A credentials file names them instead of the environment.
+	t.Setenv("AWS_ACCESS_KEY_ID", "")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
+	file := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(file, []byte("[default]\naws_access_key_id = "+srv.AccessKey+"\naws_secret_access_key = "+srv.SecretKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(srv.URL("p"), Options{CredentialsFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Errorf("credentials file: %v", err)
+	}
+	if _, err := Open(srv.URL("p"), Options{CredentialsFile: file + ".missing"}); !errors.Is(err, ErrBadURL) {
+		t.Errorf("missing credentials file: %v", err)
 	}
 }
