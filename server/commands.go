@@ -276,6 +276,7 @@ func (c *replConn) timelineStatus() bool {
 		pgwire.Int4Column("readers"), pgwire.Int4Column("slots"), pgwire.Int4Column("pg_version"),
 		pgwire.TextColumn("proposer_addr"), pgwire.Int8Column("last_push_term"), pgwire.Int8Column("last_push_age_ms"),
 		pgwire.TextColumn("retention_horizon"), pgwire.TextColumn("retention_reason"),
+		pgwire.TextColumn("backup_lsn"),
 	}
 	u := func(v uint64) []byte { return text(strconv.FormatUint(v, 10)) }
 	row := [][]byte{
@@ -287,6 +288,7 @@ func (c *replConn) timelineStatus() bool {
 		u(uint64(readers)), u(uint64(slots)), u(uint64(st.PgVersion)),
 		nil, u(push.Term), nil, // NULL: no proposer connected; none since the server started
 		text(horizon.String()), text(reason),
+		text(tl.BackupLSN().String()),
 	}
 	if push.Connected {
 		row[16] = text(push.Addr)

@@ -3,6 +3,8 @@ package server
 import (
 	"net"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/safekeeper/safekeeper/server/auth"
 	"github.com/safekeeper/safekeeper/server/httpapi"
 )
@@ -19,10 +21,14 @@ func (s *Server) newHTTPAPI(ln net.Listener) *httpapi.API {
 	if s.auth != nil {
 		verifier = s.auth.v.Load
 	}
+	var extra []prometheus.Collector
+	if s.backupMetrics != nil {
+		extra = s.backupMetrics.Collectors()
+	}
 	return httpapi.New(ln, httpapi.Config{
 		NodeID: s.cfg.NodeID, DataDir: s.cfg.DataDir, Version: Version, Registry: s.reg, Host: httpHost{s}, Metrics: s.metrics,
 		Logger: s.log, EnablePprof: s.cfg.EnablePprof, ReadTimeout: s.cfg.HTTPReadTimeout, IdleTimeout: s.cfg.HTTPIdleTimeout,
-		Verifier: verifier, OnWAL: s.hooks.httpWAL,
+		Verifier: verifier, OnWAL: s.hooks.httpWAL, Archiving: s.uploader != nil, Collectors: extra,
 	})
 }
 

@@ -87,7 +87,7 @@ func TestHTTPAPI(t *testing.T) {
 	}
 	stRow := oneRow(t, must(exec(t, c, "TIMELINE_STATUS")), nil, "tenant_id", "timeline_id", "term", "voted_for", "last_log_term",
 		"flush_lsn", "commit_lsn", "truncate_lsn", "timeline_start_lsn", "removed_up_to", "pg_timeline", "system_id", "wal_seg_size", "readers", "slots", "pg_version",
-		"proposer_addr", "last_push_term", "last_push_age_ms", "retention_horizon", "retention_reason")
+		"proposer_addr", "last_push_term", "last_push_age_ms", "retention_horizon", "retention_reason", "backup_lsn")
 	if stRow[5] == stRow[6] {
 		t.Fatalf("flush_lsn and commit_lsn are equal (%s): the test cannot tell them apart", stRow[5])
 	}

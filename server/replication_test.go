@@ -274,7 +274,7 @@ func TestCommandResultShapes(t *testing.T) {
 	wantCode(t, err, pgwire.UndefinedObject)
 	row = oneRow(t, must(exec(t, c, "TIMELINE_STATUS")), nil, "tenant_id", "timeline_id", "term", "voted_for", "last_log_term",
 		"flush_lsn", "commit_lsn", "truncate_lsn", "timeline_start_lsn", "removed_up_to", "pg_timeline", "system_id", "wal_seg_size", "readers", "slots", "pg_version",
-		"proposer_addr", "last_push_term", "last_push_age_ms", "retention_horizon", "retention_reason")
+		"proposer_addr", "last_push_term", "last_push_age_ms", "retention_horizon", "retention_reason", "backup_lsn")
 	if row[2] != "1" || row[4] != "1" || row[5] != st.FlushLSN.String() || row[6] != st.CommitLSN.String() || row[8] != tStart.String() || row[14] != "1" {
 		t.Fatalf("TIMELINE_STATUS %q", row)
 	}
@@ -849,7 +849,7 @@ func TestTimelineStatusReportsTheStreamingProposer(t *testing.T) {
 		t.Helper()
 		row := oneRow(t, must(exec(t, c, "TIMELINE_STATUS")), nil, "tenant_id", "timeline_id", "term", "voted_for", "last_log_term",
 			"flush_lsn", "commit_lsn", "truncate_lsn", "timeline_start_lsn", "removed_up_to", "pg_timeline", "system_id", "wal_seg_size", "readers", "slots", "pg_version",
-			"proposer_addr", "last_push_term", "last_push_age_ms", "retention_horizon", "retention_reason")
+			"proposer_addr", "last_push_term", "last_push_age_ms", "retention_horizon", "retention_reason", "backup_lsn")
 		return row[16 : 16+len(cols)]
 	}
 	// Elected, but nothing streamed yet (ProposerElected has no reply: a

@@ -20,13 +20,32 @@ import (
 	"github.com/safekeeper/safekeeper/acceptor"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/proto/pgwire"
+	"github.com/safekeeper/safekeeper/server/backup"
 	"github.com/safekeeper/safekeeper/server/httpapi"
 	"github.com/safekeeper/safekeeper/server/timeline"
 	"github.com/safekeeper/safekeeper/storage"
+	"github.com/safekeeper/safekeeper/storage/archive"
+	"github.com/safekeeper/safekeeper/storage/remote"
 )
 
 // Config configures a Server.
 type Config struct {
+	// RemoteStorage is the WAL archive's store (--remote-storage); nil:
+	// no archive. With one, an uploader (server/backup) carries every
+	// timeline's committed WAL there and retention keeps what is not
+	// there yet. ArchiveCodec is how objects are written (zstd, age
+	// recipients) and read.
+	RemoteStorage remote.Storage
+	ArchiveCodec  *archive.Codec
+	// BackupParallelJobs bounds the segments uploaded at once
+	// (--backup-parallel-jobs); default 4. PartialBackupInterval is how
+	// often the unfinished segment is uploaded while it changes
+	// (--partial-backup-interval); default 10 s. BackupTakeover bounds
+	// how long a safekeeper waits for another to upload before it does
+	// (server/backup); default 3 s.
+	BackupParallelJobs    int
+	PartialBackupInterval time.Duration
+	BackupTakeover        time.Duration
 	// NodeID is this safekeeper's node id (SafeKeeperInfo.safekeeper_id).
 	// It is recorded in DataDir on first start; New refuses another.
 	NodeID uint64
@@ -267,6 +286,9 @@ type Server struct {
 	evictions   atomic.Int64 // evictions since the last warning about them (conns.go)
 	evictWarned atomic.Int64 // when that warning was last logged (unix nanoseconds)
 	metrics     *httpapi.Metrics
+	// uploader carries WAL to the archive (nil: no archive).
+	uploader      *backup.Uploader
+	backupMetrics *backup.Metrics
 
 	// mu guards the connection table (conns.go); the timelines have the
 	// registry's own lock.
@@ -387,14 +409,30 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 		certs:   certs,
 		auth:    authn,
 	}
-	s.reg = timeline.NewRegistry(db, timeline.Config{
+	tcfg := timeline.Config{
 		NodeID: cfg.NodeID, Logger: cfg.Logger, MaxTimelines: cfg.MaxTimelines, MaxSlots: cfg.MaxSlots,
 		WalKeepSize: cfg.WalKeepSize, MaxPeerWALKeepSize: cfg.MaxPeerWALKeepSize, MaxSlotWALKeepSize: cfg.MaxSlotWALKeepSize,
 		RetentionInterval: cfg.RetentionInterval, MaxBufferedWAL: cfg.MaxBufferedWAL,
 		Metrics: metrics.Timelines(), Recycle: recycle,
 		Hooks: timeline.Hooks{BeforeOpen: h.beforeOpen, Storage: h.storage, OnPublish: h.onPublish, Create: h.create,
 			PersistInterval: h.persistInterval, DeleteTimeline: h.deleteTimeline},
-	})
+	}
+	if cfg.RemoteStorage != nil {
+		codec := cfg.ArchiveCodec
+		if codec == nil {
+			codec = &archive.Codec{Compress: true}
+		}
+		s.backupMetrics = backup.NewMetrics()
+		s.uploader = backup.New(nil, backup.Config{
+			Store: cfg.RemoteStorage, Codec: codec, NodeID: cfg.NodeID, Jobs: cfg.BackupParallelJobs,
+			PartialInterval: cfg.PartialBackupInterval, Takeover: cfg.BackupTakeover, Logger: cfg.Logger, Metrics: s.backupMetrics,
+		})
+		tcfg.Backup = s.uploader
+	}
+	s.reg = timeline.NewRegistry(db, tcfg)
+	if s.uploader != nil {
+		s.uploader.SetRegistry(s.reg)
+	}
 	if httpLn != nil {
 		s.http = s.newHTTPAPI(httpLn)
 	}
@@ -436,6 +474,9 @@ func (s *Server) Serve() error {
 	s.log.Info("safekeeper listening", append(where, "node_id", s.cfg.NodeID, "data_dir", s.cfg.DataDir,
 		"tls", s.certs != nil, "tls_required", s.cfg.TLSRequired)...)
 	go s.mem.run(s.ctx, s)
+	if s.uploader != nil {
+		s.uploader.Start()
+	}
 	if !s.hooks.lazyOpen {
 		s.reg.OpenStored() // nothing once Shutdown began
 	}
@@ -578,6 +619,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.http != nil {
 		s.http.Shutdown(ctx)
+	}
+	// Uploads under way are cancelled: what they did not finish stays
+	// above backup_lsn, for the next start.
+	if s.uploader != nil {
+		s.uploader.Close()
 	}
 	// An open under way (from the HTTP API, whose handlers are not waited
 	// for, or a connection cut short by ctx) still uses the database and

@@ -366,7 +366,7 @@ func TestTimelineOpensReadOnlyWhenStorageCannotWrite(t *testing.T) {
 	c := replConnect(t, addr, false, "")
 	row := oneRow(t, must(exec(t, c, "TIMELINE_STATUS")), nil, "tenant_id", "timeline_id", "term", "voted_for", "last_log_term",
 		"flush_lsn", "commit_lsn", "truncate_lsn", "timeline_start_lsn", "removed_up_to", "pg_timeline", "system_id", "wal_seg_size", "readers", "slots", "pg_version",
-		"proposer_addr", "last_push_term", "last_push_age_ms", "retention_horizon", "retention_reason")
+		"proposer_addr", "last_push_term", "last_push_age_ms", "retention_horizon", "retention_reason", "backup_lsn")
 	if row[2] != "1" || row[5] != end.String() || row[6] != end.String() {
 		t.Fatalf("TIMELINE_STATUS of the read-only timeline: %q; want term 1, flush_lsn and commit_lsn %s", row, end)
 	}

@@ -41,7 +41,7 @@ func runCommand() *cli.Command {
 }
 
 func runFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.Uint64Flag{Name: "id", Usage: "this safekeeper's node id: positive, unique among the safekeepers of a timeline (reported to proposers, which refuse to count one id twice) (required)"},
 		&cli.StringFlag{Name: "listen-pg", Value: "127.0.0.1:5454", Usage: "host:port of the PostgreSQL-protocol listener"},
 		&cli.StringFlag{Name: "data-dir", Usage: "directory of the safekeeper's bbolt database (created if missing) (required)"},
@@ -66,7 +66,7 @@ func runFlags() []cli.Flag {
 		&cli.StringFlag{Name: "wal-keep-size", Value: "1GB", Usage: "WAL kept below commit_lsn whatever else retention says, as PostgreSQL's wal_keep_size (e.g. 1GB, 512MB; 0: none)"},
 		&cli.StringFlag{Name: "max-slot-wal-keep-size", Value: "-1", Usage: "invalidate a replication slot whose restart_lsn is further behind commit_lsn than this, as PostgreSQL's max_slot_wal_keep_size (-1: never)"},
 		&cli.StringFlag{Name: "max-peer-wal-keep-size", Value: "16GB", Usage: "stop keeping WAL for a peer safekeeper further behind commit_lsn than this (it then recovers with safekeeper timeline pull)"},
-	}
+	}, archiveWriteFlags()...)
 }
 
 // runServer is run's action. SIGTERM and SIGINT are taken from the first
@@ -179,11 +179,23 @@ func serverConfig(c *cli.Context) (server.Config, error) {
 	if err := checkSecurity(c); err != nil {
 		return server.Config{}, err
 	}
+	if c.Int("backup-parallel-jobs") <= 0 {
+		return server.Config{}, usagef("--backup-parallel-jobs %d: want a positive number", c.Int("backup-parallel-jobs"))
+	}
+	if c.Duration("partial-backup-interval") <= 0 || c.Duration("backup-takeover") <= 0 {
+		return server.Config{}, usagef("--partial-backup-interval %v: want a positive duration", c.Duration("partial-backup-interval"))
+	}
 	log, err := logger(c)
 	if err != nil {
 		return server.Config{}, err
 	}
+	store, codec, err := openArchive(c, log.Warn)
+	if err != nil {
+		return server.Config{}, err
+	}
 	return server.Config{
+		RemoteStorage: store, ArchiveCodec: codec, BackupParallelJobs: c.Int("backup-parallel-jobs"),
+		PartialBackupInterval: c.Duration("partial-backup-interval"), BackupTakeover: c.Duration("backup-takeover"),
 		NodeID: c.Uint64("id"), ListenPG: c.String("listen-pg"), DataDir: c.String("data-dir"),
 		Logger: log, UnsafeNoFsync: c.Bool("unsafe-no-fsync"),
 		WalSenderTimeout: walSenderTimeout, RetentionInterval: c.Duration("retention-interval"),

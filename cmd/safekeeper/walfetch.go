@@ -12,6 +12,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/safekeeper/safekeeper/proposer/restore"
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/storage/archive"
 )
 
 // Exit codes of `wal fetch`, by PostgreSQL's reading of a restore_command's:
@@ -48,8 +50,8 @@ func fetchFailed(err error) error {
 func walFetchCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "fetch",
-		Usage:     "restore_command: copy one WAL segment or history file from the safekeepers",
-		UsageText: "safekeeper wal fetch --safekeepers H:P,... --tenant-id HEX --timeline-id HEX FILE PATH\n\n   restore_command = 'safekeeper wal fetch --safekeepers ... --tenant-id ... --timeline-id ... %f %p'",
+		Usage:     "restore_command: copy one WAL segment or history file from the safekeepers or the archive",
+		UsageText: "safekeeper wal fetch {--safekeepers H:P,... | --remote-storage URL | both} --tenant-id HEX --timeline-id HEX FILE PATH\n\n   restore_command = 'safekeeper wal fetch --safekeepers ... --tenant-id ... --timeline-id ... %f %p'",
 		Description: "Writes the WAL file FILE (%f: a segment name or TTTTTTTT.history) to PATH (%p), read from\n" +
 			"any live safekeeper that holds it. The segment holding the end of the WAL is written up to\n" +
 			"the end of the committed WAL and zero-padded, under its own name, so recovery replays every\n" +
@@ -61,18 +63,26 @@ func walFetchCommand() *cli.Command {
 			"PostgreSQL timeline, a history file the safekeepers do not hold): PostgreSQL reads that as the\n" +
 			"end of the archive. 126 for every other failure, bad flags included (no quorum, timeline not\n" +
 			"found, segment removed, a read failed): PostgreSQL then stops recovery with FATAL instead of\n" +
-			"promoting without the WAL it could not get.",
+			"promoting without the WAL it could not get.\n\n" +
+			"With --remote-storage and no --safekeepers the archive is the only source: whole segments as\n" +
+			"archived (their checksum checked), the segment of the newest partial object up to its end,\n" +
+			"zero-padded; exit 1 at or past the archive's end, 126 for a segment missing below it (a gap)\n" +
+			"or a corrupt object. With both, the safekeepers answer first, and a whole segment they no\n" +
+			"longer hold (or cannot serve) is read from the archive.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return fetchFailed(err) },
 		Before: func(c *cli.Context) error {
-			return fetchFailed(requireFlags(c, "safekeepers", "tenant-id", "timeline-id"))
+			if c.String("safekeepers") == "" && c.String("remote-storage") == "" {
+				return fetchFailed(errors.New("give --safekeepers, --remote-storage, or both"))
+			}
+			return fetchFailed(requireFlags(c, "tenant-id", "timeline-id"))
 		},
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline (required)", EnvVars: []string{"SAFEKEEPER_SAFEKEEPERS"}},
+			&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline", EnvVars: []string{"SAFEKEEPER_SAFEKEEPERS"}},
 			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)", EnvVars: []string{"SAFEKEEPER_TENANT_ID"}},
 			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)", EnvVars: []string{"SAFEKEEPER_TIMELINE_ID"}},
 			&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "give up (exit 126) after this long"},
 			&cli.DurationFlag{Name: "settle-timeout", Value: 10 * time.Second, Usage: "how long a live proposer is given to commit the WAL a quorum holds above commit_lsn"},
-		}, securityFlags()...),
+		}, append(securityFlags(), archiveReadFlags()...)...),
 		Action: func(c *cli.Context) error {
 			return fetchFailed(func() error {
 				if c.NArg() != 2 {
@@ -96,18 +106,40 @@ func walFetchCommand() *cli.Command {
 						addrs = append(addrs, a)
 					}
 				}
-				if len(addrs) == 0 {
+				if len(addrs) == 0 && c.IsSet("safekeepers") {
 					return errors.New("--safekeepers: no address given")
 				}
 				name, path := c.Args().Get(0), c.Args().Get(1)
 				ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+				c.Context = ctx
 				defer cancel()
 				sec, err := securityFrom(c)
 				if err != nil {
 					return err
 				}
-				f, err := restore.Fetch(ctx, restore.FetchConfig{Safekeepers: addrs, TenantID: tenant, TimelineID: timeline, Security: sec,
-					Logger: log, SettleTimeout: c.Duration("settle-timeout")}, name)
+				store, codec, err := openArchive(c, nil)
+				if err != nil {
+					return err
+				}
+				var ar *archive.Archive
+				if store != nil {
+					ar = archive.Open(store, codec, proto.TimelineKey{TenantID: tenant, TimelineID: timeline})
+				}
+				var f restore.Fetched
+				if len(addrs) == 0 {
+					f, err = restore.FetchArchive(ctx, ar, name)
+				} else {
+					f, err = restore.Fetch(ctx, restore.FetchConfig{Safekeepers: addrs, TenantID: tenant, TimelineID: timeline, Security: sec,
+						Logger: log, SettleTimeout: c.Duration("settle-timeout")}, name)
+					if err != nil && !errors.Is(err, restore.ErrNotFound) && ar != nil {
+						log.Info("the safekeepers could not serve the file; trying the archive", "file", name, "err", err)
+						if af, ok, aerr := restore.FetchArchivedSegment(ctx, ar, name); aerr != nil {
+							err = fmt.Errorf("%w; the archive: %w", err, aerr)
+						} else if ok {
+							f, err = af, nil
+						}
+					}
+				}
 				if errors.Is(err, restore.ErrNotFound) {
 					return fetchExit{err: err, code: exitFetchNotFound}
 				}

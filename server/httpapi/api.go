@@ -52,6 +52,11 @@ type Config struct {
 	// OnWAL is a test hook: it runs in a GET .../wal handler once it holds
 	// its slot. Nil in production.
 	OnWAL func()
+	// Archiving: an archive is configured; the timelines' backup lag is
+	// reported (the timeline view, safekeeper_backup_lag_*).
+	Archiving bool
+	// Collectors are more instruments /metrics serves (the uploader's).
+	Collectors []prometheus.Collector
 }
 
 // Host is what the API reads of the process it serves, besides the
@@ -129,6 +134,7 @@ func New(ln net.Listener, cfg Config) *API {
 	m := cfg.Metrics
 	a.prom.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&timelineCollector{a: a}, m.writeSeconds, m.flushSeconds, m.slowFsyncs, m.writeBytes, m.appends, m.received, m.refused)
+	a.prom.MustRegister(cfg.Collectors...)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -374,6 +380,12 @@ func (a *API) describe(tl *timeline.Timeline) Timeline {
 		SystemID: st.SystemID, WalSegSize: st.WalSegSize, Readers: []Reader{}, Slots: []Slot{},
 	}
 	out.WALStartLSN, out.WALBytes = storedWAL(st, out.RemovedUpTo)
+	out.BackupLSN = tl.BackupLSN()
+	if a.cfg.Archiving {
+		b, d := tl.BackupLag(st.CommitLSN)
+		secs := d.Seconds()
+		out.BackupLagBytes, out.BackupLagSeconds = &b, &secs
+	}
 	if p := tl.Proposer(); p.Connected {
 		out.Proposer = &Proposer{Address: p.Addr, Term: p.Term, Since: p.Since, WriteLSN: p.End, CommitLSN: p.Commit, LastPushAge: time.Since(p.At).Seconds()}
 	}

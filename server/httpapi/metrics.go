@@ -92,11 +92,14 @@ var (
 	descRetained   = prometheus.NewDesc("safekeeper_retained_wal_bytes", "WAL the timeline holds on disk: flush_lsn minus removed_up_to (or the timeline's start), the timeline detail's wal_bytes.", labels, nil)
 	descBreaker    = prometheus.NewDesc("safekeeper_disk_breaker_tripped", "1 while the disk circuit breaker refuses new WAL (53100).", nil, nil)
 	descConns      = prometheus.NewDesc("safekeeper_connections", "Open client connections (limit: --max-connections).", nil, nil)
+	descBackupLSN  = prometheus.NewDesc("safekeeper_backup_lsn", "backup_lsn of the timeline: its WAL is in the archive up to here.", labels, nil)
+	descBackupLagB = prometheus.NewDesc("safekeeper_backup_lag_bytes", "commit_lsn minus backup_lsn: committed WAL not yet in the archive.", labels, nil)
+	descBackupLagS = prometheus.NewDesc("safekeeper_backup_lag_seconds", "How long the archive has been behind commit_lsn (0: caught up).", labels, nil)
 	descRemovedSeg = prometheus.NewDesc("safekeeper_removed_wal_segments_total", "WAL segments removed by retention since the server started.", nil, nil)
 )
 
 func (c *timelineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descFlush, descCommit, descRemote, descTerm, descReaderLag, descActive, descProposers, descReaders, descDisk, descDiskFree, descRemovedTo, descRetained, descRemovedSeg, descBreaker, descConns} {
+	for _, d := range []*prometheus.Desc{descFlush, descCommit, descRemote, descTerm, descReaderLag, descActive, descProposers, descReaders, descDisk, descDiskFree, descRemovedTo, descRetained, descRemovedSeg, descBreaker, descConns, descBackupLSN, descBackupLagB, descBackupLagS} {
 		ch <- d
 	}
 }
@@ -120,6 +123,12 @@ func (c *timelineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descReaderLag, prometheus.GaugeValue, float64(lag), l...)
 		if tl.Proposer().Connected {
 			proposers++
+		}
+		if c.a.cfg.Archiving {
+			b, d := tl.BackupLag(st.CommitLSN)
+			ch <- prometheus.MustNewConstMetric(descBackupLSN, prometheus.GaugeValue, float64(tl.BackupLSN()), l...)
+			ch <- prometheus.MustNewConstMetric(descBackupLagB, prometheus.GaugeValue, float64(b), l...)
+			ch <- prometheus.MustNewConstMetric(descBackupLagS, prometheus.GaugeValue, d.Seconds(), l...)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(len(tls)))

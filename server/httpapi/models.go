@@ -94,13 +94,20 @@ type Timeline struct {
 	RemoteConsistentLSN proto.LSN `json:"remote_consistent_lsn"`
 	RetentionHorizon    proto.LSN `json:"retention_horizon"`
 	RetentionReason     string    `json:"retention_reason"`
-	PgVersion           uint32    `json:"pg_version"`
-	PgTimeline          uint32    `json:"pg_timeline"`
-	SystemID            uint64    `json:"system_id,string"`
-	WalSegSize          uint32    `json:"wal_seg_size"`
-	Proposer            *Proposer `json:"proposer"`
-	Readers             []Reader  `json:"readers"`
-	Slots               []Slot    `json:"slots"`
+	// BackupLSN: the timeline's WAL is in the archive up to here (0/0:
+	// nothing yet, or no archive); BackupLagBytes is commit_lsn minus it
+	// and BackupLagSeconds how long the archive has been behind commit_lsn
+	// (absent without an archive).
+	BackupLSN        proto.LSN `json:"backup_lsn"`
+	BackupLagBytes   *uint64   `json:"backup_lag_bytes,omitempty"`
+	BackupLagSeconds *float64  `json:"backup_lag_seconds,omitempty"`
+	PgVersion        uint32    `json:"pg_version"`
+	PgTimeline       uint32    `json:"pg_timeline"`
+	SystemID         uint64    `json:"system_id,string"`
+	WalSegSize       uint32    `json:"wal_seg_size"`
+	Proposer         *Proposer `json:"proposer"`
+	Readers          []Reader  `json:"readers"`
+	Slots            []Slot    `json:"slots"`
 }
 
 // Proposer is the proposer streaming to a timeline.

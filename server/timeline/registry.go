@@ -47,6 +47,10 @@ type Config struct {
 	// once it is done (the push stream's reader got them from its
 	// transport's pool); nil: they are left to the garbage collector.
 	Recycle func([][]byte)
+	// Backup is the archive's uploader, told of every timeline's changes;
+	// nil: no archive. With one, retention keeps the WAL not yet in the
+	// archive (backup_lsn bounds the horizon).
+	Backup BackupNotifier
 	// Hooks are for tests; the zero value in production.
 	Hooks Hooks
 }
@@ -411,6 +415,10 @@ func (r *Registry) start(key proto.TimelineKey, st acceptor.State, store *storag
 	}
 	repl.maxSlots = r.cfg.MaxSlots
 	repl.metrics = r.cfg.Metrics
+	backupLSN, err := store.BackupLSN()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", acceptor.ErrStorage, err)
+	}
 	t := &Timeline{
 		key: key, log: tlog, kick: make(chan struct{}, 1),
 		state: sess.InMem(), store: store, repl: repl, stopped: make(chan struct{}),
@@ -419,6 +427,8 @@ func (r *Registry) start(key proto.TimelineKey, st acceptor.State, store *storag
 	if r.cfg.Hooks.PersistInterval != 0 {
 		t.persistEvery = r.cfg.Hooks.PersistInterval
 	}
+	t.backup.lsn.Store(uint64(backupLSN))
+	t.notify = r.cfg.Backup
 	t.own = &owner{t: t, sess: sess}
 	repl.ret, repl.tl = r.ret, t
 	return t, nil

@@ -32,7 +32,10 @@ import (
 //   - the highest remote_consistent_lsn (ps_applylsn) that pageserver-style
 //     consumers reported since this server started, once one has: what is
 //     durable in the consumer's own storage;
-//   - the position of every active reader: never the segment it reads.
+//   - the position of every active reader: never the segment it reads;
+//   - with an archive (Config.Backup), backup_lsn: WAL not yet in the
+//     archive is never removed. While the store is unreachable the
+//     disk limits protect the disk.
 //
 // The horizon is then rounded down to a segment start. A timeline asks
 // the registry's retainer for a pass (never blocking) when its owner
@@ -51,6 +54,8 @@ type retentionInputs struct {
 	ConsumerSeen     bool
 	RemoteConsistent proto.LSN
 	ReaderPos        []proto.LSN // next LSN of every active reader
+	Archiving        bool        // an archive is configured: BackupLSN bounds
+	BackupLSN        proto.LSN
 
 	WalKeep, MaxPeerKeep, MaxSlotKeep uint64 // bytes; MaxSlotKeep 0: no limit
 }
@@ -110,6 +115,9 @@ func retentionHorizon(in retentionInputs) retention {
 	}
 	for _, l := range in.ReaderPos {
 		lower(l, "an active reader")
+	}
+	if in.Archiving {
+		lower(in.BackupLSN, "the archive (backup_lsn)")
 	}
 	r.Horizon = r.Horizon.SegmentStart(in.SegSize)
 	return r
@@ -344,6 +352,7 @@ func (r *Registry) retainOnce(t *Timeline) {
 		SegSize: uint64(st.WalSegSize), CommitLSN: st.CommitLSN, TruncateLSN: st.TruncateLSN,
 		RemovedUpTo: max(st.RemovedUpTo, t.store.RemovedUpTo()),
 		WalKeep:     uint64(r.cfg.WalKeepSize), MaxPeerKeep: uint64(r.cfg.MaxPeerWALKeepSize),
+		Archiving: r.cfg.Backup != nil, BackupLSN: t.BackupLSN(),
 	}
 	if r.cfg.MaxSlotWALKeepSize > 0 {
 		in.MaxSlotKeep = uint64(r.cfg.MaxSlotWALKeepSize)
@@ -368,7 +377,7 @@ func (r *Registry) retainOnce(t *Timeline) {
 		r.removedSegments.Add(int64(uint64(h.Horizon-from) / in.SegSize))
 	}
 	t.log.Info("removed WAL", "up_to", h.Horizon, "bounded_by", h.Reason, "commit_lsn", in.CommitLSN, "truncate_lsn", in.TruncateLSN,
-		"remote_consistent_lsn", in.RemoteConsistent)
+		"remote_consistent_lsn", in.RemoteConsistent, "backup_lsn", in.BackupLSN)
 }
 
 // Retain runs one retention pass of t now, besides those the retainer

@@ -25,6 +25,8 @@ func TestRetentionHorizon(t *testing.T) {
 		{"nothing kept below commit: commit_lsn bounds", with(func(in *retentionInputs) { in.WalKeep, in.TruncateLSN = 0, 0x900000 }), 0x900000, "wal_keep_size"},
 		{"a slot bounds", with(func(in *retentionInputs) { in.Slots = []slotPos{{"a", 0x800000}, {"b", 0x2fffff}} }), 0x200000, `replication slot "b"`},
 		{"an active reader keeps its segment", with(func(in *retentionInputs) { in.ReaderPos = []proto.LSN{0x400001} }), 0x400000, "an active reader"},
+		{"the archive bounds", with(func(in *retentionInputs) { in.Archiving, in.BackupLSN = true, 0x456789 }), 0x400000, "the archive (backup_lsn)"},
+		{"nothing archived yet: nothing removed", with(func(in *retentionInputs) { in.Archiving = true }), 0, "the archive (backup_lsn)"},
 		{"short timeline: nothing", with(func(in *retentionInputs) { in.CommitLSN = 0x100000 }), 0, "wal_keep_size"},
 	}
 	for _, c := range cases {

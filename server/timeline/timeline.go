@@ -139,6 +139,11 @@ type Timeline struct {
 	// recycle is Config.Recycle.
 	recycle func([][]byte)
 
+	// backup is the archive's state (backup.go); notify is
+	// Config.Backup (nil: no archive).
+	backup backupState
+	notify BackupNotifier
+
 	// pushMu guards push and retained.
 	pushMu   sync.Mutex
 	push     PushInfo
@@ -768,6 +773,7 @@ func (o *owner) act(r acceptor.Ready) {
 	if r.State != nil {
 		o.t.publish(*r.State)
 		o.t.repl.kickRetention()
+		o.t.notifyBackup()
 	}
 	var fed *proto.SafeKeeperResponse
 	for _, out := range r.Out {

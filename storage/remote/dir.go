@@ -52,12 +52,17 @@ func (d *Dir) String() string { return "file://" + d.root }
 func (d *Dir) Check(ctx context.Context) error {
 	fi, err := os.Stat(d.root)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %w: %v", ErrUnavailable, ErrRefused, err)
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("%w: %s is not a directory", ErrUnavailable, d.root)
+		return fmt.Errorf("%w: %w: %s is not a directory", ErrUnavailable, ErrRefused, d.root)
 	}
-	return probe(ctx, d)
+	if err := probe(ctx, d); err != nil {
+		// A local directory that cannot take a file does not heal by
+		// waiting (permissions, a read-only mount).
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	return nil
 }
 
 func (d *Dir) path(name string) (string, error) {

@@ -34,6 +34,10 @@ var (
 	// an error status, a missing bucket, credentials refused. The message
 	// says which; retrying later may succeed.
 	ErrUnavailable = errors.New("remote: storage unavailable")
+	// ErrRefused: the store answered, and refused for a reason that a
+	// retry does not fix: no such bucket, credentials refused, no
+	// conditional writes. Such errors wrap ErrUnavailable too.
+	ErrRefused = errors.New("remote: storage refused")
 )
 
 // Options are what a store needs beyond its URL.
@@ -167,7 +171,7 @@ func probe(ctx context.Context, s Storage) error {
 		return fmt.Errorf("%w: %s: an object read back differs from what was written", ErrUnavailable, s)
 	}
 	if err := s.Create(ctx, name, body); !errors.Is(err, ErrExists) {
-		return fmt.Errorf("%w: %s: a second create of one name was not refused (%v): the store does not support conditional writes (If-None-Match), which the archive needs", ErrUnavailable, s, err)
+		return fmt.Errorf("%w: %w: %s: a second create of one name was not refused (%v): the store does not support conditional writes (If-None-Match), which the archive needs", ErrUnavailable, ErrRefused, s, err)
 	}
 	if err := s.Delete(ctx, name); err != nil {
 		return fmt.Errorf("%s: cannot delete an object: %w", s, err)

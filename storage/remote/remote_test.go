@@ -313,11 +313,11 @@ func TestS3CheckNamesTheProblem(t *testing.T) {
 		t.Fatalf("good bucket and credentials: %v", err)
 	}
 	wrongBucket := strings.Replace(srv.URL("p"), "s3://"+srv.Bucket+"/", "s3://no-such-bucket/", 1)
-	if err := check(wrongBucket); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), `bucket "no-such-bucket" does not exist`) {
+	if err := check(wrongBucket); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), `bucket "no-such-bucket" does not exist`) {
 		t.Errorf("missing bucket: %v", err)
 	}
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret")
-	if err := check(srv.URL("p")); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "credentials refused") {
+	if err := check(srv.URL("p")); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "credentials refused") {
 		t.Errorf("wrong secret: %v", err)
 	}
 	// A credentials file names them instead of the environment.
@@ -333,6 +333,11 @@ func TestS3CheckNamesTheProblem(t *testing.T) {
 	}
 	if err := s.Check(ctx); err != nil {
 		t.Errorf("credentials file: %v", err)
+	}
+	// A store that is down is unavailable, not refused: it may come back.
+	srv.Stop()
+	if err := check(srv.URL("p")); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRefused) {
+		t.Errorf("store down: %v, want ErrUnavailable only", err)
 	}
 	if _, err := Open(srv.URL("p"), Options{CredentialsFile: file + ".missing"}); !errors.Is(err, ErrBadURL) {
 		t.Errorf("missing credentials file: %v", err)

@@ -171,9 +171,9 @@ func (s *S3) s3Error(op, name string, err error) error {
 	case "PreconditionFailed":
 		return fmt.Errorf("%w: %s in %s", ErrExists, name, s)
 	case "NoSuchBucket":
-		return fmt.Errorf("%w: %s %s: bucket %q does not exist", ErrUnavailable, op, s, s.bucket)
+		return fmt.Errorf("%w: %w: %s %s: bucket %q does not exist", ErrUnavailable, ErrRefused, op, s, s.bucket)
 	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken":
-		return fmt.Errorf("%w: %s %s in %s: credentials refused (%s): %v", ErrUnavailable, op, name, s, r.Code, err)
+		return fmt.Errorf("%w: %w: %s %s in %s: credentials refused (%s): %v", ErrUnavailable, ErrRefused, op, name, s, r.Code, err)
 	}
 	return fmt.Errorf("%w: %s %s in %s: %v", ErrUnavailable, op, name, s, err)
 }
@@ -291,7 +291,7 @@ func (s *S3) Check(ctx context.Context) error {
 		return s.s3Error("check", "bucket "+s.bucket, err)
 	}
 	if !ok {
-		return fmt.Errorf("%w: %s: bucket %q does not exist", ErrUnavailable, s, s.bucket)
+		return fmt.Errorf("%w: %w: %s: bucket %q does not exist", ErrUnavailable, ErrRefused, s, s.bucket)
 	}
 	return probe(ctx, s)
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/safekeeper/safekeeper/proto"
 )
 
 // StatusRow runs TIMELINE_STATUS on c, a replication connection to a
@@ -34,4 +36,14 @@ func (sk *Safekeeper) TimelineStatus(t testing.TB, tenant, timeline string) map[
 	}
 	defer c.Close(context.Background())
 	return StatusRow(t, c)
+}
+
+// TimelineStatusLSN is one LSN column of sk's TIMELINE_STATUS.
+func (sk *Safekeeper) TimelineStatusLSN(t testing.TB, tenant, timeline, column string) proto.LSN {
+	t.Helper()
+	l, err := proto.ParseLSN(sk.TimelineStatus(t, tenant, timeline)[column])
+	if err != nil {
+		t.Fatalf("TIMELINE_STATUS %s: %v", column, err)
+	}
+	return l
 }

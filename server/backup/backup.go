@@ -1,0 +1,658 @@
+// Package backup is the safekeeper's uploader: it carries every timeline's
+// committed WAL into the archive (storage/archive), whole segments once
+// they lie below commit_lsn and the unfinished segment as a partial object
+// every PartialInterval while it changes, and moves backup_lsn.
+//
+// Who uploads. Every safekeeper of a timeline runs an uploader, and no
+// central service says which of them works: each looks at the archive
+// before it writes. A whole segment another safekeeper already stored
+// (same content: its header's checksum) only moves backup_lsn here; one
+// nobody stored is uploaded by the safekeeper whose turn comes first: each
+// waits, before its first attempt at a segment, a delay of its own in
+// [0, Takeover) derived from its node id and the timeline (the same
+// safekeeper goes first for every segment of a timeline, and the
+// timelines spread over the safekeepers). The partial object is written
+// by whoever finds the newest one unchanged for PartialInterval plus its
+// delay: the one writing keeps it fresh, and when it dies or lags another
+// takes over within seconds. Two writers at once are harmless: objects
+// are created once (the store refuses a second create), a second writer
+// of the same content finds it there, and different content for one name
+// is refused loudly as a split brain (archive.ErrConflict).
+package backup
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/safekeeper/safekeeper/acceptor"
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/server/timeline"
+	"github.com/safekeeper/safekeeper/storage/archive"
+	"github.com/safekeeper/safekeeper/storage/remote"
+)
+
+// Defaults of Config.
+const (
+	DefaultJobs            = 4
+	DefaultPartialInterval = 10 * time.Second
+	DefaultTakeover        = 3 * time.Second
+	// errorLogInterval: a timeline's store errors are logged at most this
+	// often (the metric counts each).
+	errorLogInterval = time.Minute
+	// tickInterval is how often the timelines waiting for a time are
+	// looked at.
+	tickInterval = 100 * time.Millisecond
+	// maxBackoff bounds the wait before a timeline's next attempt after
+	// an error.
+	maxBackoff = 30 * time.Second
+	// opTimeout bounds one object's upload or check.
+	opTimeout = 2 * time.Minute
+)
+
+// Config configures an Uploader.
+type Config struct {
+	Store remote.Storage
+	Codec *archive.Codec
+	// NodeID is this safekeeper's node id (its place in the turn order).
+	NodeID uint64
+	// Jobs bounds the segments uploaded at once, over all timelines.
+	Jobs int
+	// PartialInterval is how often the unfinished segment is uploaded
+	// while it changes.
+	PartialInterval time.Duration
+	// Takeover bounds the delay before this safekeeper does work another
+	// may be doing (see the package comment).
+	Takeover time.Duration
+	Logger   *slog.Logger
+	Metrics  *Metrics
+}
+
+// Metrics are the uploader's server-wide instruments.
+type Metrics struct {
+	Uploaded    prometheus.Counter     // bytes written to the store
+	WALUploaded prometheus.Counter     // WAL bytes those hold, uncompressed
+	Segments    prometheus.Counter     // whole segments this safekeeper uploaded
+	Errors      *prometheus.CounterVec // by kind: store, conflict, local
+}
+
+// NewMetrics makes the instruments (the HTTP API registers them).
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Uploaded: prometheus.NewCounter(prometheus.CounterOpts{Name: "safekeeper_backup_uploaded_bytes_total",
+			Help: "Bytes this safekeeper wrote to the archive (compressed, with headers)."}),
+		WALUploaded: prometheus.NewCounter(prometheus.CounterOpts{Name: "safekeeper_backup_wal_bytes_total",
+			Help: "WAL bytes, uncompressed, in the objects this safekeeper wrote to the archive."}),
+		Segments: prometheus.NewCounter(prometheus.CounterOpts{Name: "safekeeper_backed_up_segments_total",
+			Help: "Whole WAL segments this safekeeper uploaded to the archive."}),
+		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "safekeeper_backup_errors_total",
+			Help: "Archive uploads that failed, by kind: store (unreachable, an error status, credentials), conflict (an object of that name holds other WAL: a split brain), local (this safekeeper could not read the WAL)."}, []string{"kind"}),
+	}
+	for _, k := range []string{"store", "conflict", "local"} {
+		m.Errors.WithLabelValues(k)
+	}
+	return m
+}
+
+// Collectors are the instruments, for registration.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Uploaded, m.WALUploaded, m.Segments, m.Errors}
+}
+
+// Uploader uploads the WAL of a registry's timelines.
+type Uploader struct {
+	cfg Config
+	log *slog.Logger
+	reg *timeline.Registry
+
+	jobs chan struct{} // a token per segment upload under way
+
+	mu    sync.Mutex
+	state map[proto.TimelineKey]*tlState
+	ready []*tlState    // changed, not running, no wait pending
+	wake  chan struct{} // capacity 1: the dispatcher looks again
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	ctx   context.Context
+	halt  context.CancelFunc
+	// errLogged is when a store error was last logged (any timeline).
+	errLogged time.Time
+}
+
+// tlState is the uploader's view of one timeline. Fields other than t are
+// guarded by Uploader.mu, but for those only the timeline's pass touches
+// while running is set.
+type tlState struct {
+	t        *timeline.Timeline
+	changed  bool      // notified since the last pass started
+	running  bool      // a pass runs
+	queued   bool      // in ready
+	next     time.Time // no pass before (a wait, or a backoff after an error)
+	delay    time.Duration
+	failures int
+
+	// Owned by the running pass:
+	pendingSeg   proto.LSN // the lowest segment not archived...
+	pendingSince time.Time // ...complete since
+	seenPartial  proto.LSN // the newest partial's end, as last listed...
+	seenAt       time.Time // ...first seen then
+	ownPartial   proto.LSN // the end of the partial this safekeeper wrote last
+	partialAt    time.Time // when this safekeeper last looked at partials
+	histories    map[uint32]bool
+}
+
+// New returns an uploader of reg's timelines; Start starts it.
+func New(reg *timeline.Registry, cfg Config) *Uploader {
+	if cfg.Jobs <= 0 {
+		cfg.Jobs = DefaultJobs
+	}
+	if cfg.PartialInterval <= 0 {
+		cfg.PartialInterval = DefaultPartialInterval
+	}
+	if cfg.Takeover <= 0 {
+		cfg.Takeover = DefaultTakeover
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Uploader{
+		cfg: cfg, log: cfg.Logger, reg: reg, jobs: make(chan struct{}, cfg.Jobs),
+		state: map[proto.TimelineKey]*tlState{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
+		ctx: ctx, halt: cancel,
+	}
+}
+
+// SetRegistry names the registry whose timelines are uploaded (the
+// registry is made with the uploader as its Config.Backup, so after it).
+func (u *Uploader) SetRegistry(reg *timeline.Registry) { u.reg = reg }
+
+// Start runs the dispatcher.
+func (u *Uploader) Start() {
+	u.wg.Add(1)
+	go u.dispatch()
+}
+
+// Close stops the uploader: uploads under way are cancelled (what they
+// did not finish is not in the archive and backup_lsn did not move past
+// it), and Close returns when they have returned.
+func (u *Uploader) Close() {
+	u.mu.Lock()
+	select {
+	case <-u.stop:
+		u.mu.Unlock()
+		return
+	default:
+	}
+	close(u.stop)
+	u.mu.Unlock()
+	u.halt()
+	u.wg.Wait()
+}
+
+// Changed is the timelines' BackupNotifier: t's state changed. A
+// timeline calls it once until a pass takes the change
+// (Timeline.TakeBackupChange).
+func (u *Uploader) Changed(t *timeline.Timeline) {
+	u.mu.Lock()
+	s := u.stateOf(t)
+	s.changed = true
+	u.readyLocked(s)
+	u.mu.Unlock()
+}
+
+// readyLocked queues s for a pass now if it changed, runs none and waits
+// for nothing. mu held.
+func (u *Uploader) readyLocked(s *tlState) {
+	if !s.changed || s.running || s.queued || time.Now().Before(s.next) {
+		return
+	}
+	s.queued = true
+	u.ready = append(u.ready, s)
+	select {
+	case u.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stateOf returns t's state, made at first sight. mu held.
+func (u *Uploader) stateOf(t *timeline.Timeline) *tlState {
+	s := u.state[t.Key()]
+	if s == nil || s.t != t {
+		s = &tlState{t: t, delay: u.turnDelay(t.Key()), changed: true}
+		u.state[t.Key()] = s
+		u.readyLocked(s)
+	}
+	return s
+}
+
+// turnDelay is this safekeeper's delay for timeline key: a hash of the
+// node id and the timeline, scaled into [0, Takeover).
+func (u *Uploader) turnDelay(key proto.TimelineKey) time.Duration {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], u.cfg.NodeID)
+	h.Write(b[:])
+	h.Write(key.TenantID[:])
+	h.Write(key.TimelineID[:])
+	return time.Duration(h.Sum64() % uint64(u.cfg.Takeover))
+}
+
+// dispatch starts a pass for every timeline that changed or whose wait is
+// over, one pass per timeline at a time; every PartialInterval it also
+// looks at every running timeline (those opened at start and not written
+// to since still have WAL to archive) and forgets the stopped ones.
+func (u *Uploader) dispatch() {
+	defer u.wg.Done()
+	tick := time.NewTicker(tickInterval)
+	defer tick.Stop()
+	var lastScan, lastTick time.Time
+	for {
+		select {
+		case <-u.stop:
+			return
+		case <-u.wake:
+		case <-tick.C:
+		}
+		now := time.Now()
+		if now.Sub(lastScan) >= u.cfg.PartialInterval && u.reg != nil {
+			lastScan = now
+			running := u.reg.Running()
+			u.mu.Lock()
+			alive := make(map[*timeline.Timeline]bool, len(running))
+			for _, t := range running {
+				alive[t] = true
+				u.stateOf(t)
+			}
+			for k, s := range u.state {
+				if !alive[s.t] && !s.running {
+					delete(u.state, k)
+				}
+			}
+			u.mu.Unlock()
+		}
+		u.mu.Lock()
+		start := func(s *tlState) {
+			s.queued = false
+			if s.running || now.Before(s.next) || (!s.changed && s.next.IsZero()) {
+				return // running, waiting, or nothing new and no wait pending
+			}
+			s.changed, s.running, s.next = false, true, time.Time{}
+			s.t.TakeBackupChange()
+			u.wg.Add(1)
+			go u.runPass(s)
+		}
+		ready := u.ready
+		u.ready = nil
+		for _, s := range ready {
+			start(s)
+		}
+		if now.Sub(lastTick) >= tickInterval {
+			// The timelines whose wait is over.
+			lastTick = now
+			for _, s := range u.state {
+				if !s.next.IsZero() {
+					start(s)
+				}
+			}
+		}
+		u.mu.Unlock()
+	}
+}
+
+func (u *Uploader) runPass(s *tlState) {
+	defer u.wg.Done()
+	again, err := u.pass(s)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	s.running = false
+	switch {
+	case err != nil && u.ctx.Err() == nil:
+		s.failures++
+		wait := min(time.Second<<min(s.failures-1, 5), maxBackoff)
+		s.next = time.Now().Add(wait)
+		u.logError(s, err, wait)
+	case err != nil:
+	default:
+		s.failures = 0
+		if again > 0 {
+			s.next = time.Now().Add(again)
+		} else {
+			s.next = time.Time{}
+		}
+	}
+	u.readyLocked(s) // changed while the pass ran
+}
+
+// logError logs an upload error: a conflict every time (it never heals by
+// itself), others at most once a minute over all timelines.
+func (u *Uploader) logError(s *tlState, err error, retry time.Duration) {
+	l := s.t.Log()
+	switch {
+	case errors.Is(err, archive.ErrConflict):
+		u.cfg.Metrics.Errors.WithLabelValues("conflict").Inc()
+		l.Error("ARCHIVE CONFLICT: an object in the archive holds other WAL than this safekeeper's; backup_lsn stops here until an operator looks (split brain, or two clusters writing one prefix)",
+			"err", err, "retry_in", retry.String())
+	case errors.Is(err, errLocal):
+		u.cfg.Metrics.Errors.WithLabelValues("local").Inc()
+		l.Warn("archive upload: cannot read local WAL", "err", err, "retry_in", retry.String())
+	default:
+		u.cfg.Metrics.Errors.WithLabelValues("store").Inc()
+		if now := time.Now(); now.Sub(u.errLogged) >= errorLogInterval {
+			u.errLogged = now
+			l.Warn("archive upload failed; the WAL not yet in the archive stays on local disk (disk limits protect the disk); retrying with backoff",
+				"store", u.cfg.Store.String(), "backup_lsn", s.t.BackupLSN(), "err", err, "retry_in", retry.String())
+		}
+	}
+}
+
+// errLocal marks errors reading this safekeeper's own WAL.
+var errLocal = errors.New("local WAL")
+
+// pass archives what it can of one timeline and returns when to look
+// again without a change (0: at the next change).
+func (u *Uploader) pass(s *tlState) (time.Duration, error) {
+	t := s.t
+	st := t.State()
+	if st.TimelineStartLSN == 0 || st.CommitLSN <= st.TimelineStartLSN || st.WalSegSize == 0 {
+		return 0, nil
+	}
+	seg := uint64(st.WalSegSize)
+	commit := st.CommitLSN
+	t.MarkBackup(t.BackupLSN() < commit)
+	ar := archive.Open(u.cfg.Store, u.cfg.Codec, t.Key())
+	var ends []proto.PgTimelineEnd
+	if len(st.PgHistory) > 0 {
+		var err error
+		if ends, err = proto.ParsePgHistory(st.PgTimeline, st.PgHistory); err != nil {
+			return 0, fmt.Errorf("%w: the stored history of PostgreSQL timeline %d does not parse: %v", errLocal, st.PgTimeline, err)
+		}
+	}
+	if err := u.putHistories(s, ar, &st, ends); err != nil {
+		return 0, err
+	}
+	tliOf := func(at proto.LSN) uint32 { return proto.PgSegmentTimeline(ends, st.PgTimeline, at, seg) }
+
+	// Whole segments, from the one holding backup_lsn (or the archive's
+	// start: the first segment this timeline holds from its first byte).
+	from := t.BackupLSN()
+	if from == 0 {
+		from = max(st.TimelineStartLSN, st.RemovedUpTo, t.RemovedUpTo())
+		if from.SegmentOffset(seg) != 0 {
+			from = from.SegmentStart(seg) + proto.LSN(seg)
+		}
+	}
+	first := from.SegmentStart(seg)
+	var again time.Duration
+	for first+proto.LSN(seg) <= commit {
+		if err := u.ctx.Err(); err != nil {
+			return 0, err
+		}
+		if s.pendingSeg != first {
+			s.pendingSeg, s.pendingSince = first, time.Now()
+		}
+		mine := time.Since(s.pendingSince) >= s.delay // this safekeeper's turn has come
+		n := 0
+		for at := first; at+proto.LSN(seg) <= commit && n < u.cfg.Jobs*2; at += proto.LSN(seg) {
+			n++
+		}
+		done, err := u.segments(ar, t, &st, first, n, mine, tliOf)
+		if done > 0 {
+			if err := t.SetBackupLSN(first + proto.LSN(uint64(done)*seg)); err != nil {
+				return 0, fmt.Errorf("%w: %v", errLocal, err)
+			}
+			first += proto.LSN(uint64(done) * seg)
+		}
+		if err != nil {
+			return 0, err
+		}
+		if done < n {
+			// Not archived yet and not this safekeeper's turn: look again
+			// when it comes.
+			again = s.delay - time.Since(s.pendingSince) + 10*time.Millisecond
+			break
+		}
+	}
+	if again > 0 {
+		return again, nil
+	}
+
+	// The unfinished segment, up to commit_lsn.
+	if commit.SegmentOffset(seg) == 0 || t.BackupLSN() >= commit {
+		t.MarkBackup(t.BackupLSN() < commit)
+		return 0, nil
+	}
+	wait, err := u.partial(s, ar, t, &st, tliOf(commit))
+	t.MarkBackup(t.BackupLSN() < commit)
+	return wait, err
+}
+
+// segments archives n whole segments from first, in parallel (bounded by
+// Jobs over all timelines): each is checked in the archive, and uploaded
+// if it is not there and upload is set. It returns how many from first
+// are in the archive, contiguously.
+func (u *Uploader) segments(ar *archive.Archive, t *timeline.Timeline, st *acceptor.State, first proto.LSN, n int, upload bool, tliOf func(proto.LSN) uint32) (int, error) {
+	seg := uint64(st.WalSegSize)
+	type result struct {
+		there bool
+		err   error
+	}
+	res := make([]result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		at := first + proto.LSN(uint64(i)*seg)
+		select {
+		case u.jobs <- struct{}{}:
+		case <-u.ctx.Done():
+			wg.Wait()
+			return 0, u.ctx.Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-u.jobs; wg.Done() }()
+			res[i].there, res[i].err = u.segment(ar, t, st, at, upload, tliOf(at))
+		}()
+	}
+	wg.Wait()
+	for i, r := range res {
+		if r.err != nil {
+			return i, r.err
+		}
+		if !r.there {
+			return i, nil
+		}
+	}
+	return n, nil
+}
+
+// segment makes sure the segment at start is in the archive: there
+// already (with this safekeeper's content), or uploaded now if upload is
+// set. It reports whether it is there.
+func (u *Uploader) segment(ar *archive.Archive, t *timeline.Timeline, st *acceptor.State, start proto.LSN, upload bool, tli uint32) (bool, error) {
+	ctx, cancel := context.WithTimeout(u.ctx, opTimeout)
+	defer cancel()
+	seg := uint64(st.WalSegSize)
+	name := ar.SegmentName(proto.SegmentFileName(tli, start, seg))
+	h, _, err := ar.Head(ctx, name)
+	switch {
+	case err == nil:
+		// Stored by another safekeeper (or by this one before a crash):
+		// checked against the local WAL when it is still here.
+		content, rerr := readWAL(t, start, seg)
+		if rerr != nil {
+			// Not here any more (retention, a pull): the archive's
+			// header vouches for it.
+			return h.Kind == archive.KindSegment && h.Start == start && h.SystemID == st.SystemID, nil
+		}
+		want := archive.Header{Kind: archive.KindSegment, SystemID: st.SystemID, PgTimeline: tli, SegSize: uint32(seg), Start: start, Length: seg}
+		want.Sum = sumOf(content)
+		if !h.Same(want) {
+			return false, fmt.Errorf("%w: %s holds %s..%s sha256 %x, this safekeeper has sha256 %x", archive.ErrConflict, name, h.Start, h.End(), h.Sum[:8], want.Sum[:8])
+		}
+		return true, nil
+	case errors.Is(err, remote.ErrNotFound):
+	default:
+		return false, err
+	}
+	if !upload {
+		return false, nil
+	}
+	content, err := readWAL(t, start, seg)
+	if err != nil {
+		return false, err
+	}
+	size, existed, err := ar.Put(ctx, name, archive.Header{Kind: archive.KindSegment, SystemID: st.SystemID, PgTimeline: tli, SegSize: uint32(seg), Start: start}, content)
+	if err != nil {
+		return false, err
+	}
+	if !existed {
+		u.cfg.Metrics.Uploaded.Add(float64(size))
+		u.cfg.Metrics.WALUploaded.Add(float64(seg))
+		u.cfg.Metrics.Segments.Inc()
+		t.Log().Debug("archived segment", "segment", proto.SegmentFileName(tli, start, seg), "bytes", size)
+	}
+	return true, nil
+}
+
+// partial uploads the unfinished segment up to commit_lsn when it is this
+// safekeeper's turn (see the package comment), and returns when to look
+// again.
+func (u *Uploader) partial(s *tlState, ar *archive.Archive, t *timeline.Timeline, st *acceptor.State, tli uint32) (time.Duration, error) {
+	commit := st.CommitLSN
+	seg := uint64(st.WalSegSize)
+	now := time.Now()
+	if !s.partialAt.IsZero() && now.Sub(s.partialAt) < u.cfg.PartialInterval {
+		return u.cfg.PartialInterval - now.Sub(s.partialAt), nil
+	}
+	s.partialAt = now
+	ctx, cancel := context.WithTimeout(u.ctx, opTimeout)
+	defer cancel()
+	parts, err := ar.Partials(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var newest proto.LSN
+	if len(parts) > 0 {
+		newest = parts[len(parts)-1].End
+	}
+	start := commit.SegmentStart(seg)
+	if newest >= commit {
+		return 0, u.adopt(t, min(newest, commit), start)
+	}
+	if newest != s.seenPartial {
+		s.seenPartial, s.seenAt = newest, now
+	}
+	// Another safekeeper keeps the partial fresh: not this one's turn.
+	if newest != 0 && newest != s.ownPartial && now.Sub(s.seenAt) < u.cfg.PartialInterval+s.delay {
+		if err := u.adopt(t, newest, start); err != nil {
+			return 0, err
+		}
+		return u.cfg.PartialInterval + s.delay - now.Sub(s.seenAt), nil
+	}
+	if newest == 0 && now.Sub(s.seenAt) < s.delay {
+		return s.delay - now.Sub(s.seenAt), nil
+	}
+	content, err := readWAL(t, start, uint64(commit-start))
+	if err != nil {
+		return 0, err
+	}
+	name := ar.PartialName(proto.SegmentFileName(tli, start, seg), commit)
+	size, existed, err := ar.Put(ctx, name, archive.Header{Kind: archive.KindPartial, SystemID: st.SystemID, PgTimeline: tli, SegSize: uint32(seg), Start: start}, content)
+	if err != nil {
+		return 0, err
+	}
+	if !existed {
+		u.cfg.Metrics.Uploaded.Add(float64(size))
+		u.cfg.Metrics.WALUploaded.Add(float64(len(content)))
+	}
+	s.ownPartial, s.seenPartial, s.seenAt = commit, commit, now
+	if err := t.SetBackupLSN(commit); err != nil {
+		return 0, fmt.Errorf("%w: %v", errLocal, err)
+	}
+	// The older partials are superseded (their WAL is a prefix of this
+	// one's, or in whole segments now).
+	for _, p := range parts {
+		if p.End < commit {
+			if err := u.cfg.Store.Delete(ctx, p.Name); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return u.cfg.PartialInterval, nil
+}
+
+// adopt moves backup_lsn to end, the end of a partial another safekeeper
+// wrote, when every segment below it is in the archive (backup_lsn has
+// reached the partial's segment start).
+func (u *Uploader) adopt(t *timeline.Timeline, end, segStart proto.LSN) error {
+	if t.BackupLSN() < segStart {
+		return nil
+	}
+	if err := t.SetBackupLSN(end); err != nil {
+		return fmt.Errorf("%w: %v", errLocal, err)
+	}
+	return nil
+}
+
+func sumOf(b []byte) [32]byte { return sha256.Sum256(b) }
+
+// readWAL reads n bytes of the timeline's WAL from start.
+func readWAL(t *timeline.Timeline, start proto.LSN, n uint64) ([]byte, error) {
+	buf := make([]byte, n)
+	for off := uint64(0); off < n; {
+		m, err := t.ReadWAL(start+proto.LSN(off), buf[off:min(n, off+1<<20)])
+		if err != nil {
+			return nil, fmt.Errorf("%w: read %s: %v", errLocal, start+proto.LSN(off), err)
+		}
+		if m == 0 {
+			return nil, fmt.Errorf("%w: WAL ends at %s, below %s", errLocal, start+proto.LSN(off), start+proto.LSN(n))
+		}
+		off += uint64(m)
+	}
+	return buf, nil
+}
+
+// putHistories stores the history files of the timeline's PostgreSQL
+// timeline and its ancestors, once per process each.
+func (u *Uploader) putHistories(s *tlState, ar *archive.Archive, st *acceptor.State, ends []proto.PgTimelineEnd) error {
+	if st.PgTimeline < 2 || len(st.PgHistory) == 0 || s.histories[st.PgTimeline] {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(u.ctx, opTimeout)
+	defer cancel()
+	put := func(tli uint32, content []byte) error {
+		_, _, err := ar.Put(ctx, ar.HistoryName(tli), archive.Header{Kind: archive.KindHistory, SystemID: st.SystemID, PgTimeline: tli}, content)
+		return err
+	}
+	for _, e := range ends {
+		if e.TLI < 2 {
+			continue
+		}
+		b, ok := proto.PgHistoryPrefix(st.PgHistory, e.TLI)
+		if !ok {
+			return fmt.Errorf("%w: the history of PostgreSQL timeline %d has no line for its ancestor %d", errLocal, st.PgTimeline, e.TLI)
+		}
+		if err := put(e.TLI, b); err != nil {
+			return err
+		}
+	}
+	if err := put(st.PgTimeline, st.PgHistory); err != nil {
+		return err
+	}
+	if s.histories == nil {
+		s.histories = map[uint32]bool{}
+	}
+	s.histories[st.PgTimeline] = true
+	return nil
+}
