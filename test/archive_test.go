@@ -178,4 +178,3 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
-
