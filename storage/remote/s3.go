@@ -3,6 +3,8 @@ package remote
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -44,7 +46,9 @@ var s3Options = map[string]bool{"endpoint": true, "region": true}
 // AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, then the shared
 // credentials file (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials),
 // then, on AWS only, the instance's IAM role. The region is the URL's
-// region option, else AWS_REGION, else us-east-1.
+// region option, else AWS_REGION, else us-east-1. An https endpoint's
+// certificate is checked against the system's authorities and those in
+// AWS_CA_BUNDLE.
 func openS3(raw string, u *url.URL, o Options) (*S3, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w %q: %s", ErrBadURL, redact(raw), fmt.Sprintf(format, args...))
@@ -110,6 +114,23 @@ func openS3(raw string, u *url.URL, o Options) (*S3, error) {
 	tr, err := minio.DefaultTransport(secure)
 	if err != nil {
 		return nil, fmt.Errorf("remote: %w", err)
+	}
+	// AWS_CA_BUNDLE, as the AWS SDKs read it: the certificate authorities
+	// an https endpoint's certificate is checked against (a private CA),
+	// besides the system's.
+	if bundle := os.Getenv("AWS_CA_BUNDLE"); bundle != "" && secure {
+		pem, err := os.ReadFile(bundle)
+		if err != nil {
+			return nil, fmt.Errorf("%w: AWS_CA_BUNDLE: %v", ErrBadURL, err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: AWS_CA_BUNDLE %s holds no PEM certificate", ErrBadURL, bundle)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	s.client, err = minio.New(host, &minio.Options{
 		Creds:        creds,
