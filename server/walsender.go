@@ -183,12 +183,13 @@ func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 		rd: timeline.NewReader(timeline.ReaderConfig{ConnID: c.id, Slot: cmd.Slot, Addr: c.pc.RemoteAddr().String(),
 			AppName: c.pc.Params()["application_name"], TermReader: cmd.HasTerm, Start: cmd.Start}),
 		replyNow: make(chan struct{}, 1), gotStatus: make(chan struct{}, 1), readerDone: make(chan error, 1),
+		archived: c.srv.newArchivedWAL(tl, st.SystemID, uint64(st.WalSegSize)),
 	}
 	// Register before the check, so retention cannot remove the start
 	// segment between the check and the first read.
 	tl.AddReader(w.rd)
 	defer tl.RemoveReader(w.rd)
-	if err := startCheck(w.view(st), cmd); err != nil {
+	if err := startCheck(w.view(st), cmd); err != nil && !(isRemoved(err) && w.readThrough(st.TimelineStartLSN)) {
 		c.log.Info("refused START_REPLICATION", "start", cmd.Start, "err", err)
 		return c.fail(err)
 	}
@@ -223,6 +224,10 @@ type walSender struct {
 	rd      *timeline.Reader
 	segSize uint64
 	tli     uint32
+
+	// archived reads what retention removed here from the archive (nil:
+	// no archive; readthrough.go).
+	archived *archivedWAL
 
 	pos         proto.LSN // next LSN to send
 	lastRecv    atomic.Int64
@@ -519,6 +524,28 @@ func (w *walSender) loop() streamEnd {
 	}
 }
 
+// isRemoved: err is errSegmentRemoved's.
+func isRemoved(err error) bool {
+	var pe *pgwire.Error
+	return errors.As(err, &pe) && pe.Code == pgwire.UndefinedFile
+}
+
+// readThrough reports whether a start below the WAL held here (which
+// startCheck refused) can be served from the archive: the archive holds
+// the start's segment, whole, and it is not before the timeline's start.
+func (w *walSender) readThrough(tlStart proto.LSN) bool {
+	if w.archived == nil || w.pos < tlStart.SegmentStart(w.segSize) || w.pos >= w.tl.BackupLSN() {
+		return false
+	}
+	_, err := w.archived.read(w.c.srv.stopCtx, w.pos, make([]byte, 1), proto.PgSegmentTimeline(w.pgEnds, w.pgTLI, w.pos, w.segSize))
+	if err != nil {
+		w.c.log.Info("read-through: the archive cannot serve the start either", "start", w.pos, "err", err)
+		return false
+	}
+	w.c.log.Info("serving WAL removed here from the archive (read-through)", "start", w.pos)
+	return true
+}
+
 // send reads and sends the next XLogData up to limit and flushes it. sent
 // is false when storage had nothing at pos (it should not happen below
 // commit_lsn; the stream then waits for the next change).
@@ -537,6 +564,15 @@ func (w *walSender) send(limit proto.LSN) (sent bool, err error) {
 		// ReadWAL copies out of a short read transaction: nothing is held
 		// across the socket write below.
 		n, err = w.tl.ReadWAL(w.pos, w.buf[:end-w.pos])
+		if errors.Is(err, storage.ErrWALRemoved) && w.archived != nil {
+			// Removed here once it was in the archive: read it there.
+			var aerr error
+			if n, aerr = w.archived.read(w.c.srv.stopCtx, w.pos, w.buf[:end-w.pos], proto.PgSegmentTimeline(w.pgEnds, w.pgTLI, w.pos, w.segSize)); aerr == nil {
+				err = nil
+			} else {
+				w.c.log.Warn("read-through from the archive failed", "pos", w.pos, "err", aerr)
+			}
+		}
 	}
 	if err != nil {
 		return false, err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -177,4 +178,65 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// readThroughMB is the WAL a standby falls behind by in
+// TestStandbyCatchesUpThroughReadThrough (SAFEKEEPER_READTHROUGH_MB
+// raises it: 3072 for the 3 GB run docs/performance.md reports).
+func readThroughMB() int {
+	if v, err := strconv.Atoi(os.Getenv("SAFEKEEPER_READTHROUGH_MB")); err == nil && v > 0 {
+		return v
+	}
+	return 48
+}
+
+// TestStandbyCatchesUpThroughReadThrough: a hot standby made from a base
+// backup taken before the load starts streaming from a safekeeper only
+// after that safekeeper removed the WAL it needs (--wal-keep-size 0: it
+// went once it was in the archive, a file:// store here). The safekeeper
+// serves it from the archive, in order, as if it were local, and the
+// standby catches up to the primary.
+func TestStandbyCatchesUpThroughReadThrough(t *testing.T) {
+	store := "file://" + filepath.Join(t.TempDir(), "archive")
+	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
+		PG: pgtest.Options{WALSegSizeMB: 1},
+		SafekeeperArgs: []string{"--remote-storage", store, "--partial-backup-interval", "300ms", "--wal-keep-size", "0",
+			"--retention-interval", "100ms"}})
+	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	sk := c.Safekeepers[0]
+	standby := c.PG.BaseBackup(t, pgtest.BackupOptions{Signal: pgtest.StandbySignal, NoWAL: true,
+		PrimaryConninfo: sk.ConnString(archiveTenant, archiveTimeline) + " application_name=readthrough"})
+	start, err := proto.ParseLSN(c.PG.Exec(t, "SELECT pg_current_wal_flush_lsn()"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := readThroughMB()
+	rows := 0
+	for cur := start; cur < start+proto.LSN(mb)<<20; {
+		c.PG.Exec(t, fmt.Sprintf("INSERT INTO ledger SELECT g, repeat(md5(g::text), 40) FROM generate_series(%d, %d) g", rows+1, rows+2000))
+		rows += 2000
+		if cur, err = proto.ParseLSN(c.PG.Exec(t, "SELECT pg_current_wal_flush_lsn()")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end, _ := proto.ParseLSN(c.PG.Exec(t, "SELECT pg_current_wal_flush_lsn()"))
+	// Nearly all of it is removed here once archived (all but the
+	// segments at the end).
+	harness.WaitFor(t, 120*time.Second, "the safekeeper to remove the WAL the standby needs", func() bool {
+		return sk.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "removed_up_to") >= end.SegmentStart(1<<20)-1<<20
+	})
+	removed := sk.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "removed_up_to")
+	t.Logf("%d MiB of WAL from %s to %s; the safekeeper removed up to %s", mb, start, end, removed)
+
+	standby.Start(t)
+	harness.WaitFor(t, 300*time.Second, "the standby to replay up to the primary's end", func() bool {
+		out, err := standby.Query(context.Background(), "SELECT pg_last_wal_replay_lsn() >= '"+end.String()+"'::pg_lsn")
+		return err == nil && out == "t"
+	})
+	if got := standby.Exec(t, "SELECT count(*) FROM ledger"); got != strconv.Itoa(rows) {
+		t.Fatalf("standby has %s rows, the primary committed %d", got, rows)
+	}
+	if !strings.Contains(string(mustRead(t, sk.LogPath)), "serving WAL removed here from the archive") {
+		t.Fatalf("the safekeeper did not serve the start from the archive")
+	}
 }
