@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/test/harness"
@@ -239,4 +246,239 @@ func TestStandbyCatchesUpThroughReadThrough(t *testing.T) {
 	if !strings.Contains(string(mustRead(t, sk.LogPath)), "serving WAL removed here from the archive") {
 		t.Fatalf("the safekeeper did not serve the start from the archive")
 	}
+
+	// A client reading the removed WAL gets the primary's bytes; once the
+	// archived object is damaged (a byte flipped in the store), 58P01 and
+	// nothing of it.
+	seg := start.SegmentStart(1 << 20)
+	rc := archiveReplConn(t, sk)
+	if got := streamWAL(t, rc, seg, seg+1<<20); !bytes.Equal(got, mustRead(t, filepath.Join(c.PG.WALDir(), proto.SegmentFileName(1, seg, 1<<20)))) {
+		t.Fatalf("read-through of %s differs from the primary's segment", seg)
+	}
+	rc.Close(context.Background())
+	obj := filepath.Join(strings.TrimPrefix(store, "file://"), archiveTenant, archiveTimeline, "wal", proto.SegmentFileName(1, seg, 1<<20))
+	b := mustRead(t, obj)
+	b[len(b)/2] ^= 0x40
+	if err := os.WriteFile(obj, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := startReplicationError(t, archiveReplConn(t, sk), seg); code != "58P01" {
+		t.Fatalf("START_REPLICATION from a corrupt archived segment: %q, want 58P01", code)
+	}
+	if r := archiveFetch(t, store, proto.SegmentFileName(1, seg, 1<<20)); r.code != 126 || r.data != nil || !strings.Contains(r.stderr, "corrupt") {
+		t.Fatalf("wal fetch of a corrupt object: exit %d, %d bytes written; want 126 naming it corrupt\n%s", r.code, len(r.data), r.stderr)
+	}
+}
+
+// archiveReplConn is a replication connection to sk for the archive tests'
+// timeline.
+func archiveReplConn(t *testing.T, sk *harness.Safekeeper) *pgconn.PgConn {
+	t.Helper()
+	c, err := pgconn.Connect(harness.Context(t, 10*time.Second), sk.ConnString(archiveTenant, archiveTimeline)+" sslmode=disable replication=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// startReplicationError runs START_REPLICATION from on rc and returns the
+// SQLSTATE of the error that ends it ("" if WAL came instead).
+func startReplicationError(t *testing.T, rc *pgconn.PgConn, from proto.LSN) string {
+	t.Helper()
+	ctx := harness.Context(t, 20*time.Second)
+	rc.Frontend().Send(&pgproto3.Query{String: fmt.Sprintf("START_REPLICATION %s TIMELINE 1", from)})
+	if err := rc.Frontend().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		msg, err := rc.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			return m.Code
+		case *pgproto3.CopyData:
+			if m.Data[0] == pglogrepl.XLogDataByteID {
+				return ""
+			}
+		}
+	}
+}
+
+// checkArchivedSegments fetches every whole segment in [from, to) from the
+// archive (wal fetch --remote-storage) and compares it with the primary's
+// pg_wal file: nothing skipped, nothing different.
+func checkArchivedSegments(t *testing.T, storeURL string, pg *pgtest.Cluster, from, to proto.LSN, extra ...string) int {
+	t.Helper()
+	n := 0
+	for seg := from.SegmentStart(pg.WALSegSize); seg+proto.LSN(pg.WALSegSize) <= to; seg += proto.LSN(pg.WALSegSize) {
+		name := proto.SegmentFileName(1, seg, pg.WALSegSize)
+		r := archiveFetch(t, storeURL, name, extra...)
+		if r.code != 0 {
+			t.Fatalf("segment %s is not in the archive: exit %d\n%s", name, r.code, r.stderr)
+		}
+		if !bytes.Equal(r.data, mustRead(t, filepath.Join(pg.WALDir(), name))) {
+			t.Fatalf("segment %s in the archive differs from the primary's", name)
+		}
+		n++
+	}
+	return n
+}
+
+// insertRows inserts n batches of 500 rows into ledger from id next+1,
+// each an acknowledged commit, and returns the next id.
+func insertRows(t *testing.T, pg *pgtest.Cluster, next, n int) int {
+	t.Helper()
+	for range n {
+		pg.Exec(t, fmt.Sprintf("INSERT INTO ledger SELECT g, repeat(md5(g::text), 40) FROM generate_series(%d, %d) g", next+1, next+500))
+		next += 500
+	}
+	return next
+}
+
+func flushLSN(t *testing.T, pg *pgtest.Cluster) proto.LSN {
+	t.Helper()
+	l, err := proto.ParseLSN(pg.Exec(t, "SELECT pg_current_wal_flush_lsn()"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestArchiveRidesOutAStoreOutage: the S3 store answers 503, then 500,
+// then refuses the credentials, then drops connections, then is slow,
+// while the primary commits. Commits go on throughout; backup_lsn stays
+// where the store stopped, the WAL above it stays on the safekeepers'
+// disks (--wal-keep-size 0 would remove it otherwise), the errors are
+// counted and logged at most once a minute; once the store is back the
+// backlog drains and every segment is in the archive, byte for byte.
+func TestArchiveRidesOutAStoreOutage(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	proxy := s3test.StartFaultProxy(t, srv)
+	storeURL := proxy.URL(srv, "outage")
+	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
+		PG: pgtest.Options{WALSegSizeMB: 1, Conf: []string{"wal_keep_size = '1GB'"}},
+		SafekeeperArgs: []string{"--remote-storage", storeURL, "--partial-backup-interval", "300ms", "--wal-keep-size", "0",
+			"--retention-interval", "100ms"}})
+	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	start := c.Safekeepers[0].TimelineStatusLSN(t, archiveTenant, archiveTimeline, "timeline_start_lsn")
+	next := insertRows(t, c.PG, 0, 3)
+	before := flushLSN(t, c.PG)
+	harness.WaitFor(t, 60*time.Second, "the archive to reach the load before the outage", func() bool {
+		return backupLSN(t, c.Safekeepers) >= before
+	})
+
+	for _, f := range []s3test.Fault{s3test.Unavailable, s3test.ServerError, s3test.Forbidden, s3test.Drop} {
+		proxy.Set(f)
+		seen := proxy.Seen(f)
+		stuck := backupLSN(t, c.Safekeepers)
+		next = insertRows(t, c.PG, next, 3) // commits go on
+		harness.WaitFor(t, 30*time.Second, fmt.Sprintf("uploads to meet fault %d", f), func() bool { return proxy.Seen(f) > seen })
+		if b := backupLSN(t, c.Safekeepers); b != stuck {
+			t.Fatalf("fault %d: backup_lsn moved from %s to %s while the store failed every request", f, stuck, b)
+		}
+		for _, sk := range c.Safekeepers {
+			if r := sk.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "removed_up_to"); r > stuck {
+				t.Fatalf("fault %d: safekeeper %d removed WAL up to %s, above backup_lsn %s: WAL not in the archive is gone", f, sk.ID, r, stuck)
+			}
+		}
+	}
+	outageEnd := flushLSN(t, c.PG)
+	errs, lag := 0.0, 0.0
+	for _, sk := range c.Safekeepers {
+		errs += scrapeSum(t, sk, "safekeeper_backup_errors_total")
+		lag = max(lag, scrapeMetric(t, sk, "safekeeper_backup_lag_bytes", ""))
+		if n := strings.Count(string(mustRead(t, sk.LogPath)), "archive upload failed"); n > 1 {
+			t.Errorf("safekeeper %d logged %d upload failures within a minute; want at most one", sk.ID, n)
+		}
+	}
+	if errs == 0 || lag == 0 {
+		t.Errorf("during the outage: %v upload errors counted, backup lag %v bytes; want both above 0", errs, lag)
+	}
+	t.Logf("outage: %d rows committed, WAL up to %s, backup_lsn held at %s; %v errors counted, lag %v bytes", next, outageEnd, backupLSN(t, c.Safekeepers), errs, lag)
+
+	// A slow store still drains; then the store is back.
+	proxy.SetDelay(300 * time.Millisecond)
+	proxy.Set(s3test.Slow)
+	next = insertRows(t, c.PG, next, 2)
+	end := flushLSN(t, c.PG)
+	harness.WaitFor(t, 120*time.Second, "a slow store to take the backlog", func() bool { return backupLSN(t, c.Safekeepers) >= outageEnd })
+	proxy.Set(s3test.Pass)
+	harness.WaitFor(t, 60*time.Second, "the archive to catch up", func() bool { return backupLSN(t, c.Safekeepers) >= end })
+	n := checkArchivedSegments(t, proxy.URL(srv, "outage"), c.PG, start, end)
+	t.Logf("after the outage: %d rows; %d segments in the archive, each the primary's byte for byte", next, n)
+}
+
+// scrapeSum is the sum of every series of one metric of sk.
+func scrapeSum(t *testing.T, sk *harness.Safekeeper, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + sk.HTTPAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, m := range fams[name].GetMetric() {
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return sum
+}
+
+// TestArchiveResumesAfterEverySafekeeperIsKilled: kill -9 of all three
+// safekeepers while they upload, with a temporary file of a killed upload
+// left in the store: each comes back with the backup_lsn it had made
+// durable (never lower), the uploads resume from there, and once the
+// primary has committed more, every segment is in the archive byte for
+// byte and the leftover is not taken for an object.
+func TestArchiveResumesAfterEverySafekeeperIsKilled(t *testing.T) {
+	storeDir := filepath.Join(t.TempDir(), "archive")
+	store := "file://" + storeDir
+	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
+		PG:             pgtest.Options{WALSegSizeMB: 1, Conf: []string{"wal_keep_size = '1GB'"}},
+		SafekeeperArgs: []string{"--remote-storage", store, "--partial-backup-interval", "200ms"}})
+	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	start := c.Safekeepers[0].TimelineStatusLSN(t, archiveTenant, archiveTimeline, "timeline_start_lsn")
+	next := insertRows(t, c.PG, 0, 6)
+	harness.WaitFor(t, 30*time.Second, "the first segments in the archive", func() bool {
+		return backupLSN(t, c.Safekeepers) > start+2<<20
+	})
+	next = insertRows(t, c.PG, next, 4) // uploads under way as the kill comes
+	var before []proto.LSN
+	for _, sk := range c.Safekeepers {
+		before = append(before, sk.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "backup_lsn"))
+	}
+	for _, sk := range c.Safekeepers {
+		sk.Kill()
+	}
+	// What a killed upload to a directory can leave: a hidden temporary
+	// file next to where the object was to be.
+	walDir := filepath.Join(storeDir, archiveTenant, archiveTimeline, "wal")
+	leftover := filepath.Join(walDir, "."+proto.SegmentFileName(1, start+40<<20, 1<<20)+".tmp-0123456789abcdef")
+	if err := os.WriteFile(leftover, []byte("half an upload"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i, sk := range c.Safekeepers {
+		sk.Start()
+		if got := sk.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "backup_lsn"); got < before[i] {
+			t.Fatalf("safekeeper %d came back with backup_lsn %s, below the %s it reported before the kill", sk.ID, got, before[i])
+		}
+	}
+	next = insertRows(t, c.PG, next, 4) // acknowledged once the proposer has its quorum back
+	end := flushLSN(t, c.PG)
+	harness.WaitFor(t, 60*time.Second, "the archive to catch up after the restarts", func() bool {
+		return backupLSN(t, c.Safekeepers) >= end
+	})
+	n := checkArchivedSegments(t, store, c.PG, start, end)
+	if r := archiveFetch(t, store, proto.SegmentFileName(1, start+40<<20, 1<<20)); r.code != 1 {
+		t.Fatalf("the leftover temporary file was served as a segment: exit %d", r.code)
+	}
+	t.Logf("%d rows; backup_lsn before the kill %v; %d segments in the archive after the restarts, each the primary's", next, before, n)
 }

@@ -161,12 +161,11 @@ func redact(raw string) string {
 }
 
 func (s *S3) String() string {
-	v := url.Values{}
+	q := "?region=" + s.region
 	if s.endpoint != "" {
-		v.Set("endpoint", s.endpoint)
+		q = "?endpoint=" + s.endpoint + "&region=" + s.region
 	}
-	v.Set("region", s.region)
-	return "s3://" + s.bucket + "/" + strings.TrimSuffix(s.prefix, "/") + "?" + v.Encode()
+	return "s3://" + s.bucket + "/" + strings.TrimSuffix(s.prefix, "/") + q
 }
 
 func (s *S3) key(name string) (string, error) {

@@ -1,0 +1,108 @@
+package s3test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Fault is what a FaultProxy does to the requests it gets.
+type Fault int
+
+const (
+	Pass        Fault = iota // forward them
+	Unavailable              // answer 503 SlowDown, as S3 does under load
+	ServerError              // answer 500 InternalError
+	Forbidden                // answer 403 InvalidAccessKeyId: credentials refused
+	Drop                     // close the connection without an answer
+	Slow                     // forward each after a delay (FaultProxy.Delay)
+)
+
+// FaultProxy is an HTTP proxy in front of a Server that fails requests on
+// command: a store that goes down, answers errors or refuses the
+// credentials, and comes back. It listens on 127.0.0.1 at a port it binds
+// itself.
+type FaultProxy struct {
+	*httptest.Server
+	mu    sync.Mutex
+	fault Fault
+	delay time.Duration
+	seen  map[Fault]int
+}
+
+// StartFaultProxy starts a proxy to s and registers its cleanup.
+func StartFaultProxy(t testing.TB, s *Server) *FaultProxy {
+	t.Helper()
+	target, _ := url.Parse(s.Endpoint)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	p := &FaultProxy{seen: map[Fault]int{}, delay: time.Second}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		f, d := p.fault, p.delay
+		p.seen[f]++
+		p.mu.Unlock()
+		fail := func(status int, code string) {
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(status)
+			w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>` + code + `</Code><Message>injected by the test</Message></Error>`))
+		}
+		switch f {
+		case Unavailable:
+			fail(http.StatusServiceUnavailable, "SlowDown")
+		case ServerError:
+			fail(http.StatusInternalServerError, "InternalError")
+		case Forbidden:
+			fail(http.StatusForbidden, "InvalidAccessKeyId")
+		case Drop:
+			if hj, ok := w.(http.Hijacker); ok {
+				if c, _, err := hj.Hijack(); err == nil {
+					c.Close()
+					return
+				}
+			}
+			fail(http.StatusBadGateway, "InternalError")
+		case Slow:
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+			rp.ServeHTTP(w, r)
+		default:
+			rp.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Set makes the proxy do f from now on.
+func (p *FaultProxy) Set(f Fault) {
+	p.mu.Lock()
+	p.fault = f
+	p.mu.Unlock()
+}
+
+// SetDelay is the delay of Slow.
+func (p *FaultProxy) SetDelay(d time.Duration) {
+	p.mu.Lock()
+	p.delay = d
+	p.mu.Unlock()
+}
+
+// Seen is how many requests met f.
+func (p *FaultProxy) Seen(f Fault) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seen[f]
+}
+
+// URL is s.URL(prefix) through the proxy.
+func (p *FaultProxy) URL(s *Server, prefix string) string {
+	return strings.Replace(s.URL(prefix), url.QueryEscape(s.Endpoint), url.QueryEscape(p.Server.URL), 1)
+}
