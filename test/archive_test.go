@@ -75,29 +75,7 @@ func TestArchiveRestoreFromTheArchiveAlone(t *testing.T) {
 		SafekeeperArgs: []string{"--remote-storage", storeURL, "--partial-backup-interval", "300ms", "--wal-keep-size", "0"}})
 	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
 
-	// The restore's side: PostgreSQL runs restore_command as its own user,
-	// with a copy of the binary and the credentials in a file it can read.
-	restoreDir := pgtest.Dir(t, "archive-restore-")
-	bin := filepath.Join(restoreDir, "safekeeper")
-	if err := os.WriteFile(bin, mustRead(t, harness.Binary(t)), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	creds := filepath.Join(restoreDir, "credentials")
-	if err := os.WriteFile(creds, []byte(fmt.Sprintf("[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n", srv.AccessKey, srv.SecretKey)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := pgtest.ChownToPostgres(restoreDir); err != nil && os.Geteuid() == 0 {
-		t.Fatal(err)
-	}
-	logFile := filepath.Join(restoreDir, "fetch.log")
-	restored := c.PG.BaseBackup(t, pgtest.BackupOptions{Signal: pgtest.RecoverySignal, NoWAL: true, Conf: []string{
-		fmt.Sprintf("restore_command = '%s --log-level debug wal fetch --remote-storage ''%s'' --remote-storage-credentials-file %s --tenant-id %s --timeline-id %s %%f %%p 2>>%s'",
-			bin, storeURL, creds, archiveTenant, archiveTimeline, logFile)}})
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("fetch.log tail:\n%s", harness.TailFile(logFile, 30))
-		}
-	})
+	restored, logFile := archiveRestoreCopy(t, c.PG, srv, storeURL)
 
 	// The load: every INSERT returns once the proposer's quorum has it
 	// (the proposer is the synchronous standby): acknowledged. About 4
@@ -481,4 +459,100 @@ func TestArchiveResumesAfterEverySafekeeperIsKilled(t *testing.T) {
 		t.Fatalf("the leftover temporary file was served as a segment: exit %d", r.code)
 	}
 	t.Logf("%d rows; backup_lsn before the kill %v; %d segments in the archive after the restarts, each the primary's", next, before, n)
+}
+
+// archiveRestoreCopy makes a copy of pg from a base backup without WAL
+// (not started) whose only WAL source is restore_command = `safekeeper wal
+// fetch --remote-storage storeURL`: PostgreSQL runs it as its own user,
+// with a copy of the binary and the credentials in a file it can read. It
+// returns the copy and the file wal fetch logs to.
+func archiveRestoreCopy(t *testing.T, pg *pgtest.Cluster, srv *s3test.Server, storeURL string, conf ...string) (*pgtest.Cluster, string) {
+	t.Helper()
+	restoreDir := pgtest.Dir(t, "archive-restore-")
+	bin := filepath.Join(restoreDir, "safekeeper")
+	if err := os.WriteFile(bin, mustRead(t, harness.Binary(t)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	creds := filepath.Join(restoreDir, "credentials")
+	if err := os.WriteFile(creds, []byte(fmt.Sprintf("[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n", srv.AccessKey, srv.SecretKey)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgtest.ChownToPostgres(restoreDir); err != nil && os.Geteuid() == 0 {
+		t.Fatal(err)
+	}
+	logFile := filepath.Join(restoreDir, "fetch.log")
+	restored := pg.BaseBackup(t, pgtest.BackupOptions{Signal: pgtest.RecoverySignal, NoWAL: true, Conf: append([]string{
+		fmt.Sprintf("restore_command = '%s --log-level debug wal fetch --remote-storage ''%s'' --remote-storage-credentials-file %s --tenant-id %s --timeline-id %s %%f %%p 2>>%s'",
+			bin, storeURL, creds, archiveTenant, archiveTimeline, logFile)}, conf...)})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("fetch.log tail:\n%s", harness.TailFile(logFile, 30))
+		}
+	})
+	return restored, logFile
+}
+
+// TestArchiveRestoreThroughATimelineSwitch: the primary is lost, a hot
+// standby fed by a safekeeper is promoted (PostgreSQL timeline 2) and
+// protected by a new proposer on the same safekeepers, which archive on:
+// the history file and timeline 2's segments go to the archive. A base
+// backup taken on timeline 1, before all of it, restored from the archive
+// alone (every safekeeper's data gone) follows the switch and has every
+// row either primary acknowledged.
+func TestArchiveRestoreThroughATimelineSwitch(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	storeURL := srv.URL("failover")
+	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
+		PG:             pgtest.Options{WALSegSizeMB: 1},
+		SafekeeperArgs: []string{"--remote-storage", storeURL, "--partial-backup-interval", "300ms"}})
+	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	restored, _ := archiveRestoreCopy(t, c.PG, srv, storeURL)
+	standby := c.PG.StartStandby(t, pgtest.BackupOptions{PrimaryConninfo: c.Safekeepers[0].ConnString(archiveTenant, archiveTimeline) + " application_name=next"})
+	next := insertRows(t, c.PG, 0, 6)
+
+	// The primary's host is lost; sync settles the end; the standby
+	// replays to it and is promoted.
+	c.Proposer.Kill()
+	c.PG.Kill(t)
+	code, out, stderr := harness.Run(t, "sync", "--safekeepers", strings.Join(harness.Addrs(c.Safekeepers), ","),
+		"--tenant-id", archiveTenant, "--timeline-id", archiveTimeline, "--timeout", "60s")
+	if code != 0 {
+		t.Fatalf("sync: exit %d: %s", code, stderr)
+	}
+	standby.WaitReplay(t, strings.TrimSpace(out), 60*time.Second)
+	standby.Promote(t)
+	standby.Exec(t, "ALTER SYSTEM SET synchronous_standby_names = 'proposer'")
+	standby.Exec(t, "SELECT pg_reload_conf()")
+	prop := harness.StartProposer(t, harness.ProposerOptions{Name: "proposer2", Upstream: standby.ConnString(),
+		Safekeepers: harness.Addrs(c.Safekeepers), Tenant: archiveTenant, Timeline: archiveTimeline,
+		Slot: "proposer", ApplicationName: "proposer", Debug: true})
+	harness.WaitSyncStandby(t, standby, prop, "proposer", 90*time.Second)
+	next = insertRows(t, standby, next, 6)
+	end := flushLSN(t, standby)
+	harness.WaitFor(t, 60*time.Second, "the archive to reach the new primary's last commit", func() bool {
+		return backupLSN(t, c.Safekeepers) >= end
+	})
+
+	// Only the archive is left.
+	prop.Kill()
+	standby.Stop(t)
+	for _, sk := range c.Safekeepers {
+		sk.Kill()
+		if err := os.RemoveAll(sk.DataDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restored.Start(t)
+	harness.WaitFor(t, 120*time.Second, "the restored server to finish recovery and promote", func() bool {
+		out, err := restored.Query(context.Background(), "SELECT pg_is_in_recovery()")
+		return err == nil && out == "f"
+	})
+	if got := restored.Exec(t, "SELECT count(*) || ' ' || coalesce(max(id), 0) FROM ledger"); got != fmt.Sprintf("%d %d", next, next) {
+		t.Fatalf("restored ledger: count and max id %q, want %d rows acknowledged by both primaries", got, next)
+	}
+	if tli := restored.Exec(t, "SELECT timeline_id FROM pg_control_checkpoint()"); tli != "3" {
+		t.Errorf("the restored server is on PostgreSQL timeline %s, want 3 (it followed timeline 2 and promoted)", tli)
+	}
+	t.Logf("restored %d rows across the timeline switch from the archive alone", next)
 }
