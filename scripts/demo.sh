@@ -11,8 +11,13 @@
 # standby replays to it and is promoted (PostgreSQL timeline 2), a new
 # proposer protects it on the same safekeepers, and every acknowledged ledger
 # transaction is counted on the promoted primary. Last, every complete WAL
-# segment exported from each safekeeper is compared with the old primary's,
-# a report is printed and everything the demo made is removed.
+# segment exported from each safekeeper is compared with the old primary's.
+# All along the safekeepers archive the WAL (--remote-storage file://...):
+# at the end every safekeeper's data and both primaries are gone, and a base
+# backup taken before the load is restored from the archive alone to a
+# point in time after the bad day: every acknowledged ledger transaction is
+# there, a row committed after the target time is not. A report is printed
+# and everything the demo made is removed.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,6 +44,7 @@ cleanup() {
   set +e
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
   [ -f "$WORK/standby/postmaster.pid" ] && pg "$PGBIN/pg_ctl" -D "$WORK/standby" -m immediate -w stop >/dev/null 2>&1
+  [ -f "$WORK/pitr/postmaster.pid" ] && pg "$PGBIN/pg_ctl" -D "$WORK/pitr" -m immediate -w stop >/dev/null 2>&1
   [ -f "$WORK/primary/postmaster.pid" ] && pg "$PGBIN/pg_ctl" -D "$WORK/primary" -m immediate -w stop >/dev/null 2>&1
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
   rm -rf "$WORK"
@@ -93,12 +99,13 @@ SKADDRS=()
 for i in 1 2 3; do
   port=$(free_port)
   SKADDRS+=("127.0.0.1:$port")
-  "$BIN" run --id "$i" --listen-pg "127.0.0.1:$port" --listen-http "127.0.0.1:$(free_port)" --data-dir "$WORK/sk$i" >"$WORK/sk$i.log" 2>&1 &
+  "$BIN" run --id "$i" --listen-pg "127.0.0.1:$port" --listen-http "127.0.0.1:$(free_port)" --data-dir "$WORK/sk$i" \
+    --remote-storage "file://$WORK/archive" --partial-backup-interval 2s >"$WORK/sk$i.log" 2>&1 &
   PIDS+=($!)
 done
 listening() { (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null; }
 for a in "${SKADDRS[@]}"; do wait_until 15 "safekeeper $a" listening "$a"; done
-say "3 safekeepers listening: ${SKADDRS[*]}"
+say "3 safekeepers listening: ${SKADDRS[*]}; they archive the WAL to file://$WORK/archive"
 
 # The timeline is created once; the proposer never creates one (a mistyped
 # id must not fork the WAL). Its slot and application_name default to
@@ -135,6 +142,9 @@ progress() {
     say "WAL streamed ${lsn} MB$(sk_status)"
   done
 }
+
+say "base backup without WAL for the point-in-time restore at the end (its WAL will come from the archive alone)"
+pg "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "$PPORT" -U postgres -D "$WORK/pitr" -X none -c fast
 
 say "pgbench -i -s $SCALE"
 pg "$PGBIN/pgbench" -h 127.0.0.1 -p "$PPORT" -U postgres -i -s "$SCALE" -q postgres 2>&1 | sed 's/^/    /'
@@ -225,6 +235,10 @@ wait_until 90 "the proposer to stream as the new primary's synchronous standby" 
   || { cat "$WORK/ledger2.out"; exit 1; }
 ACK2=$(awk '/number of transactions actually processed/ {split($NF,a,"/"); print a[1]}' "$WORK/ledger2.out")
 ROWS=$(psql_s -c "select count(*) from ledger")
+# The point in time to restore to, and a row committed after it.
+TARGET_TIME=$(psql_s -c "select now()")
+psql_s -c "create table after_target(x int)" -c "insert into after_target values (1)" >/dev/null
+FINAL_LSN=$(psql_s -c "select pg_current_wal_flush_lsn()")
 TLIS=""
 for a in "${SKADDRS[@]}"; do
   TLIS+=" $(pg "$PGBIN/psql" "host=${a%:*} port=${a#*:} user=postgres replication=true options='-c tenant_id=$TENANT -c timeline_id=$TIMELINE'" -XAtq -F' ' -c TIMELINE_STATUS | awk '{print $11}')"
@@ -233,6 +247,18 @@ BADDAY="none missing"
 if [ "$ROWS" -lt $((${ACK1:-0} + ${ACK2:-0})) ] || [ "${ACK1:-0}" -eq 0 ] || [ "${ACK2:-0}" -eq 0 ]; then BADDAY="MISSING"; ALL_OK=0; fi
 for t in $TLIS; do [ "$t" = "$NEW_TLI" ] || { BADDAY="$BADDAY; a safekeeper is on timeline $t"; ALL_OK=0; }; done
 say "$((${ACK1:-0} + ${ACK2:-0})) ledger transactions acknowledged, $ROWS rows on the promoted primary: $BADDAY"
+
+# backup_lsn is TIMELINE_STATUS's 22nd column.
+archived() {
+  local a b
+  for a in "${SKADDRS[@]}"; do
+    b=$(pg "$PGBIN/psql" "host=${a%:*} port=${a#*:} user=postgres replication=true options='-c tenant_id=$TENANT -c timeline_id=$TIMELINE'" -XAtq -F'|' -c TIMELINE_STATUS | awk -F'|' '{print $22}')
+    [ "$(psql_s -c "select '$b'::pg_lsn >= '$FINAL_LSN'::pg_lsn")" = t ] && return 0
+  done
+  return 1
+}
+wait_until 120 "the archive to reach $FINAL_LSN" archived
+say "the archive holds the WAL up to $FINAL_LSN (backup_lsn)"
 
 say "stopping the proposer and safekeepers (SIGTERM), exporting WAL from each"
 stop_job TERM "$PROPOSER"
@@ -255,6 +281,40 @@ for i in 1 2 3; do
   SEGSUM+="    safekeeper $i (${SKADDRS[$((i-1))]}): $same complete segments identical to the primary's pg_wal, $diff different"$'\n'
 done
 
+# ---- Point-in-time restore from the archive alone. ----
+say "removing every safekeeper's data and stopping the promoted primary: only the archive is left"
+rm -rf "$WORK/sk1" "$WORK/sk2" "$WORK/sk3"
+pg "$PGBIN/pg_ctl" -D "$WORK/standby" -m fast -w stop >/dev/null
+# PostgreSQL runs restore_command as its own user: a copy of the binary it
+# can run, and the archive readable by it (the safekeepers made it 0700).
+cp "$BIN" "$WORK/safekeeper-restore"
+chmod -R go+rX "$WORK/archive"
+RPORT=$(free_port)
+pg touch "$WORK/pitr/recovery.signal"
+cat >> "$WORK/pitr/postgresql.conf" <<CONF
+port = $RPORT
+synchronous_standby_names = ''
+restore_command = '$WORK/safekeeper-restore wal fetch --remote-storage file://$WORK/archive --tenant-id $TENANT --timeline-id $TIMELINE %f %p 2>>$WORK/restore-fetch.log'
+recovery_target_time = '$TARGET_TIME'
+recovery_target_timeline = 'latest'
+recovery_target_action = 'promote'
+CONF
+say "restoring the base backup taken before the load, to $TARGET_TIME, from file://$WORK/archive"
+pg "$PGBIN/pg_ctl" -D "$WORK/pitr" -l "$WORK/pitr.log" -w -t 300 start >/dev/null || { tail -20 "$WORK/pitr.log"; exit 1; }
+psql_r() { pg "$PGBIN/psql" -h 127.0.0.1 -p "$RPORT" -U postgres -d postgres -XAtq "$@"; }
+restored() { [ "$(psql_r -c "select pg_is_in_recovery()")" = f ]; }
+wait_until 300 "the point-in-time restore to finish" restored
+R_ROWS=$(psql_r -c "select count(*) from ledger")
+R_RES=$(psql_r -c "$Q" | tr '\n' ' ')
+R_AFTER=$(psql_r -c "select count(*) from pg_class where relname = 'after_target'")
+R_SEGS=$(grep -c 'msg=fetched' "$WORK/restore-fetch.log" || true)
+PITR="all acknowledged ledger transactions present, nothing after the target"
+if [ "$R_ROWS" -lt $((${ACK1:-0} + ${ACK2:-0})) ]; then PITR="MISSING acknowledged ledger rows"; ALL_OK=0; fi
+if [ "$R_AFTER" != 0 ]; then PITR="$PITR; WRONG: a table created after the target time is there"; ALL_OK=0; fi
+[ "$R_RES" = "$P_RES" ] || { PITR="$PITR; pgbench tables DIFFER from the primary's"; ALL_OK=0; }
+say "restored: $R_ROWS ledger rows, $R_SEGS files fetched from the archive: $PITR"
+pg "$PGBIN/pg_ctl" -D "$WORK/pitr" -m fast -w stop >/dev/null
+
 LAT=$(cat "$WORK"/pgbench_log* 2>/dev/null | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END {if (NR) printf "p50 %.2f ms, p99 %.2f ms", a[int(NR*0.50)+ (NR*0.50>int(NR*0.50))]/1000, a[int(NR*0.99)+(NR*0.99>int(NR*0.99))]/1000}')
 
 STANDBY="MATCH"
@@ -273,6 +333,11 @@ the bad day (kill -9 of primary and proposer under load, sync, promote, re-prote
     ledger transactions acknowledged:            ${ACK1:-0} before the kill, ${ACK2:-0} on the promoted primary
     rows on the promoted primary:                $ROWS: $BADDAY
     sync at $SYNC_LSN; promoted standby on PostgreSQL timeline $NEW_TLI; safekeepers on timeline:$TLIS
+point-in-time restore from the archive alone (every safekeeper's data removed, both primaries gone):
+    base backup from before the load, recovery_target_time $TARGET_TIME
+    files fetched from file://.../archive:       $R_SEGS
+    ledger rows restored:                        $R_ROWS (${ACK1:-0} + ${ACK2:-0} acknowledged): $PITR
+    pgbench tables:                              $R_RES
 ========================================================
 REPORT
 [ "$ALL_OK" = 1 ] || { echo "demo: verification FAILED" >&2; exit 1; }
