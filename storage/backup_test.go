@@ -1,6 +1,8 @@
 package storage
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -49,4 +51,12 @@ func TestBackupLSNSurvivesReopen(t *testing.T) {
 		t.Fatalf("damaged record: %v, want ErrCorrupt", err)
 	}
 	db.Close()
+}
+
+// TestBackupRecordGoldenBytes pins the backup record's layout.
+func TestBackupRecordGoldenBytes(t *testing.T) {
+	got := hex.EncodeToString(backupRecord.append(nil, func(b []byte) []byte { return binary.BigEndian.AppendUint64(b, 0x0000000103000ABC) }))
+	if want := "534b424b00000001" + "0000000103000abc" + "c20d25aa"; got != want {
+		t.Fatalf("backup record\n got %s\nwant %s", got, want)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -555,4 +556,31 @@ func TestArchiveRestoreThroughATimelineSwitch(t *testing.T) {
 		t.Errorf("the restored server is on PostgreSQL timeline %s, want 3 (it followed timeline 2 and promoted)", tli)
 	}
 	t.Logf("restored %d rows across the timeline switch from the archive alone", next)
+}
+
+// TestRunChecksTheArchiveAtStart: `safekeeper run --remote-storage` with a
+// bucket that does not exist, or credentials the store refuses, exits 2
+// naming the problem before it serves anything; a store that cannot be
+// reached (down for now) is no reason not to start: it warns, serves, and
+// archives once the store is back.
+func TestRunChecksTheArchiveAtStart(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	dir := t.TempDir()
+	wrongBucket := strings.Replace(srv.URL("p"), "s3://"+srv.Bucket+"/", "s3://no-such-bucket/", 1)
+	code, _, stderr := harness.Run(t, "run", "--id", "1", "--data-dir", filepath.Join(dir, "a"), "--listen-pg", "127.0.0.1:0", "--listen-http", "", "--remote-storage", wrongBucket)
+	if code != 2 || !strings.Contains(stderr, `bucket "no-such-bucket" does not exist`) {
+		t.Errorf("run with a missing bucket: exit %d, want 2 naming the bucket\n%s", code, stderr)
+	}
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+	code, _, stderr = harness.Run(t, "run", "--id", "1", "--data-dir", filepath.Join(dir, "b"), "--listen-pg", "127.0.0.1:0", "--listen-http", "", "--remote-storage", srv.URL("p"))
+	if code != 2 || !strings.Contains(stderr, "credentials refused") {
+		t.Errorf("run with a wrong secret: exit %d, want 2 naming the credentials\n%s", code, stderr)
+	}
+	srv.SetEnv(t)
+	down := strings.Replace(srv.URL("p"), url.QueryEscape(srv.Endpoint), url.QueryEscape("http://"+harness.RefusedAddr(t)), 1)
+	sk := harness.StartSafekeeper(t, 1, "--remote-storage", down)
+	if !strings.Contains(string(mustRead(t, sk.LogPath)), "the archive's store cannot be reached; starting anyway") {
+		t.Errorf("a safekeeper whose store is down started without saying so")
+	}
 }

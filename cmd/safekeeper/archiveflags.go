@@ -55,13 +55,13 @@ func openArchive(c *cli.Context, warn func(string, ...any)) (remote.Storage, *ar
 	if raw == "" {
 		return nil, nil, nil
 	}
+	codec, err := archiveCodec(c) // first: a refused flag creates nothing
+	if err != nil {
+		return nil, nil, err
+	}
 	store, err := remote.Open(raw, remote.Options{CredentialsFile: c.String("remote-storage-credentials-file")})
 	if err != nil {
 		return nil, nil, usagef("--remote-storage: %w", err)
-	}
-	codec, err := archiveCodec(c)
-	if err != nil {
-		return nil, nil, err
 	}
 	if warn == nil {
 		return store, codec, nil

@@ -284,6 +284,13 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 		{append([]string{"timeline", "pull", "--from", "127.0.0.1:0", "--data-dir", dir}, ids...), `--from "127.0.0.1:0"`},
 		{[]string{"status", "--http", "127.0.0.1:0"}, `--http "127.0.0.1:0"`},
 		{[]string{"status", "--http", "https://127.0.0.1:99999"}, `--http "https://127.0.0.1:99999"`},
+		{[]string{"run", "--id", "1", "--data-dir", dir, "--remote-storage", "ftp://h/p"}, `--remote-storage: remote: bad storage URL "ftp://h/p": scheme "ftp" is not supported`},
+		{[]string{"run", "--id", "1", "--data-dir", dir, "--remote-storage", "s3://bucket/p?endpoint=localhost:9000"}, `endpoint "localhost:9000"`},
+		{[]string{"run", "--id", "1", "--data-dir", dir, "--remote-storage", "file://" + filepath.Join(dir, "archive"), "--archive-compression", "lz4"}, "--archive-compression"},
+		{[]string{"run", "--id", "1", "--data-dir", dir, "--remote-storage", "file://" + filepath.Join(dir, "archive"), "--archive-recipient", "age1bad"}, "--archive-recipient"},
+		{[]string{"run", "--id", "1", "--data-dir", dir, "--backup-parallel-jobs", "0"}, "--backup-parallel-jobs"},
+		{[]string{"run", "--id", "1", "--data-dir", dir, "--partial-backup-interval", "0s"}, "--partial-backup-interval"},
+		{[]string{"run", "--id", "1", "--data-dir", dir, "--remote-storage", "s3://b/p", "--remote-storage-credentials-file", filepath.Join(dir, "none")}, "credentials file"},
 	}
 	for _, tc := range cases {
 		var out, errb bytes.Buffer
@@ -292,8 +299,10 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 			t.Errorf("%q: exit %d, stderr %q; want exit %d and a message naming %s", tc.args, code, errb.String(), exitUsage, tc.want)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, "safekeeper.db")); !os.IsNotExist(err) {
-		t.Errorf("a refused run created its database: %v", err)
+	for _, f := range []string{"safekeeper.db", "archive"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
+			t.Errorf("a refused run created %s: %v", f, err)
+		}
 	}
 }
 

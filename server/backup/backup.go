@@ -1,23 +1,3 @@
-// Package backup is the safekeeper's uploader: it carries every timeline's
-// committed WAL into the archive (storage/archive), whole segments once
-// they lie below commit_lsn and the unfinished segment as a partial object
-// every PartialInterval while it changes, and moves backup_lsn.
-//
-// Who uploads. Every safekeeper of a timeline runs an uploader, and no
-// central service says which of them works: each looks at the archive
-// before it writes. A whole segment another safekeeper already stored
-// (same content: its header's checksum) only moves backup_lsn here; one
-// nobody stored is uploaded by the safekeeper whose turn comes first: each
-// waits, before its first attempt at a segment, a delay of its own in
-// [0, Takeover) derived from its node id and the timeline (the same
-// safekeeper goes first for every segment of a timeline, and the
-// timelines spread over the safekeepers). The partial object is written
-// by whoever finds the newest one unchanged for PartialInterval plus its
-// delay: the one writing keeps it fresh, and when it dies or lags another
-// takes over within seconds. Two writers at once are harmless: objects
-// are created once (the store refuses a second create), a second writer
-// of the same content finds it there, and different content for one name
-// is refused loudly as a split brain (archive.ErrConflict).
 package backup
 
 import (

@@ -1,22 +1,3 @@
-// Package archive is the WAL archive in object storage (storage/remote):
-// how a timeline's segments, its unfinished segment and its PostgreSQL
-// history files are laid out as objects, the object format (a header with
-// the checksum of the content, then the content, zstd-compressed by
-// default and optionally encrypted to age recipients), and putting and
-// getting them with every check a reader needs: an object is verified
-// against its checksum on every read, and an object of a name that exists
-// with other content is refused loudly (ErrConflict), never replaced.
-//
-// Layout, under the store's root, for tenant T and timeline L (hex):
-//
-//	T/L/wal/TTTTTTTTXXXXXXXXYYYYYYYY             a whole segment, named as in pg_wal
-//	T/L/wal/TTTTTTTT.history                     a PostgreSQL timeline history file
-//	T/L/partial/TTTTTTTTXXXXXXXXYYYYYYYY.EEEEEEEEEEEEEEEE.partial
-//	                                             the unfinished segment, WAL up to E
-//
-// Names under wal/ sort by PostgreSQL timeline, then position; partials of
-// one segment sort by their end, so the newest is the last one listed
-// under partial/ (where the uploader keeps only the newest few).
 package archive
 
 import (
@@ -134,7 +115,12 @@ func (h Header) append(dst []byte) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(h.Start))
 	dst = binary.BigEndian.AppendUint64(dst, h.Length)
 	dst = append(dst, h.Sum[:]...)
-	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+	return append(dst, crcBytes(dst[start:])...)
+}
+
+// crcBytes is the CRC-32C of b, big-endian.
+func crcBytes(b []byte) []byte {
+	return binary.BigEndian.AppendUint32(nil, crc32.Checksum(b, castagnoli))
 }
 
 // ParseHeader reads the header at the start of b (at least HeaderLen
