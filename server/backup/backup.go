@@ -294,6 +294,11 @@ func (u *Uploader) dispatch() {
 func (u *Uploader) runPass(s *tlState) {
 	defer u.wg.Done()
 	again, err := u.pass(s)
+	if err == nil {
+		u.setWake(s.t)
+	} else {
+		s.t.WakeBackupAt(0)
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	s.running = false
@@ -313,6 +318,31 @@ func (u *Uploader) runPass(s *tlState) {
 		}
 	}
 	u.readyLocked(s) // changed while the pass ran
+}
+
+// setWake tells t which commit_lsn is worth a pass: with the archive
+// caught up, any higher one; behind it, the end of the segment commit_lsn
+// is in (whole segments go at once; the partial upload has its timer).
+// Commits below it cost the timeline one comparison and the uploader
+// nothing.
+func (u *Uploader) setWake(t *timeline.Timeline) {
+	st := t.State()
+	seg := uint64(st.WalSegSize)
+	if seg == 0 || st.TimelineStartLSN == 0 {
+		t.WakeBackupAt(0)
+		return
+	}
+	wake := st.CommitLSN.SegmentStart(seg) + proto.LSN(seg)
+	if t.BackupLSN() >= st.CommitLSN {
+		wake = st.CommitLSN + 1
+	}
+	t.WakeBackupAt(wake)
+	// A commit that came while the pass ended, compared against the old
+	// threshold, must not be lost.
+	if t.State().CommitLSN >= wake {
+		t.WakeBackupAt(0)
+		u.Changed(t)
+	}
 }
 
 // logError logs an upload error: a conflict every time (it never heals by

@@ -27,17 +27,30 @@ type backupState struct {
 	// (TakeBackupChange): further changes need not tell it again, so a
 	// commit costs one atomic load here while the uploader is behind.
 	pending atomic.Bool
+	// wakeAt: a change below this commit_lsn does not tell the notifier
+	// (it has nothing to do until then, or until a timer of its own);
+	// 0: every change tells it.
+	wakeAt atomic.Uint64
 	// behindSince is when commit_lsn was first seen above backup_lsn
 	// (unix nanoseconds; 0: caught up), for the lag in seconds.
 	behindSince atomic.Int64
 }
 
-// notifyBackup tells the notifier of a change, unless it has one pending.
-func (t *Timeline) notifyBackup() {
-	if t.notify != nil && !t.backup.pending.Load() && t.backup.pending.CompareAndSwap(false, true) {
+// notifyBackup tells the notifier of a change to commit_lsn commit,
+// unless it has one pending or asked to hear only of a higher one.
+func (t *Timeline) notifyBackup(commit proto.LSN) {
+	if t.notify == nil || t.backup.pending.Load() || uint64(commit) < t.backup.wakeAt.Load() {
+		return
+	}
+	if t.backup.pending.CompareAndSwap(false, true) {
 		t.notify.Changed(t)
 	}
 }
+
+// WakeBackupAt asks to be told of changes only once commit_lsn reaches
+// lsn (0: of every change). The uploader calls it after a pass: until the
+// segment it holds is complete, the partial upload's timer is enough.
+func (t *Timeline) WakeBackupAt(lsn proto.LSN) { t.backup.wakeAt.Store(uint64(lsn)) }
 
 // TakeBackupChange is the uploader taking the pending change: it reads
 // the state after this, and the next change tells it again.

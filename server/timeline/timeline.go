@@ -773,7 +773,7 @@ func (o *owner) act(r acceptor.Ready) {
 	if r.State != nil {
 		o.t.publish(*r.State)
 		o.t.repl.kickRetention()
-		o.t.notifyBackup()
+		o.t.notifyBackup(r.State.CommitLSN)
 	}
 	var fed *proto.SafeKeeperResponse
 	for _, out := range r.Out {
