@@ -584,3 +584,39 @@ func TestRunChecksTheArchiveAtStart(t *testing.T) {
 		t.Errorf("a safekeeper whose store is down started without saying so")
 	}
 }
+
+// TestArchiveUploaderIsReplaced: the safekeeper that uploads a timeline's
+// segments is killed; the two left (a quorum: commits go on) take its
+// work over within seconds, and no segment is skipped.
+func TestArchiveUploaderIsReplaced(t *testing.T) {
+	store := "file://" + filepath.Join(t.TempDir(), "archive")
+	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
+		PG:             pgtest.Options{WALSegSizeMB: 1, Conf: []string{"wal_keep_size = '1GB'"}},
+		SafekeeperArgs: []string{"--remote-storage", store, "--partial-backup-interval", "300ms"}})
+	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	start := c.Safekeepers[0].TimelineStatusLSN(t, archiveTenant, archiveTimeline, "timeline_start_lsn")
+	next := insertRows(t, c.PG, 0, 6)
+	mid := flushLSN(t, c.PG)
+	harness.WaitFor(t, 30*time.Second, "the archive to reach the first load", func() bool { return backupLSN(t, c.Safekeepers) >= mid })
+	uploader, most := 0, -1.0
+	for i, sk := range c.Safekeepers {
+		if n := scrapeMetric(t, sk, "safekeeper_backed_up_segments_total", ""); n > most {
+			uploader, most = i, n
+		}
+	}
+	c.Safekeepers[uploader].Kill()
+	rest := append(append([]*harness.Safekeeper{}, c.Safekeepers[:uploader]...), c.Safekeepers[uploader+1:]...)
+	next = insertRows(t, c.PG, next, 6)
+	end := flushLSN(t, c.PG)
+	t0 := time.Now()
+	harness.WaitFor(t, 30*time.Second, "the other safekeepers to archive what the killed uploader left", func() bool {
+		return backupLSN(t, rest) >= end
+	})
+	took := time.Since(t0)
+	if took > 10*time.Second {
+		t.Errorf("the archive caught up %v after the last commit; want within seconds", took)
+	}
+	n := checkArchivedSegments(t, store, c.PG, start, end)
+	t.Logf("safekeeper %d uploaded %v segments and was killed; the others archived the rest (%d rows, %d segments in all) %v after the last commit",
+		c.Safekeepers[uploader].ID, most, next, n, took.Round(time.Millisecond))
+}
