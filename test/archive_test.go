@@ -620,3 +620,38 @@ func TestArchiveUploaderIsReplaced(t *testing.T) {
 	t.Logf("safekeeper %d uploaded %v segments and was killed; the others archived the rest (%d rows, %d segments in all) %v after the last commit",
 		c.Safekeepers[uploader].ID, most, next, n, took.Round(time.Millisecond))
 }
+
+// TestArchiveRacingUploadersAreHarmless: with no turn to wait for (every
+// safekeeper's delay near zero) all three upload each segment at once:
+// each segment is stored once, the others find it there with the same
+// content, no error is counted, and the archive is the primary's WAL.
+func TestArchiveRacingUploadersAreHarmless(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	storeURL := srv.URL("race")
+	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
+		PG:             pgtest.Options{WALSegSizeMB: 1, Conf: []string{"wal_keep_size = '1GB'"}},
+		SafekeeperArgs: []string{"--remote-storage", storeURL, "--partial-backup-interval", "100ms", "--backup-takeover", "1ms"}})
+	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	start := c.Safekeepers[0].TimelineStatusLSN(t, archiveTenant, archiveTimeline, "timeline_start_lsn")
+	next := insertRows(t, c.PG, 0, 10)
+	end := flushLSN(t, c.PG)
+	harness.WaitFor(t, 60*time.Second, "every safekeeper's backup_lsn to reach the end", func() bool {
+		for _, sk := range c.Safekeepers {
+			if sk.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "backup_lsn") < end {
+				return false
+			}
+		}
+		return true
+	})
+	uploads, errs := 0.0, 0.0
+	for _, sk := range c.Safekeepers {
+		uploads += scrapeMetric(t, sk, "safekeeper_backed_up_segments_total", "")
+		errs += scrapeSum(t, sk, "safekeeper_backup_errors_total")
+	}
+	if errs != 0 {
+		t.Errorf("racing uploaders counted %v errors; want none", errs)
+	}
+	n := checkArchivedSegments(t, storeURL, c.PG, start, end)
+	t.Logf("%d rows, %d segments: %v uploads by three racing safekeepers, no error", next, n, uploads)
+}

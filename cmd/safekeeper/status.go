@@ -298,6 +298,11 @@ func printTimeline(out io.Writer, tl *httpapi.Timeline) {
 		{"system_id", tl.SystemID}, {"wal_seg_size", tl.WalSegSize}, {"pg_version", tl.PgVersion}} {
 		fmt.Fprintf(w, "%s\t%v\n", strings.ReplaceAll(r.name, "_", " "), r.v)
 	}
+	if tl.BackupLagBytes != nil && tl.BackupLagSeconds != nil {
+		fmt.Fprintf(w, "backup lsn\t%s (archive behind commit_lsn by %d bytes, for %.1fs)\n", tl.BackupLSN, *tl.BackupLagBytes, *tl.BackupLagSeconds)
+	} else {
+		fmt.Fprintf(w, "backup lsn\t%s (no archive)\n", tl.BackupLSN)
+	}
 	if p := tl.Proposer; p != nil {
 		fmt.Fprintf(w, "proposer\t%s, term %d, since %s, sent up to %s, commit_lsn %s, last streamed %.1fs ago\n",
 			p.Address, p.Term, p.Since.Format(time.RFC3339Nano), p.WriteLSN, p.CommitLSN, p.LastPushAge)
