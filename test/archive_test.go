@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/storage/archive"
+	"github.com/safekeeper/safekeeper/storage/remote"
 	"github.com/safekeeper/safekeeper/test/harness"
 	"github.com/safekeeper/safekeeper/test/pgtest"
 	"github.com/safekeeper/safekeeper/test/s3test"
@@ -654,4 +656,63 @@ func TestArchiveRacingUploadersAreHarmless(t *testing.T) {
 	}
 	n := checkArchivedSegments(t, storeURL, c.PG, start, end)
 	t.Logf("%d rows, %d segments: %v uploads by three racing safekeepers, no error", next, n, uploads)
+}
+
+// TestWALFetchFromTheArchive: `wal fetch --remote-storage` alone, against
+// an archive laid out by storage/archive: whole segments byte for byte,
+// the newest partial's segment zero-padded, a history file; exit 1 past
+// the archive's end and for a history file it lacks; exit 126 for a
+// segment missing below the end (a gap: ending recovery there would lose
+// the WAL after it) and for a bad name.
+func TestWALFetchFromTheArchive(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "archive")
+	storeURL := "file://" + root
+	store, err := remote.Open(storeURL, remote.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key proto.TimelineKey
+	key.TenantID, _ = proto.ParseID(archiveTenant)
+	key.TimelineID, _ = proto.ParseID(archiveTimeline)
+	ar := archive.Open(store, &archive.Codec{Compress: true}, key)
+	const seg = 1 << 20
+	ctx := context.Background()
+	content := func(n int) []byte { return bytes.Repeat([]byte{byte(n), 0xd1, 0x10}, seg/3+1)[:seg] }
+	name := func(n int) string { return proto.SegmentFileName(1, proto.LSN(n*seg), seg) }
+	for _, n := range []int{1, 2, 4} { // 3 is missing: a gap
+		if _, _, err := ar.Put(ctx, ar.SegmentName(name(n)), archive.Header{Kind: archive.KindSegment, SystemID: 9, PgTimeline: 1, SegSize: seg, Start: proto.LSN(n * seg)}, content(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, end := range []int{1000, 5000} { // an older partial and the newest
+		if _, _, err := ar.Put(ctx, ar.PartialName(name(5), proto.LSN(5*seg+end)), archive.Header{Kind: archive.KindPartial, SystemID: 9, PgTimeline: 1, SegSize: seg, Start: 5 * seg}, content(5)[:end]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hist := []byte("1\t0/5001388\tno recovery target specified\n")
+	if _, _, err := ar.Put(ctx, ar.HistoryName(2), archive.Header{Kind: archive.KindHistory, SystemID: 9, PgTimeline: 2}, hist); err != nil {
+		t.Fatal(err)
+	}
+	if r := archiveFetch(t, storeURL, name(2)); r.code != 0 || !bytes.Equal(r.data, content(2)) || r.padded {
+		t.Errorf("whole segment: exit %d, %d bytes, padded %v\n%s", r.code, len(r.data), r.padded, r.stderr)
+	}
+	padded := make([]byte, seg)
+	copy(padded, content(5)[:5000])
+	if r := archiveFetch(t, storeURL, name(5)); r.code != 0 || !bytes.Equal(r.data, padded) || !r.padded {
+		t.Errorf("the newest partial's segment: exit %d, %d bytes, padded %v; want its 5000 bytes zero-padded\n%s", r.code, len(r.data), r.padded, r.stderr)
+	}
+	if r := archiveFetch(t, storeURL, "00000002.history"); r.code != 0 || !bytes.Equal(r.data, hist) {
+		t.Errorf("history file: exit %d, %q\n%s", r.code, r.data, r.stderr)
+	}
+	for _, f := range []string{name(6), "00000003.history", proto.SegmentFileName(2, 6*seg, seg)} {
+		if r := archiveFetch(t, storeURL, f); r.code != 1 || r.data != nil {
+			t.Errorf("%s (past the end): exit %d, %d bytes; want 1 and nothing\n%s", f, r.code, len(r.data), r.stderr)
+		}
+	}
+	if r := archiveFetch(t, storeURL, name(3)); r.code != 126 || r.data != nil || !strings.Contains(r.stderr, "gap in the archive") {
+		t.Errorf("a missing segment below the end: exit %d; want 126 naming the gap\n%s", r.code, r.stderr)
+	}
+	if r := archiveFetch(t, storeURL, "pg_hba.conf"); r.code != 126 {
+		t.Errorf("a bad name: exit %d, want 126", r.code)
+	}
 }
