@@ -58,9 +58,13 @@ func TestContribFilesAgainstRealProcesses(t *testing.T) {
 	// one's "safekeeper listening" line.
 	var sks []*harness.Process
 	var pgAddrs, httpAddrs []string
+	archiveDir := filepath.Join(t.TempDir(), "archive")
 	for i := 1; i <= 3; i++ {
 		args := unitCommand(t, filepath.Join(sysd, "safekeeper@.service"), strconv.Itoa(i),
-			map[string]string{"LISTEN_PG": "127.0.0.1:0", "LISTEN_HTTP": "127.0.0.1:0"})
+			map[string]string{"LISTEN_PG": "127.0.0.1:0", "LISTEN_HTTP": "127.0.0.1:0",
+				// With the archive on, so that its metrics (and the alerts
+				// on them) are checked too.
+				"EXTRA_ARGS": "--remote-storage file://" + archiveDir})
 		replaceStateDir(t, args, filepath.Join(t.TempDir(), "data"))
 		if args[0] != "run" {
 			t.Fatalf("safekeeper@.service runs %q, want run", args[0])
