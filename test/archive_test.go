@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -715,4 +716,40 @@ func TestWALFetchFromTheArchive(t *testing.T) {
 	if r := archiveFetch(t, storeURL, "pg_hba.conf"); r.code != 126 {
 		t.Errorf("a bad name: exit %d, want 126", r.code)
 	}
+}
+
+// TestArchiveEncryptedToAgeRecipients: safekeepers given
+// --archive-recipient store objects a reader without the identity cannot
+// use (wal fetch exits 126 naming it), and with --archive-identity-file
+// wal fetch restores the primary's segments byte for byte.
+func TestArchiveEncryptedToAgeRecipients(t *testing.T) {
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idFile := filepath.Join(t.TempDir(), "archive.key")
+	if err := os.WriteFile(idFile, []byte(id.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	storeDir := filepath.Join(t.TempDir(), "archive")
+	store := "file://" + storeDir
+	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
+		PG: pgtest.Options{WALSegSizeMB: 1, Conf: []string{"wal_keep_size = '1GB'"}},
+		SafekeeperArgs: []string{"--remote-storage", store, "--partial-backup-interval", "300ms",
+			"--archive-recipient", id.Recipient().String(), "--archive-compression", "none"}})
+	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	start := c.Safekeepers[0].TimelineStatusLSN(t, archiveTenant, archiveTimeline, "timeline_start_lsn")
+	insertRows(t, c.PG, 0, 6)
+	end := flushLSN(t, c.PG)
+	harness.WaitFor(t, 60*time.Second, "the archive to reach the end", func() bool { return backupLSN(t, c.Safekeepers) >= end })
+	first := proto.SegmentFileName(1, start.SegmentStart(1<<20), 1<<20)
+	stored := mustRead(t, filepath.Join(storeDir, archiveTenant, archiveTimeline, "wal", first))
+	if plain := mustRead(t, filepath.Join(c.PG.WALDir(), first)); bytes.Contains(stored, plain[:4096]) {
+		t.Fatalf("the archived object holds the WAL in the clear")
+	}
+	if r := archiveFetch(t, store, first); r.code != 126 || !strings.Contains(r.stderr, "encrypted and no identity") {
+		t.Fatalf("wal fetch without the identity: exit %d, want 126 naming the missing identity\n%s", r.code, r.stderr)
+	}
+	n := checkArchivedSegments(t, store, c.PG, start, end, "--archive-identity-file", idFile)
+	t.Logf("%d encrypted segments restored byte for byte with the identity", n)
 }
