@@ -122,6 +122,7 @@ type tlState struct {
 	// Owned by the running pass:
 	pendingSeg   proto.LSN // the lowest segment not archived...
 	pendingSince time.Time // ...complete since
+	active       bool      // this safekeeper uploaded the last segments it found missing
 	seenPartial  proto.LSN // the newest partial's end, as last listed...
 	seenAt       time.Time // ...first seen then
 	ownPartial   proto.LSN // the end of the partial this safekeeper wrote last
@@ -412,17 +413,26 @@ func (u *Uploader) pass(s *tlState) (time.Duration, error) {
 		if s.pendingSeg != first {
 			s.pendingSeg, s.pendingSince = first, time.Now()
 		}
-		mine := time.Since(s.pendingSince) >= s.delay // this safekeeper's turn has come
+		// This safekeeper's turn: it uploaded the last segments itself
+		// (the one working goes on without waiting), or its delay passed.
+		mine := s.active || time.Since(s.pendingSince) >= s.delay
 		n := 0
 		for at := first; at+proto.LSN(seg) <= commit && n < u.cfg.Jobs*2; at += proto.LSN(seg) {
 			n++
 		}
-		done, err := u.segments(ar, t, &st, first, n, mine, tliOf)
+		done, uploaded, err := u.segments(ar, t, &st, first, n, mine, tliOf)
+		switch {
+		case uploaded > 0:
+			s.active = true
+		case done > 0:
+			s.active = false // another safekeeper stored them
+		}
 		if done > 0 {
 			if err := t.SetBackupLSN(first + proto.LSN(uint64(done)*seg)); err != nil {
 				return 0, fmt.Errorf("%w: %v", errLocal, err)
 			}
 			first += proto.LSN(uint64(done) * seg)
+			s.pendingSeg = first // the wait, if any, is over: no new one for the backlog
 		}
 		if err != nil {
 			return 0, err
@@ -451,12 +461,12 @@ func (u *Uploader) pass(s *tlState) (time.Duration, error) {
 // segments archives n whole segments from first, in parallel (bounded by
 // Jobs over all timelines): each is checked in the archive, and uploaded
 // if it is not there and upload is set. It returns how many from first
-// are in the archive, contiguously.
-func (u *Uploader) segments(ar *archive.Archive, t *timeline.Timeline, st *acceptor.State, first proto.LSN, n int, upload bool, tliOf func(proto.LSN) uint32) (int, error) {
+// are in the archive, contiguously, and how many of those it uploaded.
+func (u *Uploader) segments(ar *archive.Archive, t *timeline.Timeline, st *acceptor.State, first proto.LSN, n int, upload bool, tliOf func(proto.LSN) uint32) (done, uploaded int, err error) {
 	seg := uint64(st.WalSegSize)
 	type result struct {
-		there bool
-		err   error
+		there, uploaded bool
+		err             error
 	}
 	res := make([]result, n)
 	var wg sync.WaitGroup
@@ -466,30 +476,30 @@ func (u *Uploader) segments(ar *archive.Archive, t *timeline.Timeline, st *accep
 		case u.jobs <- struct{}{}:
 		case <-u.ctx.Done():
 			wg.Wait()
-			return 0, u.ctx.Err()
+			return 0, 0, u.ctx.Err()
 		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-u.jobs; wg.Done() }()
-			res[i].there, res[i].err = u.segment(ar, t, st, at, upload, tliOf(at))
+			res[i].there, res[i].uploaded, res[i].err = u.segment(ar, t, st, at, upload, tliOf(at))
 		}()
 	}
 	wg.Wait()
 	for i, r := range res {
-		if r.err != nil {
-			return i, r.err
+		if r.err != nil || !r.there {
+			return i, uploaded, r.err
 		}
-		if !r.there {
-			return i, nil
+		if r.uploaded {
+			uploaded++
 		}
 	}
-	return n, nil
+	return n, uploaded, nil
 }
 
 // segment makes sure the segment at start is in the archive: there
 // already (with this safekeeper's content), or uploaded now if upload is
-// set. It reports whether it is there.
-func (u *Uploader) segment(ar *archive.Archive, t *timeline.Timeline, st *acceptor.State, start proto.LSN, upload bool, tli uint32) (bool, error) {
+// set. It reports whether it is there, and whether this call stored it.
+func (u *Uploader) segment(ar *archive.Archive, t *timeline.Timeline, st *acceptor.State, start proto.LSN, upload bool, tli uint32) (there, uploaded bool, err error) {
 	ctx, cancel := context.WithTimeout(u.ctx, opTimeout)
 	defer cancel()
 	seg := uint64(st.WalSegSize)
@@ -503,28 +513,28 @@ func (u *Uploader) segment(ar *archive.Archive, t *timeline.Timeline, st *accept
 		if rerr != nil {
 			// Not here any more (retention, a pull): the archive's
 			// header vouches for it.
-			return h.Kind == archive.KindSegment && h.Start == start && h.SystemID == st.SystemID, nil
+			return h.Kind == archive.KindSegment && h.Start == start && h.SystemID == st.SystemID, false, nil
 		}
 		want := archive.Header{Kind: archive.KindSegment, SystemID: st.SystemID, PgTimeline: tli, SegSize: uint32(seg), Start: start, Length: seg}
 		want.Sum = sumOf(content)
 		if !h.Same(want) {
-			return false, fmt.Errorf("%w: %s holds %s..%s sha256 %x, this safekeeper has sha256 %x", archive.ErrConflict, name, h.Start, h.End(), h.Sum[:8], want.Sum[:8])
+			return false, false, fmt.Errorf("%w: %s holds %s..%s sha256 %x, this safekeeper has sha256 %x", archive.ErrConflict, name, h.Start, h.End(), h.Sum[:8], want.Sum[:8])
 		}
-		return true, nil
+		return true, false, nil
 	case errors.Is(err, remote.ErrNotFound):
 	default:
-		return false, err
+		return false, false, err
 	}
 	if !upload {
-		return false, nil
+		return false, false, nil
 	}
 	content, err := readWAL(t, start, seg)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	size, existed, err := ar.Put(ctx, name, archive.Header{Kind: archive.KindSegment, SystemID: st.SystemID, PgTimeline: tli, SegSize: uint32(seg), Start: start}, content)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	if !existed {
 		u.cfg.Metrics.Uploaded.Add(float64(size))
@@ -532,7 +542,7 @@ func (u *Uploader) segment(ar *archive.Archive, t *timeline.Timeline, st *accept
 		u.cfg.Metrics.Segments.Inc()
 		t.Log().Debug("archived segment", "segment", proto.SegmentFileName(tli, start, seg), "bytes", size)
 	}
-	return true, nil
+	return true, !existed, nil
 }
 
 // partial uploads the unfinished segment up to commit_lsn when it is this
