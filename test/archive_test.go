@@ -716,6 +716,23 @@ func TestWALFetchFromTheArchive(t *testing.T) {
 	if r := archiveFetch(t, storeURL, "pg_hba.conf"); r.code != 126 {
 		t.Errorf("a bad name: exit %d, want 126", r.code)
 	}
+	// Without the partials, the whole segment after the gap still makes
+	// it one.
+	parts, err := ar.Partials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		if err := store.Delete(ctx, p.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := archiveFetch(t, storeURL, name(3)); r.code != 126 || !strings.Contains(r.stderr, "gap in the archive") {
+		t.Errorf("a missing segment below a whole one: exit %d; want 126 naming the gap\n%s", r.code, r.stderr)
+	}
+	if r := archiveFetch(t, storeURL, name(5)); r.code != 1 {
+		t.Errorf("past the last whole segment, no partial: exit %d, want 1\n%s", r.code, r.stderr)
+	}
 }
 
 // TestArchiveEncryptedToAgeRecipients: safekeepers given
