@@ -132,7 +132,18 @@ func TestArchiveToolsGoodArchive(t *testing.T) {
 			t.Errorf("archive ls does not say %q:\n%s", want, out)
 		}
 	}
+	var onDisk int64
+	for _, f := range storeFiles(t, root) {
+		fi, err := os.Stat(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		onDisk += fi.Size()
+	}
 	ls := archiveLsJSON(t, url)
+	if ls.StoredBytes != onDisk {
+		t.Errorf("archive ls --json: stored_bytes %d, the store's files hold %d", ls.StoredBytes, onDisk)
+	}
 	if ls.Segments != 5 || ls.Partials != 1 || ls.NewestPartial == nil || ls.NewestPartial.End != w.End || ls.Start != toolsSeg || ls.End != w.End ||
 		len(ls.Gaps) != 0 || ls.WALBytes != int64(w.End-w.Start) || ls.StoredBytes >= ls.WALBytes || ls.CompressionRatio <= 1 {
 		t.Errorf("archive ls --json: %+v", ls)

@@ -294,23 +294,20 @@ func (inv *Inventory) Timelines() []TimelineSummary {
 	return out
 }
 
-// Totals are the archive's sizes: the content of every object as it was
-// put (whole segments at the segment size, partials up to their end,
-// history files) and what the store holds for them.
-func (inv *Inventory) Totals() (content, stored int64) {
+// Totals are the WAL the archive holds, as put (whole segments at the
+// segment size, partials up to their end), and what the store holds for
+// those objects (compressed, with their headers). History files are not
+// counted: a line per promotion.
+func (inv *Inventory) Totals() (wal, stored int64) {
 	for _, s := range inv.Segments {
-		content += int64(inv.SegSize)
+		wal += int64(inv.SegSize)
 		stored += s.Size
 	}
 	for _, p := range inv.Partials {
-		content += int64(p.End - p.Start)
+		wal += int64(p.End - p.Start)
 		stored += p.Size
 	}
-	for _, h := range inv.Histories {
-		content += int64(len(h.Content))
-		stored += h.Size
-	}
-	return content, stored
+	return wal, stored
 }
 
 // Gap is a run of whole segments missing from the archive between WAL it

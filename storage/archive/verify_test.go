@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,9 +71,13 @@ func TestVerifyGoodArchive(t *testing.T) {
 	if len(tls) != 1 || tls[0].Count != 6 || tls[0].First != "000000010000000000000001" || tls[0].Last != "000000010000000000000006" {
 		t.Errorf("timelines: %+v", tls)
 	}
-	content, stored := inv.Totals()
-	if content != int64(w.End-w.Start) || stored <= archive.HeaderLen*7 || stored >= content {
-		t.Errorf("totals: content %d (want %d), stored %d", content, w.End-w.Start, stored)
+	var listed int64
+	ar.List(context.Background(), func(e archive.Entry) error {
+		listed += e.Size
+		return nil
+	})
+	if wal, stored := inv.Totals(); wal != int64(w.End-w.Start) || stored != listed || stored >= wal {
+		t.Errorf("totals: WAL %d (want %d), stored %d (the store lists %d)", wal, w.End-w.Start, stored, listed)
 	}
 	// From a later LSN: only the records from there are counted.
 	from := w.Records[len(w.Records)/2]
@@ -147,6 +152,34 @@ func TestVerifyFindsCorruptObject(t *testing.T) {
 	if _, err := verify(t, ar, 0); err != nil {
 		t.Fatalf("restored: %v", err)
 	}
+
+	// An older partial (superseded, not read by a restore) is read and
+	// checked too.
+	ctx := context.Background()
+	older := ar.PartialName(w.SegmentFile(7*segSize), 7*segSize+4096)
+	if _, _, err := ar.Put(ctx, older, archive.Header{Kind: archive.KindPartial, SystemID: w.SystemID, PgTimeline: 1, SegSize: segSize, Start: 7 * segSize}, w.Data[7*segSize-w.Start:7*segSize+4096-w.Start]); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(root, filepath.FromSlash(older))
+	b, _ := os.ReadFile(path)
+	b[len(b)-2] ^= 1
+	os.WriteFile(path, b, 0o600)
+	if _, err := verify(t, ar, 0); !errors.Is(err, archive.ErrCorrupt) || !strings.Contains(err.Error(), older) {
+		t.Errorf("a flipped byte in an older partial: %v, want ErrCorrupt naming it", err)
+	}
+	ar.Store.Delete(ctx, older)
+
+	// An intact object under another segment's name: segment 3's WAL
+	// (its header says so) stored as segment 4.
+	if err := ar.Store.Delete(ctx, names[3]); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ar.Put(ctx, names[3], archive.Header{Kind: archive.KindSegment, SystemID: w.SystemID, PgTimeline: 1, SegSize: segSize, Start: 3 * segSize}, w.Segment(3*segSize)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verify(t, ar, 0); !errors.Is(err, archive.ErrCorrupt) || !strings.Contains(err.Error(), names[3]) {
+		t.Errorf("segment 3 stored as segment 4: %v, want ErrCorrupt naming it", err)
+	}
 }
 
 // TestVerifyFindsBadRecords: WAL that is stored intact (its checksum is
@@ -193,6 +226,25 @@ func TestVerifyFindsBadRecords(t *testing.T) {
 		}
 		if _, err := verify(t, ar, 5*segSize); err != nil {
 			t.Errorf("verify from 0/5000000: %v", err)
+		}
+	})
+	t.Run("torn end", func(t *testing.T) {
+		// The newest partial ends inside its last record: the archive's
+		// end of WAL is no record boundary.
+		ar, _ := dirArchive(t)
+		w := sixAndAHalf(7)
+		w.Put(t, ar)
+		torn := w.End - 16
+		name := ar.PartialName(w.SegmentFile(7*segSize), torn)
+		if _, _, err := ar.Put(context.Background(), name, archive.Header{Kind: archive.KindPartial, SystemID: w.SystemID, PgTimeline: 1, SegSize: segSize, Start: 7 * segSize},
+			w.Data[7*segSize-w.Start:torn-w.Start]); err != nil {
+			t.Fatal(err)
+		}
+		if err := ar.Store.Delete(context.Background(), ar.PartialName(w.SegmentFile(7*segSize), w.End)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := verify(t, ar, 0); !errors.Is(err, archive.ErrBadRecord) || !strings.Contains(err.Error(), "inside the record") {
+			t.Errorf("a partial ending inside a record: %v, want ErrBadRecord", err)
 		}
 	})
 }
@@ -242,6 +294,17 @@ func TestVerifyTimelineSwitch(t *testing.T) {
 		t.Errorf("no history file: %v, want ErrTimeline naming it", err)
 	}
 	os.WriteFile(hist, saved, 0o600)
+
+	// A history file of timeline 3 whose line for timeline 1 is not
+	// 00000002.history's: the histories fork.
+	fork := []byte(fmt.Sprintf("1\t%s\tno recovery target specified\n\n2\t%s\tno recovery target specified\n", w.Switch+8, w.End+segSize))
+	if _, _, err := ar.Put(ctx, ar.HistoryName(3), archive.Header{Kind: archive.KindHistory, SystemID: w.SystemID, PgTimeline: 3}, fork); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verify(t, ar, 0); !errors.Is(err, archive.ErrTimeline) || !strings.Contains(err.Error(), "fork") {
+		t.Errorf("a timeline 3 history that forks from 00000002.history: %v, want ErrTimeline", err)
+	}
+	ar.Store.Delete(ctx, ar.HistoryName(3))
 
 	// The switch segment missing: a gap under timeline 2's name; timeline
 	// 1's segment 4 (had it been archived) does not fill it.
