@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/storage/remote"
 )
 
 // Inventory is what a timeline's archive holds, from one listing, the
@@ -111,8 +112,8 @@ func Scan(ctx context.Context, ar *Archive) (*Inventory, error) {
 	}
 	for _, e := range probe {
 		h, _, err := ar.Head(ctx, e.Name)
-		if errors.Is(err, ErrCorrupt) {
-			continue // Verify names it; another object may say
+		if errors.Is(err, ErrCorrupt) || errors.Is(err, remote.ErrNotFound) {
+			continue // Verify names it, or a partial superseded meanwhile: another object may say
 		}
 		if err != nil {
 			return nil, err

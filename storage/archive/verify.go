@@ -118,6 +118,14 @@ func Verify(ctx context.Context, ar *Archive, opts VerifyOptions) (VerifyResult,
 	var recent []WALObject // the objects fed last, to name the one a bad record is in
 	total := int64(res.End - res.From)
 	err = fetchInOrder(ctx, ar, plan, prefetchFor(inv.SegSize), func(st step, h Header, content []byte) error {
+		if st.partial && errors.Is(st.err, remote.ErrNotFound) {
+			// A live archive: the uploader stored a newer partial (or the
+			// whole segment) and deleted this one. Read what replaced it.
+			st, h, content = newerEnd(ctx, ar, st)
+			if st.err == nil && (st.obj.End > res.End || !st.partial) {
+				res.End = st.obj.End
+			}
+		}
 		if st.err != nil {
 			return st.err
 		}
@@ -295,6 +303,36 @@ func planWalk(inv *Inventory, from proto.LSN) ([]step, error) {
 	return plan, nil
 }
 
+// newerEnd is what replaced the newest partial st after Scan listed it:
+// the whole segment, or a newer partial of the segment (the uploader
+// deletes the older ones once a newer one is stored). A few tries, then
+// the error.
+func newerEnd(ctx context.Context, ar *Archive, st step) (step, Header, []byte) {
+	old := st.obj
+	for range 3 {
+		h, content, err := ar.Get(ctx, ar.SegmentName(old.File))
+		if err == nil {
+			return step{obj: WALObject{Entry: Entry{Object: remote.Object{Name: ar.SegmentName(old.File)}, Kind: KindSegment, File: old.File},
+				Timeline: old.Timeline, Start: old.Start, End: old.Start + proto.LSN(h.SegSize)}}, h, content
+		}
+		if !errors.Is(err, remote.ErrNotFound) {
+			return step{obj: old, err: err}, Header{}, nil
+		}
+		parts, err := ar.Partials(ctx)
+		if err != nil {
+			return step{obj: old, err: err}, Header{}, nil
+		}
+		if n := len(parts); n > 0 && parts[n-1].File == old.File && parts[n-1].End >= old.End {
+			p := WALObject{Entry: parts[n-1], Timeline: old.Timeline, Start: old.Start, End: parts[n-1].End}
+			h, content, err := ar.Get(ctx, p.Name)
+			if err == nil || !errors.Is(err, remote.ErrNotFound) {
+				return step{obj: p, partial: true, err: err}, h, content
+			}
+		}
+	}
+	return step{obj: old, err: fmt.Errorf("%w: the newest partial %s was listed and is gone, and neither its whole segment nor a newer partial of it is there", ErrGap, old.Name)}, Header{}, nil
+}
+
 // historyOf names the history file segment names are checked against.
 func historyOf(inv *Inventory) string {
 	h, _ := inv.History()
@@ -326,7 +364,7 @@ func fetchInOrder(ctx context.Context, ar *Archive, plan []step, ahead int, fn f
 			g := got{st: st}
 			if st.err == nil {
 				g.h, g.content, g.st.err = ar.Get(ctx, st.obj.Name)
-				if errors.Is(g.st.err, remote.ErrNotFound) {
+				if errors.Is(g.st.err, remote.ErrNotFound) && !st.partial {
 					g.st.err = fmt.Errorf("%w: %s was listed and is gone (deleted meanwhile?): %w", ErrGap, st.obj.Name, g.st.err)
 				}
 			}

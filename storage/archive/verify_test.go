@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -320,5 +321,60 @@ func TestVerifyTimelineSwitch(t *testing.T) {
 	}
 	if _, err := verify(t, ar, 0); !errors.Is(err, archive.ErrGap) || !strings.Contains(err.Error(), "000000020000000000000004") {
 		t.Errorf("switch segment missing: %v, want ErrGap naming 000000020000000000000004", err)
+	}
+}
+
+// racingStore runs a hook before the first whole read of an object: the
+// uploader at work while Verify reads.
+type racingStore struct {
+	remote.Storage
+	before map[string]func()
+}
+
+func (s *racingStore) Read(ctx context.Context, name string, off, n int64) (io.ReadCloser, error) {
+	if f := s.before[name]; f != nil && off == 0 && n < 0 {
+		delete(s.before, name)
+		f()
+	}
+	return s.Storage.Read(ctx, name, off, n)
+}
+
+// TestVerifyLiveArchive: the newest partial listed is superseded (a newer
+// one stored, the old one deleted, as the uploader does) before Verify
+// reads it: Verify reads the newer one and checks up to its end.
+func TestVerifyLiveArchive(t *testing.T) {
+	ar, _ := dirArchive(t)
+	w := sixAndAHalf(12)
+	var cut proto.LSN // a record start in segment 7, where the one before ends
+	for _, r := range w.Records {
+		if r > 7*segSize+100_000 && r%xlog.PageSize > xlog.SizeOfXLogLongPHD {
+			cut = r
+			break
+		}
+	}
+	ctx := context.Background()
+	names := w.Put(t, ar)
+	newest := names[len(names)-1]
+	h := archive.Header{Kind: archive.KindPartial, SystemID: w.SystemID, PgTimeline: 1, SegSize: segSize, Start: 7 * segSize}
+	first := ar.PartialName(w.SegmentFile(7*segSize), cut)
+	if err := ar.Store.Delete(ctx, newest); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ar.Put(ctx, first, h, w.Data[7*segSize-w.Start:cut-w.Start]); err != nil {
+		t.Fatal(err)
+	}
+	store := ar.Store
+	ar.Store = &racingStore{Storage: store, before: map[string]func(){first: func() {
+		if _, _, err := ar.Put(ctx, newest, h, w.Segment(7*segSize)); err != nil {
+			t.Error(err)
+		}
+		if err := store.Delete(ctx, first); err != nil {
+			t.Error(err)
+		}
+	}}}
+	res, err := verify(t, ar, 0)
+	if err != nil || res.RecordsEnd != w.End || res.End != w.End || res.Records != len(w.Records) {
+		t.Fatalf("verify while the partial up to %s was superseded by one up to %s: checked %d records up to %s (end %s), %v",
+			cut, w.End, res.Records, res.RecordsEnd, res.End, err)
 	}
 }
