@@ -399,11 +399,14 @@ func printVerify(w io.Writer, ar *archive.Archive, res archive.VerifyResult, ver
 	if res.Inventory == nil || res.Inventory.Empty() {
 		return
 	}
-	partial := "no partial"
-	if res.Partial != "" {
-		partial = "the partial " + res.Partial
+	partial := ""
+	switch {
+	case res.Partial != "":
+		partial = ", the partial " + res.Partial
+	case verr == nil:
+		partial = ", no partial"
 	}
-	fmt.Fprintf(w, "read %d %s: %d whole %s, %s, %d history %s; checksums and headers checked\n",
+	fmt.Fprintf(w, "read %d %s: %d whole %s%s, %d history %s; checksums and headers checked\n",
 		res.Objects, plural(res.Objects, "object", "objects"), res.Segments, plural(res.Segments, "segment", "segments"), partial,
 		res.Histories, plural(res.Histories, "file", "files"))
 	if res.Records > 0 {
