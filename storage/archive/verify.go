@@ -116,6 +116,7 @@ func Verify(ctx context.Context, ar *Archive, opts VerifyOptions) (VerifyResult,
 	r := xlog.NewReader(res.From, uint64(seg))
 	r.SkipBefore(from)
 	var recent []WALObject // the objects fed last, to name the one a bad record is in
+	var readPartial string // the partial the walk read
 	total := int64(res.End - res.From)
 	err = fetchInOrder(ctx, ar, plan, prefetchFor(inv.SegSize), func(st step, h Header, content []byte) error {
 		if st.partial && errors.Is(st.err, remote.ErrNotFound) {
@@ -169,7 +170,7 @@ func Verify(ctx context.Context, ar *Archive, opts VerifyOptions) (VerifyResult,
 			res.RecordsEnd = rec.End
 		}
 		if st.partial {
-			res.Partial = o.File
+			res.Partial, readPartial = o.File, o.Name
 			if r.Pos() < o.End {
 				return fmt.Errorf("%w in %s: the archive's WAL ends at %s, inside the record at %s", ErrBadRecord, o.Name, o.End, r.Pos())
 			}
@@ -186,10 +187,10 @@ func Verify(ctx context.Context, ar *Archive, opts VerifyOptions) (VerifyResult,
 	}
 
 	// The partials a restore does not read (superseded ones the uploader
-	// has not deleted yet): their checksums and headers.
-	newest, _ := inv.Newest()
+	// has not deleted yet, the newest one too if its segment is whole
+	// now): their checksums and headers.
 	for _, p := range inv.Partials {
-		if p.Name == newest.Name || p.End <= from {
+		if p.Name == readPartial || p.End <= from {
 			continue
 		}
 		h, _, err := ar.Get(ctx, p.Name)

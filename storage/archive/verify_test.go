@@ -170,6 +170,30 @@ func TestVerifyFindsCorruptObject(t *testing.T) {
 	}
 	ar.Store.Delete(ctx, older)
 
+	// The newest partial, when its segment is whole now (the uploader
+	// stored the segment and had not deleted the partial): not read by a
+	// restore, checked all the same.
+	{
+		ar, root := dirArchive(t)
+		w := archivetest.Generate(archivetest.Options{Start: segSize, End: 3*segSize + 100, Seed: 13})
+		names := w.Put(t, ar)
+		ar.Store.Delete(ctx, names[len(names)-1])
+		stale := ar.PartialName(w.SegmentFile(2*segSize), 2*segSize+4096)
+		if _, _, err := ar.Put(ctx, stale, archive.Header{Kind: archive.KindPartial, SystemID: w.SystemID, PgTimeline: 1, SegSize: segSize, Start: 2 * segSize}, w.Data[segSize:segSize+4096]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := verify(t, ar, 0); err != nil {
+			t.Fatalf("an archive ending with a whole segment and its stale partial: %v", err)
+		}
+		path := filepath.Join(root, filepath.FromSlash(stale))
+		b, _ := os.ReadFile(path)
+		b[len(b)-2] ^= 1
+		os.WriteFile(path, b, 0o600)
+		if _, err := verify(t, ar, 0); !errors.Is(err, archive.ErrCorrupt) || !strings.Contains(err.Error(), stale) {
+			t.Errorf("a flipped byte in the newest partial, superseded by its whole segment: %v, want ErrCorrupt naming it", err)
+		}
+	}
+
 	// An intact object under another segment's name: segment 3's WAL
 	// (its header says so) stored as segment 4.
 	if err := ar.Store.Delete(ctx, names[3]); err != nil {
