@@ -15,6 +15,8 @@
 //	safekeeper wal dump     a timeline's WAL records as pg_waldump prints them (proto/xlog.Reader),
 //	                        from a stopped server's data dir (timeline.OpenWAL) or a running one's
 //	                        HTTP API
+//	safekeeper archive      ls|verify|prune a timeline's WAL archive in --remote-storage
+//	                        (storage/archive: Scan, Verify, Prune; archive.go)
 //	safekeeper token        Ed25519 key pairs (keygen) and the JWTs they sign (issue) (package server/auth)
 //	safekeeper help         the commands, or one command's help
 //

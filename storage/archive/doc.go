@@ -17,4 +17,14 @@
 // Names under wal/ sort by PostgreSQL timeline, then position; partials of
 // one segment sort by their end, so the newest is the last one listed
 // under partial/ (where the uploader keeps only the newest few).
+//
+// The tools over a whole timeline's archive (`safekeeper archive`, and the
+// uploader's retention) live here too, so that the command line and the
+// server share them: Scan (inventory.go) lists the archive and reads one
+// header and the history files, and says what it holds, segments by
+// PostgreSQL timeline, the newest partial, sizes, the gaps and the
+// segments named against the history; Verify (verify.go) reads it all as a
+// restore would and decodes its WAL with proto/xlog; Prune and DeleteAll
+// (prune.go) delete from it, oldest first, never the newest partial nor a
+// history file.
 package archive
