@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/safekeeper/safekeeper/proto"
@@ -105,17 +104,8 @@ var errStop = errors.New("stop")
 // segmentStart is the first LSN of segment file name for segSize-byte
 // segments.
 func segmentStart(name string, segSize uint32) (proto.LSN, bool) {
-	m := segmentName.FindStringSubmatch(name)
-	if m == nil || segSize == 0 {
-		return 0, false
-	}
-	hi, _ := strconv.ParseUint(m[2], 16, 32)
-	lo, _ := strconv.ParseUint(m[3], 16, 32)
-	perID := uint64(0x100000000) / uint64(segSize)
-	if lo >= perID {
-		return 0, false
-	}
-	return proto.LSN((hi*perID + lo) * uint64(segSize)), true
+	_, start, ok := archive.ParseSegmentFile(name, uint64(segSize))
+	return start, ok
 }
 
 // FetchArchivedSegment is the archive's part in `wal fetch` with both
