@@ -46,6 +46,9 @@ type Config struct {
 	BackupParallelJobs    int
 	PartialBackupInterval time.Duration
 	BackupTakeover        time.Duration
+	// ArchiveRetention: WAL in the archive older than this is deleted
+	// from it (--archive-retention); 0 keeps it all.
+	ArchiveRetention time.Duration
 	// NodeID is this safekeeper's node id (SafeKeeperInfo.safekeeper_id).
 	// It is recorded in DataDir on first start; New refuses another.
 	NodeID uint64
@@ -425,7 +428,8 @@ func newServer(cfg Config, h hooks) (*Server, error) {
 		s.backupMetrics = backup.NewMetrics()
 		s.uploader = backup.New(nil, backup.Config{
 			Store: cfg.RemoteStorage, Codec: codec, NodeID: cfg.NodeID, Jobs: cfg.BackupParallelJobs,
-			PartialInterval: cfg.PartialBackupInterval, Takeover: cfg.BackupTakeover, Logger: cfg.Logger, Metrics: s.backupMetrics,
+			PartialInterval: cfg.PartialBackupInterval, Takeover: cfg.BackupTakeover, Retention: cfg.ArchiveRetention,
+			Logger: cfg.Logger, Metrics: s.backupMetrics,
 		})
 		tcfg.Backup = s.uploader
 	}

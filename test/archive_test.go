@@ -784,3 +784,89 @@ func TestArchiveEncryptedToAgeRecipients(t *testing.T) {
 	n := checkArchivedSegments(t, store, c.PG, start, end, "--archive-identity-file", idFile)
 	t.Logf("%d encrypted segments restored byte for byte with the identity", n)
 }
+
+// TestArchiveRetentionPrunesOldWAL: with --archive-retention the
+// uploaders delete the WAL stored longer ago than that, oldest first: the
+// first segments go, the newest partial and the WAL since stay, and what
+// is left verifies (no gap: an archive that starts later).
+func TestArchiveRetentionPrunesOldWAL(t *testing.T) {
+	storeDir := filepath.Join(t.TempDir(), "archive")
+	store := "file://" + storeDir
+	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
+		PG:             pgtest.Options{WALSegSizeMB: 1},
+		SafekeeperArgs: []string{"--remote-storage", store, "--partial-backup-interval", "300ms", "--archive-retention", "2s"}})
+	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	start := c.Safekeepers[0].TimelineStatusLSN(t, archiveTenant, archiveTimeline, "timeline_start_lsn")
+	first := filepath.Join(storeDir, archiveTenant, archiveTimeline, "wal", proto.SegmentFileName(1, start.SegmentStart(1<<20), 1<<20))
+	next := insertRows(t, c.PG, 0, 4)
+	harness.WaitFor(t, 30*time.Second, "the first segment in the archive", func() bool {
+		_, err := os.Stat(first)
+		return err == nil
+	})
+	// More WAL, a while later: the first segments are past the retention.
+	harness.WaitFor(t, 60*time.Second, "the archive retention to delete the first segment", func() bool {
+		next = insertRows(t, c.PG, next, 1)
+		_, err := os.Stat(first)
+		return os.IsNotExist(err)
+	})
+	end := flushLSN(t, c.PG)
+	harness.WaitFor(t, 30*time.Second, "the archive to reach the end", func() bool { return backupLSN(t, c.Safekeepers) >= end })
+	code, out, stderr := harness.Run(t, "archive", "verify", "--remote-storage", store, "--tenant-id", archiveTenant, "--timeline-id", archiveTimeline)
+	if code != 0 {
+		t.Fatalf("archive verify after retention: exit %d\n%s%s", code, out, stderr)
+	}
+	if !strings.Contains(string(mustRead(t, c.Safekeepers[0].LogPath))+string(mustRead(t, c.Safekeepers[1].LogPath))+string(mustRead(t, c.Safekeepers[2].LogPath)), "archive retention deleted old WAL") {
+		t.Errorf("no safekeeper logged its archive retention")
+	}
+	t.Logf("%d rows; after retention: %s", next, strings.TrimSpace(out))
+}
+
+// TestPrunedWALIsNotStoredAgain: a safekeeper that was down while the
+// others archived, and while the archive was pruned, comes back with an
+// old backup_lsn and the pruned WAL on its disk: it does not store that
+// WAL again (the prune's mark says where the archive starts now), and
+// the archive verifies.
+func TestPrunedWALIsNotStoredAgain(t *testing.T) {
+	storeDir := filepath.Join(t.TempDir(), "archive")
+	store := "file://" + storeDir
+	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
+		PG:             pgtest.Options{WALSegSizeMB: 1},
+		SafekeeperArgs: []string{"--remote-storage", store, "--partial-backup-interval", "300ms"}})
+	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	next := insertRows(t, c.PG, 0, 3)
+	a := flushLSN(t, c.PG)
+	harness.WaitFor(t, 30*time.Second, "every safekeeper's backup_lsn to reach the first load", func() bool {
+		for _, sk := range c.Safekeepers {
+			if sk.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "backup_lsn") < a {
+				return false
+			}
+		}
+		return true
+	})
+	late := c.Safekeepers[2]
+	if err := late.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	next = insertRows(t, c.PG, next, 8)
+	b := flushLSN(t, c.PG)
+	harness.WaitFor(t, 30*time.Second, "the archive to reach the second load", func() bool { return backupLSN(t, c.Safekeepers[:2]) >= b })
+	cut := (a + (b-a)/2).SegmentStart(1 << 20)
+	code, out, stderr := harness.Run(t, "archive", "prune", "--remote-storage", store, "--tenant-id", archiveTenant, "--timeline-id", archiveTimeline, "--before", cut.String())
+	if code != 0 {
+		t.Fatalf("archive prune: exit %d\n%s%s", code, out, stderr)
+	}
+	pruned := filepath.Join(storeDir, archiveTenant, archiveTimeline, "wal", proto.SegmentFileName(1, cut-1<<20, 1<<20))
+	late.Start()
+	next = insertRows(t, c.PG, next, 2)
+	end := flushLSN(t, c.PG)
+	harness.WaitFor(t, 60*time.Second, "the returning safekeeper's backup_lsn to reach the end", func() bool {
+		return late.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "backup_lsn") >= end
+	})
+	if _, err := os.Stat(pruned); !os.IsNotExist(err) {
+		t.Fatalf("the pruned segment %s is back in the archive (%v)", filepath.Base(pruned), err)
+	}
+	if code, out, stderr := harness.Run(t, "archive", "verify", "--remote-storage", store, "--tenant-id", archiveTenant, "--timeline-id", archiveTimeline); code != 0 {
+		t.Fatalf("archive verify: exit %d\n%s%s", code, out, stderr)
+	}
+	t.Logf("%d rows; pruned below %s while safekeeper %d was down; it came back and stored nothing below it", next, cut, late.ID)
+}

@@ -39,6 +39,7 @@ func archiveWriteFlags() []cli.Flag {
 		&cli.StringFlag{Name: "archive-recipients-file", Usage: "file of age recipients to encrypt archived WAL to, one per line (as age -R)"},
 		&cli.IntFlag{Name: "backup-parallel-jobs", Value: 4, Usage: "most WAL segments uploaded to the archive at once"},
 		&cli.DurationFlag{Name: "partial-backup-interval", Value: 10 * time.Second, Usage: "upload the unfinished segment (up to commit_lsn) this often while it changes"},
+		&cli.StringFlag{Name: "archive-retention", Value: "0", Usage: "delete WAL from the archive once it was stored longer ago than this (7d, 36h, 90m; whole segments, oldest first, never the newest partial nor a history file); 0 keeps it all. Keep what your oldest base backup needs"},
 		&cli.DurationFlag{Name: "backup-takeover", Value: 3 * time.Second, Hidden: true, Usage: "longest wait for another safekeeper to upload before this one does"},
 	)
 }

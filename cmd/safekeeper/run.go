@@ -189,13 +189,19 @@ func serverConfig(c *cli.Context) (server.Config, error) {
 	if err != nil {
 		return server.Config{}, err
 	}
+	var retention time.Duration
+	if v := c.String("archive-retention"); v != "0" && v != "" {
+		if retention, err = parseAge(v); err != nil || retention <= 0 {
+			return server.Config{}, usagef("--archive-retention %q: want an age such as 7d, 36h or 90m (0: keep all)", v)
+		}
+	}
 	store, codec, err := openArchive(c, log.Warn)
 	if err != nil {
 		return server.Config{}, err
 	}
 	return server.Config{
 		RemoteStorage: store, ArchiveCodec: codec, BackupParallelJobs: c.Int("backup-parallel-jobs"),
-		PartialBackupInterval: c.Duration("partial-backup-interval"), BackupTakeover: c.Duration("backup-takeover"),
+		PartialBackupInterval: c.Duration("partial-backup-interval"), BackupTakeover: c.Duration("backup-takeover"), ArchiveRetention: retention,
 		NodeID: c.Uint64("id"), ListenPG: c.String("listen-pg"), DataDir: c.String("data-dir"),
 		Logger: log, UnsafeNoFsync: c.Bool("unsafe-no-fsync"),
 		WalSenderTimeout: walSenderTimeout, RetentionInterval: c.Duration("retention-interval"),

@@ -52,8 +52,12 @@ type Config struct {
 	// Takeover bounds the delay before this safekeeper does work another
 	// may be doing (see the package comment).
 	Takeover time.Duration
-	Logger   *slog.Logger
-	Metrics  *Metrics
+	// Retention: WAL stored in the archive longer ago than this is
+	// deleted from it (archive.Prune by age: whole segments, oldest first,
+	// never the newest partial nor a history file); 0 keeps it all.
+	Retention time.Duration
+	Logger    *slog.Logger
+	Metrics   *Metrics
 }
 
 // Metrics are the uploader's server-wide instruments.
@@ -128,6 +132,7 @@ type tlState struct {
 	ownPartial   proto.LSN // the end of the partial this safekeeper wrote last
 	partialAt    time.Time // when this safekeeper last looked at partials
 	histories    map[uint32]bool
+	prunedAt     time.Time // the archive retention's last pass
 }
 
 // New returns an uploader of reg's timelines; Start starts it.
@@ -405,6 +410,22 @@ func (u *Uploader) pass(s *tlState) (time.Duration, error) {
 		}
 	}
 	first := from.SegmentStart(seg)
+	if first+proto.LSN(seg) <= commit {
+		// WAL a prune deleted (archive retention, `archive prune`) is not
+		// stored again: the archive starts after it now.
+		ctx, cancel := context.WithTimeout(u.ctx, opTimeout)
+		pruned, err := ar.PrunedTo(ctx)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+		if pruned > first {
+			first = min(pruned, commit).SegmentStart(seg)
+			if err := t.SetBackupLSN(first); err != nil {
+				return 0, fmt.Errorf("%w: %v", errLocal, err)
+			}
+		}
+	}
 	var again time.Duration
 	for first+proto.LSN(seg) <= commit {
 		if err := u.ctx.Err(); err != nil {
@@ -447,6 +468,7 @@ func (u *Uploader) pass(s *tlState) (time.Duration, error) {
 	if again > 0 {
 		return again, nil
 	}
+	u.retain(s, ar)
 
 	// The unfinished segment, up to commit_lsn.
 	if commit.SegmentOffset(seg) == 0 || t.BackupLSN() >= commit {
@@ -610,6 +632,30 @@ func (u *Uploader) partial(s *tlState, ar *archive.Archive, t *timeline.Timeline
 		}
 	}
 	return u.cfg.PartialInterval, nil
+}
+
+// retainEvery is how often a timeline's archive retention runs: a tenth
+// of the retention, between a second and an hour.
+func retainEvery(r time.Duration) time.Duration { return min(max(r/10, time.Second), time.Hour) }
+
+// retain runs the archive retention of a timeline when it is due (every
+// safekeeper does: deletes of what another deleted are no error).
+func (u *Uploader) retain(s *tlState, ar *archive.Archive) {
+	if u.cfg.Retention <= 0 || time.Since(s.prunedAt) < retainEvery(u.cfg.Retention) {
+		return
+	}
+	s.prunedAt = time.Now()
+	ctx, cancel := context.WithTimeout(u.ctx, opTimeout)
+	defer cancel()
+	res, err := archive.Prune(ctx, ar, archive.PruneOptions{OlderThan: u.cfg.Retention})
+	if len(res.Deleted) > 0 {
+		s.t.Log().Info("archive retention deleted old WAL", "objects", len(res.Deleted), "bytes", res.DeletedBytes,
+			"archive_start", res.Start, "archive_retention", u.cfg.Retention.String())
+	}
+	if err != nil && u.ctx.Err() == nil {
+		u.cfg.Metrics.Errors.WithLabelValues("store").Inc()
+		s.t.Log().Warn("archive retention failed; retrying later", "err", err)
+	}
 }
 
 // adopt moves backup_lsn to end, the end of a partial another safekeeper

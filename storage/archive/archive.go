@@ -42,6 +42,27 @@ func (a *Archive) PartialName(file string, end proto.LSN) string {
 	return fmt.Sprintf("%spartial/%s.%016X.partial", a.root, file, uint64(end))
 }
 
+// PrunedName is the marker a prune leaves before it deletes: the
+// timeline's archive is wanted from start on only. An uploader that finds
+// a segment below it missing does not store it again (a safekeeper back
+// after days would otherwise bring back what retention deleted, with a
+// gap after it).
+func (a *Archive) PrunedName(start proto.LSN) string {
+	return fmt.Sprintf("%spruned/%016X", a.root, uint64(start))
+}
+
+// PrunedTo is the highest start a prune marked (0: never pruned).
+func (a *Archive) PrunedTo(ctx context.Context) (proto.LSN, error) {
+	var hi proto.LSN
+	err := a.Store.List(ctx, a.root+"pruned/", func(o remote.Object) error {
+		if v, err := strconv.ParseUint(strings.TrimPrefix(o.Name, a.root+"pruned/"), 16, 64); err == nil {
+			hi = max(hi, proto.LSN(v))
+		}
+		return nil
+	})
+	return hi, err
+}
+
 var (
 	segmentFile = regexp.MustCompile(`^[0-9A-F]{24}$`)
 	historyFile = regexp.MustCompile(`^[0-9A-F]{8}\.history$`)

@@ -104,6 +104,27 @@ func Prune(ctx context.Context, ar *Archive, opts PruneOptions) (PruneResult, er
 	}
 	// In LSN order: an interrupted prune removed a prefix.
 	slices.SortStableFunc(doomed, func(a, b WALObject) int { return cmpLSN(a.Start, b.Start) })
+	// Mark the new start first, so that no uploader stores again what is
+	// about to go (PrunedName); then the older marks go.
+	var newStart proto.LSN
+	for _, o := range doomed {
+		if o.Kind == KindSegment {
+			newStart = max(newStart, o.End)
+		}
+	}
+	if newStart != 0 && !opts.DryRun {
+		if err := ar.Store.Create(ctx, ar.PrunedName(newStart), []byte(newStart.String()+"\n")); err != nil && !errors.Is(err, remote.ErrExists) {
+			return res, err
+		}
+		if err := ar.Store.List(ctx, ar.Root()+"pruned/", func(o remote.Object) error {
+			if o.Name < ar.PrunedName(newStart) {
+				return ar.Store.Delete(ctx, o.Name)
+			}
+			return nil
+		}); err != nil {
+			return res, err
+		}
+	}
 	gone := make(map[string]bool, len(doomed))
 	for _, o := range doomed {
 		if !opts.DryRun {

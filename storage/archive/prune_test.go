@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,8 +102,11 @@ func TestPrune(t *testing.T) {
 		if _, err := archive.Prune(ctx, ar, archive.PruneOptions{Before: w.End + 1<<30}); err != nil {
 			t.Fatal(err)
 		}
-		if got := strings.Join(objectNames(t, ar), " "); got != newest[len(ar.Root()):]+" wal/00000002.history" {
-			t.Errorf("after a prune past the end: %s, want the newest partial and the history file", got)
+		if got := strings.Join(objectNames(t, ar), " "); got != newest[len(ar.Root()):]+" pruned/"+fmt.Sprintf("%016X", uint64(w.End.SegmentStart(segSize)))+" wal/00000002.history" {
+			t.Errorf("after a prune past the end: %s, want the newest partial, the prune's mark and the history file", got)
+		}
+		if pt, err := ar.PrunedTo(ctx); err != nil || pt != w.End.SegmentStart(segSize) {
+			t.Errorf("PrunedTo after the prune: %s, %v; want the start of the newest partial's segment %s", pt, err, w.End.SegmentStart(segSize))
 		}
 	})
 
@@ -234,8 +238,8 @@ func TestToolsOnS3(t *testing.T) {
 	if res, err := verify(t, ar, 0); err != nil || res.From != 3*segSize {
 		t.Errorf("verify after the prune: from %s, %v", res.From, err)
 	}
-	if n, _, err := archive.DeleteAll(ctx, ar); err != nil || n != len(names)-2+1 {
-		t.Errorf("DeleteAll on S3: %d objects, %v; want %d", n, err, len(names)-1)
+	if n, _, err := archive.DeleteAll(ctx, ar); err != nil || n != len(names)-2+1+1 { // the prune's mark too
+		t.Errorf("DeleteAll on S3: %d objects, %v; want %d", n, err, len(names))
 	}
 	if left := objectNames(t, ar); len(left) != 0 {
 		t.Errorf("left on S3 after DeleteAll: %v", left)
