@@ -1,12 +1,15 @@
 package server
 
 import (
+	"context"
 	"net"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/server/auth"
 	"github.com/safekeeper/safekeeper/server/httpapi"
+	"github.com/safekeeper/safekeeper/storage/archive"
 )
 
 // Version is the build's version (cmd sets it from git describe), as
@@ -22,13 +25,23 @@ func (s *Server) newHTTPAPI(ln net.Listener) *httpapi.API {
 		verifier = s.auth.v.Load
 	}
 	var extra []prometheus.Collector
+	var deleteArchive func(context.Context, proto.TimelineKey) (int, error)
 	if s.backupMetrics != nil {
 		extra = s.backupMetrics.Collectors()
+		codec := s.cfg.ArchiveCodec
+		if codec == nil {
+			codec = &archive.Codec{Compress: true}
+		}
+		deleteArchive = func(ctx context.Context, key proto.TimelineKey) (int, error) {
+			n, _, err := archive.DeleteAll(ctx, archive.Open(s.cfg.RemoteStorage, codec, key))
+			return n, err
+		}
 	}
 	return httpapi.New(ln, httpapi.Config{
 		NodeID: s.cfg.NodeID, DataDir: s.cfg.DataDir, Version: Version, Registry: s.reg, Host: httpHost{s}, Metrics: s.metrics,
 		Logger: s.log, EnablePprof: s.cfg.EnablePprof, ReadTimeout: s.cfg.HTTPReadTimeout, IdleTimeout: s.cfg.HTTPIdleTimeout,
 		Verifier: verifier, OnWAL: s.hooks.httpWAL, Archiving: s.uploader != nil, Collectors: extra,
+		DeleteArchive: deleteArchive,
 	})
 }
 

@@ -870,3 +870,47 @@ func TestPrunedWALIsNotStoredAgain(t *testing.T) {
 	}
 	t.Logf("%d rows; pruned below %s while safekeeper %d was down; it came back and stored nothing below it", next, cut, late.ID)
 }
+
+// TestDeleteKeepsTheArchiveUnlessAsked: deleting a timeline from a
+// safekeeper leaves its archive, the backup of last resort; `timeline
+// delete --archive` (DELETE ?archive=true) deletes it too; a safekeeper
+// without an archive refuses --archive before it deletes anything.
+func TestDeleteKeepsTheArchiveUnlessAsked(t *testing.T) {
+	storeDir := filepath.Join(t.TempDir(), "archive")
+	store := "file://" + storeDir
+	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
+		PG:             pgtest.Options{WALSegSizeMB: 1},
+		SafekeeperArgs: []string{"--remote-storage", store, "--partial-backup-interval", "300ms"}})
+	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	insertRows(t, c.PG, 0, 3)
+	end := flushLSN(t, c.PG)
+	harness.WaitFor(t, 30*time.Second, "the archive to reach the load", func() bool { return backupLSN(t, c.Safekeepers) >= end })
+	c.Proposer.Kill()
+	objects := func() int {
+		n := 0
+		filepath.WalkDir(filepath.Join(storeDir, archiveTenant), func(_ string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+	before := objects()
+	del := func(sk *harness.Safekeeper, extra ...string) (int, string) {
+		code, out, stderr := harness.Run(t, append([]string{"timeline", "delete", "--http", sk.HTTPAddr, "--tenant-id", archiveTenant, "--timeline-id", archiveTimeline, "--force"}, extra...)...)
+		return code, out + stderr
+	}
+	if code, out := del(c.Safekeepers[0]); code != 0 || objects() != before {
+		t.Fatalf("timeline delete without --archive: exit %d, %d archive objects left of %d\n%s", code, objects(), before, out)
+	}
+	plain := harness.StartSafekeeper(t, 9)
+	if code, out := del(plain, "--archive"); code == 0 || !strings.Contains(out, "no archive") {
+		t.Fatalf("--archive on a safekeeper without an archive: exit %d\n%s", code, out)
+	}
+	code, out := del(c.Safekeepers[1], "--archive")
+	if code != 0 || objects() != 0 || !strings.Contains(out, fmt.Sprintf("deleted its archive: %d objects", before)) {
+		t.Fatalf("timeline delete --archive: exit %d, %d archive objects left of %d\n%s", code, objects(), before, out)
+	}
+	t.Logf("the archive's %d objects stayed after a delete, and went with --archive", before)
+}

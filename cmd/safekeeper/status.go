@@ -241,19 +241,22 @@ func timelineDeleteCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "delete",
 		Usage:     "delete a timeline from a running safekeeper, durably",
-		UsageText: "safekeeper timeline delete --tenant-id HEX --timeline-id HEX [--force] [--http HOST:PORT] [--json]",
+		UsageText: "safekeeper timeline delete --tenant-id HEX --timeline-id HEX [--force] [--archive] [--http HOST:PORT] [--json]",
 		Description: "Removes the timeline's state, WAL and slots in one transaction (a crash leaves it whole or\n" +
 			"gone). Refused while a proposer or reader is connected to it, unless --force, which ends\n" +
 			"those connections first (FATAL 57P01). It is for retired timelines: stop the proposer first.\n" +
 			"Deleted on every safekeeper while its proposer runs, the WAL the proposer and its standbys need\n" +
 			"is gone and the proposer cannot go on (docs/http.md); deleted on one, the proposer fills it\n" +
-			"again from the primary or a peer. With auth on it needs a safekeeperdata token (--token-file).",
+			"again from the primary or a peer. With auth on it needs a safekeeperdata token (--token-file).\n" +
+			"The timeline's WAL archive (--remote-storage) stays, the backup of last resort, unless\n" +
+			"--archive: then the safekeeper deletes it too, every object, after the local delete.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
 		Before:       func(c *cli.Context) error { return requireFlags(c, "tenant-id", "timeline-id") },
 		Flags: append([]cli.Flag{httpFlag(), jsonFlag(),
 			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)", EnvVars: []string{"SAFEKEEPER_TENANT_ID"}},
 			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)", EnvVars: []string{"SAFEKEEPER_TIMELINE_ID"}},
 			&cli.BoolFlag{Name: "force", Usage: "end the timeline's connections (proposer, readers) and delete it", EnvVars: []string{"SAFEKEEPER_FORCE"}},
+			&cli.BoolFlag{Name: "archive", Usage: "delete the timeline's WAL archive too (kept otherwise)"},
 		}, httpClientFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -265,7 +268,7 @@ func timelineDeleteCommand() *cli.Command {
 			}
 			key := proto.TimelineKey{TenantID: tenant, TimelineID: timeline}
 			res, body, err := apiCall(c, func(api *httpapi.Client, ctx context.Context) (*httpapi.DeleteResult, []byte, error) {
-				return api.DeleteTimeline(ctx, key, c.Bool("force"))
+				return api.DeleteTimeline(ctx, key, c.Bool("force"), c.Bool("archive"))
 			})
 			if err != nil {
 				return err
@@ -278,6 +281,9 @@ func timelineDeleteCommand() *cli.Command {
 				fmt.Fprintf(c.App.Writer, "deleted timeline %s/%s (its connections were ended)\n", tenant, timeline)
 			} else {
 				fmt.Fprintf(c.App.Writer, "deleted timeline %s/%s\n", tenant, timeline)
+			}
+			if res.ArchiveObjectsDeleted != nil {
+				fmt.Fprintf(c.App.Writer, "deleted its archive: %d objects\n", *res.ArchiveObjectsDeleted)
 			}
 			return nil
 		},

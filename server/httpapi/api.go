@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -57,6 +58,9 @@ type Config struct {
 	Archiving bool
 	// Collectors are more instruments /metrics serves (the uploader's).
 	Collectors []prometheus.Collector
+	// DeleteArchive deletes a timeline's whole archive (a DELETE with
+	// ?archive=true); nil without an archive.
+	DeleteArchive func(ctx context.Context, key proto.TimelineKey) (objects int, err error)
 }
 
 // Host is what the API reads of the process it serves, besides the
@@ -310,12 +314,54 @@ func (a *API) deleteTimeline(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	withArchive, err := a.archiveParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	res, err := a.reg.Delete(key, force)
 	if err != nil {
 		writeError(w, deleteError(err))
 		return
 	}
-	writeJSON(w, http.StatusOK, DeleteResult(res))
+	out := DeleteResult{DirExisted: res.DirExisted, WasActive: res.WasActive}
+	if withArchive {
+		if out.ArchiveObjectsDeleted, err = a.deleteArchive(r.Context(), key); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// archiveParam is ?archive=true|false: delete the archive too. Asked of a
+// safekeeper without an archive, it is refused before anything is
+// deleted.
+func (a *API) archiveParam(r *http.Request) (bool, error) {
+	v := r.URL.Query().Get("archive")
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, &apiError{http.StatusBadRequest, "bad_request", "archive: want true or false, got " + strconv.Quote(v)}
+	}
+	if b && a.cfg.DeleteArchive == nil {
+		return false, &apiError{http.StatusBadRequest, "no_archive", "archive=true: this safekeeper has no archive (--remote-storage)"}
+	}
+	return b, nil
+}
+
+// deleteArchive deletes the archive of key after its local delete. A
+// failure is a 502 saying so: the local timeline is gone, and the same
+// DELETE with archive=true again deletes what is left of the archive.
+func (a *API) deleteArchive(ctx context.Context, key proto.TimelineKey) (*int, error) {
+	n, err := a.cfg.DeleteArchive(ctx, key)
+	if err != nil {
+		return nil, &apiError{http.StatusBadGateway, "archive", fmt.Sprintf("timeline %s deleted here, but deleting its archive failed after %d objects (send the DELETE with archive=true again): %v", key, n, err)}
+	}
+	a.log.Info("deleted the timeline's archive", "tenant_id", key.TenantID.String(), "timeline_id", key.TimelineID.String(), "objects", n)
+	return &n, nil
 }
 
 func (a *API) deleteTenant(w http.ResponseWriter, r *http.Request) {
@@ -329,14 +375,31 @@ func (a *API) deleteTenant(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	withArchive, err := a.archiveParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	res, err := a.reg.DeleteTenant(tenant, force)
 	if err != nil {
 		writeError(w, deleteError(err))
 		return
 	}
 	out := map[string]DeleteResult{}
-	for id, r := range res {
-		out[id] = DeleteResult(r)
+	for id, d := range res {
+		dr := DeleteResult{DirExisted: d.DirExisted, WasActive: d.WasActive}
+		if withArchive {
+			tl, err := proto.ParseID(id)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			if dr.ArchiveObjectsDeleted, err = a.deleteArchive(r.Context(), proto.TimelineKey{TenantID: tenant, TimelineID: tl}); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
+		out[id] = dr
 	}
 	writeJSON(w, http.StatusOK, out)
 }

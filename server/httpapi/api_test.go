@@ -78,7 +78,7 @@ func TestAPIOverTheRegistry(t *testing.T) {
 	if _, _, err := c.Timeline(ctx, other); err == nil || !strings.Contains(err.Error(), "(HTTP 404 not_found)") {
 		t.Fatalf("a timeline not held: %v, want 404 not_found", err)
 	}
-	res, _, err := c.DeleteTimeline(ctx, key, false)
+	res, _, err := c.DeleteTimeline(ctx, key, false, false)
 	if err != nil || !res.DirExisted || res.WasActive {
 		t.Fatalf("delete: %+v %v", res, err)
 	}

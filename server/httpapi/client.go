@@ -85,10 +85,15 @@ func (c *Client) Timeline(ctx context.Context, key proto.TimelineKey) (*Timeline
 	return &tl, body, err
 }
 
-// DeleteTimeline is DELETE /v1/tenant/{tenant_id}/timeline/{timeline_id}.
-func (c *Client) DeleteTimeline(ctx context.Context, key proto.TimelineKey, force bool) (*DeleteResult, []byte, error) {
+// DeleteTimeline is DELETE /v1/tenant/{tenant_id}/timeline/{timeline_id}
+// (withArchive: ?archive=true, its archive too).
+func (c *Client) DeleteTimeline(ctx context.Context, key proto.TimelineKey, force, withArchive bool) (*DeleteResult, []byte, error) {
 	var res DeleteResult
-	body, err := c.Do(ctx, http.MethodDelete, TimelinePath(key)+"?force="+strconv.FormatBool(force), &res)
+	q := "?force=" + strconv.FormatBool(force)
+	if withArchive {
+		q += "&archive=true"
+	}
+	body, err := c.Do(ctx, http.MethodDelete, TimelinePath(key)+q, &res)
 	return &res, body, err
 }
 

@@ -158,6 +158,9 @@ type DeleteResult struct {
 	DirExisted bool `json:"dir_existed"`
 	// WasActive: connections were ended (force).
 	WasActive bool `json:"was_active"`
+	// ArchiveObjectsDeleted: with ?archive=true, the objects of the
+	// timeline's archive deleted (absent without it: the archive stays).
+	ArchiveObjectsDeleted *int `json:"archive_objects_deleted,omitempty"`
 }
 
 // ErrorBody is every error answer: the message and a machine-readable
