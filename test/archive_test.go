@@ -405,6 +405,9 @@ func TestArchiveRidesOutAStoreOutage(t *testing.T) {
 	proxy.Set(s3test.Pass)
 	harness.WaitFor(t, 60*time.Second, "the archive to catch up", func() bool { return backupLSN(t, c.Safekeepers) >= end })
 	n := checkArchivedSegments(t, proxy.URL(srv, "outage"), c.PG, start, end)
+	if code, out, stderr := harness.Run(t, "archive", "verify", "--remote-storage", proxy.URL(srv, "outage"), "--tenant-id", archiveTenant, "--timeline-id", archiveTimeline); code != 0 {
+		t.Fatalf("archive verify after the outage: exit %d\n%s%s", code, out, stderr)
+	}
 	t.Logf("after the outage: %d rows; %d segments in the archive, each the primary's byte for byte", next, n)
 }
 
@@ -475,6 +478,9 @@ func TestArchiveResumesAfterEverySafekeeperIsKilled(t *testing.T) {
 	n := checkArchivedSegments(t, store, c.PG, start, end)
 	if r := archiveFetch(t, store, proto.SegmentFileName(1, start+40<<20, 1<<20)); r.code != 1 {
 		t.Fatalf("the leftover temporary file was served as a segment: exit %d", r.code)
+	}
+	if code, out, stderr := harness.Run(t, "archive", "verify", "--remote-storage", store, "--tenant-id", archiveTenant, "--timeline-id", archiveTimeline); code != 0 {
+		t.Fatalf("archive verify after the kills: exit %d\n%s%s", code, out, stderr)
 	}
 	t.Logf("%d rows; backup_lsn before the kill %v; %d segments in the archive after the restarts, each the primary's", next, before, n)
 }
