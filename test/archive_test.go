@@ -920,3 +920,45 @@ func TestDeleteKeepsTheArchiveUnlessAsked(t *testing.T) {
 	}
 	t.Logf("the archive's %d objects stayed after a delete, and went with --archive", before)
 }
+
+// TestBackupLSNNeverPassesAMissingSegment: backup_lsn says the WAL below
+// it is in the archive, so it may never pass a whole segment the store
+// does not hold, however the uploader's checks and turns interleave. One
+// safekeeper archives, through a slow store (each request 40 ms, longer
+// than its turn delay of 1 ms), while the primary commits; at every look,
+// every whole segment below backup_lsn is in the store.
+func TestBackupLSNNeverPassesAMissingSegment(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	proxy := s3test.StartFaultProxy(t, srv)
+	proxy.SetDelay(40 * time.Millisecond)
+	proxy.Set(s3test.Slow)
+	storeURL := proxy.URL(srv, "slow")
+	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline, PG: pgtest.Options{WALSegSizeMB: 1}})
+	sk := c.Safekeepers[0]
+	if err := sk.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	sk.Args = append(sk.Args, "--remote-storage", storeURL, "--partial-backup-interval", "100ms", "--backup-takeover", "1ms")
+	sk.Start()
+	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	start := sk.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "timeline_start_lsn").SegmentStart(1 << 20)
+	walDir := filepath.Join(srv.Root, srv.Bucket, "slow", archiveTenant, archiveTimeline, "wal")
+	check := func() proto.LSN {
+		b := sk.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "backup_lsn")
+		for seg := start; seg+1<<20 <= b; seg += 1 << 20 {
+			if _, err := os.Stat(filepath.Join(walDir, proto.SegmentFileName(1, seg, 1<<20))); err != nil {
+				t.Fatalf("backup_lsn %s, but segment %s is not in the store: %v", b, proto.SegmentFileName(1, seg, 1<<20), err)
+			}
+		}
+		return b
+	}
+	next := 0
+	for range 12 {
+		next = insertRows(t, c.PG, next, 1)
+		check()
+	}
+	end := flushLSN(t, c.PG)
+	harness.WaitFor(t, 60*time.Second, "the archive to reach the end", func() bool { return check() >= end })
+	t.Logf("%d rows; backup_lsn reached %s through a slow store, never past a missing segment", next, end)
+}

@@ -426,7 +426,6 @@ func (u *Uploader) pass(s *tlState) (time.Duration, error) {
 			}
 		}
 	}
-	var again time.Duration
 	for first+proto.LSN(seg) <= commit {
 		if err := u.ctx.Err(); err != nil {
 			return 0, err
@@ -460,13 +459,10 @@ func (u *Uploader) pass(s *tlState) (time.Duration, error) {
 		}
 		if done < n {
 			// Not archived yet and not this safekeeper's turn: look again
-			// when it comes.
-			again = s.delay - time.Since(s.pendingSince) + 10*time.Millisecond
-			break
+			// when it comes (soon, if it came while the checks ran). The
+			// partial waits: backup_lsn never passes a missing segment.
+			return max(s.delay-time.Since(s.pendingSince), 0) + 10*time.Millisecond, nil
 		}
-	}
-	if again > 0 {
-		return again, nil
 	}
 	u.retain(s, ar)
 
@@ -619,8 +615,8 @@ func (u *Uploader) partial(s *tlState, ar *archive.Archive, t *timeline.Timeline
 		u.cfg.Metrics.WALUploaded.Add(float64(len(content)))
 	}
 	s.ownPartial, s.seenPartial, s.seenAt = commit, commit, now
-	if err := t.SetBackupLSN(commit); err != nil {
-		return 0, fmt.Errorf("%w: %v", errLocal, err)
+	if err := u.adopt(t, commit, start); err != nil { // only over whole segments all there
+		return 0, err
 	}
 	// The older partials are superseded (their WAL is a prefix of this
 	// one's, or in whole segments now).
