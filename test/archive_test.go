@@ -252,6 +252,21 @@ func TestStandbyCatchesUpThroughReadThrough(t *testing.T) {
 		t.Fatalf("read-through of %s differs from the primary's segment", seg)
 	}
 	rc.Close(context.Background())
+
+	// wal fetch with the safekeepers and the archive: the safekeepers no
+	// longer hold the segment, the archive serves it; without the
+	// archive, that is a failure (126), not the end of WAL.
+	second := proto.SegmentFileName(1, seg+1<<20, 1<<20)
+	addrs := strings.Join(harness.Addrs(c.Safekeepers), ",")
+	if r := archiveFetch(t, store, second, "--safekeepers", addrs); r.code != 0 || !bytes.Equal(r.data, mustRead(t, filepath.Join(c.PG.WALDir(), second))) ||
+		!strings.Contains(r.stderr, "trying the archive") {
+		t.Fatalf("wal fetch --safekeepers --remote-storage of a segment the safekeepers removed: exit %d, %d bytes\n%s", r.code, len(r.data), r.stderr)
+	}
+	out := filepath.Join(t.TempDir(), "RECOVERYXLOG")
+	if code, _, stderr := harness.Run(t, "wal", "fetch", "--safekeepers", addrs, "--tenant-id", archiveTenant, "--timeline-id", archiveTimeline, second, out); code != 126 {
+		t.Fatalf("wal fetch --safekeepers alone of a removed segment: exit %d, want 126\n%s", code, stderr)
+	}
+
 	obj := filepath.Join(strings.TrimPrefix(store, "file://"), archiveTenant, archiveTimeline, "wal", proto.SegmentFileName(1, seg, 1<<20))
 	b := mustRead(t, obj)
 	b[len(b)/2] ^= 0x40
