@@ -173,10 +173,11 @@ func setup(t *testing.T, p params) *bench {
 	if err != nil {
 		t.Fatalf("pgbackrest not found on PATH (apt-get install pgbackrest; .ci/run installs it): %v", err)
 	}
-	// About 10 s per GiB of pgbench WAL to make, 3 s per segment and round
-	// to upload and restore it (both sides, three restores), the load
-	// rounds with their waits.
-	est := float64(p.segments)/64*10 + float64(p.segments*p.rounds)*0.6 + float64(3*p.rounds*(p.seconds+15)) + 60
+	// About 5 s per segment of pgbench WAL to make (TPC-B-like WAL once
+	// the full-page images after the CHECKPOINT thin out), 0.6 s per
+	// segment and round to upload and restore it (both sides, three
+	// restores), the load rounds with their waits.
+	est := float64(p.segments)*5 + float64(p.segments*p.rounds)*0.6 + float64(3*p.rounds*(p.seconds+15)) + 60
 	b.say("%s: about %.0f minutes", p.command(), math.Ceil(est/60))
 	harness.Binary(t)
 	conf := append(slices.Clone(primaryConf), fmt.Sprintf("wal_keep_size = '%dMB'", (p.segments+8)*segSize>>20))

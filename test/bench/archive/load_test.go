@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -243,5 +245,34 @@ func (b *bench) loadRound(c string, cycle int, spool string) loadResult {
 	if (c == cfgSK || c == cfgPB) && len(r.lag) == 0 {
 		t.Fatalf("%s round %d: no lag sample", c, cycle)
 	}
+	if c == cfgSK {
+		b.checkLoadArchive()
+	}
 	return r
+}
+
+// checkLoadArchive fails the run unless every whole segment from the
+// timeline's start up to the highest backup_lsn is an object of the
+// safekeepers' archive: a backup_lsn past a segment that is not there
+// would be a lag that is not real.
+func (b *bench) checkLoadArchive() {
+	a, err := b.sample()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	v, err := timelineView(context.Background(), b.sks[0], loadTimelID)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	from := v.TimelineStartLSN.SegmentStart(segSize)
+	if from < v.TimelineStartLSN {
+		from += segSize
+	}
+	dir := filepath.Join(b.s3.ObjectPath(loadPrefix), tenantID.String(), loadTimelID.String(), "wal")
+	for at := from; at+segSize <= a.sk; at += segSize {
+		name := proto.SegmentFileName(1, at, segSize)
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			b.t.Fatalf("the safekeepers report backup_lsn %s, but segment %s is not in their archive (%v): the lag measured would not be real", a.sk, name, err)
+		}
+	}
 }

@@ -165,12 +165,10 @@ func (b *bench) results() string {
 	ratio := func(side string) string { return fnum(float64(b.stored[side])/float64(b.walBytes()), 3) }
 	sb.WriteString(mdRow("safekeeper", "start of `safekeeper run --remote-storage` on a copy of the stopped safekeeper holding the WAL committed → backup_lsn at the last segment's end",
 		fnum(medianRate(b.uploads, sideSK), 1), fnum(rateRatio(b.uploads, sideSK, sidePB), 2), ratio(sideSK)))
-	sb.WriteString(mdRow("safekeeper, no turn wait", "the same with the hidden `--backup-takeover 1ms`: without the wait for another safekeeper's turn before each batch of 8 segments",
-		fnum(medianRate(b.uploads, sideSKNoWait), 1), fnum(rateRatio(b.uploads, sideSKNoWait, sidePB), 2), ratio(sideSKNoWait)))
 	sb.WriteString(mdRow("pgBackRest", "`archive-push` of each segment in order (async, process-max 4) → the last call returns",
 		fnum(medianRate(b.uploads, sidePB), 1), "1.00", ratio(sidePB)))
 	up := rateRatio(b.uploads, sideSK, sidePB)
-	fmt.Fprintf(&sb, "\nUpload rate safekeeper / pgBackRest (median of per-round ratios, the safekeeper as it runs by default): **%s** (goal ≥ 1.5: %s). "+
+	fmt.Fprintf(&sb, "\nUpload rate safekeeper / pgBackRest (median of per-round ratios): **%s** (goal ≥ 1.5: %s). "+
 		"Stored bytes: the segments' objects as versitygw keeps them (headers included), round 1.\n\n",
 		fnum(up, 2), verdict(up >= 1.5))
 	var starts []float64

@@ -21,7 +21,6 @@ import (
 // Sides of phase 1.
 const (
 	sideSK        = "safekeeper"
-	sideSKNoWait  = "safekeeper, no turn"
 	sidePB        = "pgbackrest"
 	sidePBNoAsync = "pgbackrest, no async"
 )
@@ -46,7 +45,7 @@ func (tm timing) rate() float64 { return float64(tm.bytes) / (1 << 20) / tm.dur.
 func (b *bench) phaseSegments() {
 	b.makeSegments()
 	for round := 1; round <= b.p.rounds; round++ {
-		up := []func(int) timing{b.uploadSK(false), b.uploadSK(true), b.uploadPB}
+		up := []func(int) timing{b.uploadSK, b.uploadPB}
 		down := []func(int) timing{b.fetchSK, b.fetchPB(true), b.fetchPB(false)}
 		if round%2 == 0 { // the other order every other round: drift falls on both
 			slices.Reverse(up)
@@ -199,67 +198,48 @@ func (b *bench) walBytes() int64 { return int64(len(b.segs)) * segSize }
 
 func (b *bench) end() proto.LSN { return b.first + proto.LSN(len(b.segs))*segSize }
 
-// skPrefix is the archive prefix of round's safekeeper upload (noWait:
-// the upload without the turn wait).
-func skPrefix(round int, noWait bool) string {
-	if noWait {
-		return fmt.Sprintf("sk-upload-noturn-%d", round)
-	}
-	return fmt.Sprintf("sk-upload-%d", round)
-}
+// skPrefix is the archive prefix of round's safekeeper upload.
+func skPrefix(round int) string { return fmt.Sprintf("sk-upload-%d", round) }
 
 // pbRepo is the repository path of round's pgBackRest upload.
 func pbRepo(round int) string { return fmt.Sprintf("/pgbackrest-upload-%d", round) }
 
 // uploadSK starts a copy of the template safekeeper with --remote-storage
 // and times it until backup_lsn reaches the end of the last segment.
-// noWait sets the hidden --backup-takeover to 1 ms: the uploader's wait
-// for another safekeeper's turn (a delay in [0, 3 s) from the node id
-// and the timeline, before each batch of 2 × --backup-parallel-jobs
-// segments) all but gone, to show what the upload itself takes.
-func (b *bench) uploadSK(noWait bool) func(int) timing {
-	side := sideSK
-	if noWait {
-		side = sideSKNoWait
+func (b *bench) uploadSK(round int) timing {
+	t := b.t
+	dir := filepath.Join(t.TempDir(), "data")
+	if out, err := exec.Command("cp", "-a", b.tmplDir, dir).CombinedOutput(); err != nil {
+		t.Fatalf("copy the template safekeeper: %v\n%s", err, out)
 	}
-	return func(round int) timing {
-		t := b.t
-		dir := filepath.Join(t.TempDir(), "data")
-		if out, err := exec.Command("cp", "-a", b.tmplDir, dir).CombinedOutput(); err != nil {
-			t.Fatalf("copy the template safekeeper: %v\n%s", err, out)
+	defer os.RemoveAll(dir)
+	sk := harness.NewSafekeeper(t, 1, dir, "--remote-storage", b.storeURL(skPrefix(round)))
+	end := b.end()
+	began := time.Now()
+	sk.Start()
+	listening := time.Since(began)
+	deadline := began.Add(10 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		v, err := timelineView(ctx, sk, uploadTimelID)
+		cancel()
+		if err == nil && v.BackupLSN >= end {
+			break
 		}
-		defer os.RemoveAll(dir)
-		args := []string{"--remote-storage", b.storeURL(skPrefix(round, noWait))}
-		if noWait {
-			args = append(args, "--backup-takeover", "1ms")
+		if time.Now().After(deadline) {
+			t.Fatalf("the safekeeper's backup_lsn did not reach %s in 10 minutes (%v)\n%s", end, err, harness.Tail(sk.Log(), 30))
 		}
-		sk := harness.NewSafekeeper(t, 1, dir, args...)
-		end := b.end()
-		began := time.Now()
-		sk.Start()
-		listening := time.Since(began)
-		deadline := began.Add(10 * time.Minute)
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			v, err := timelineView(ctx, sk, uploadTimelID)
-			cancel()
-			if err == nil && v.BackupLSN >= end {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the safekeeper's backup_lsn did not reach %s in 10 minutes (%v)\n%s", end, err, harness.Tail(sk.Log(), 30))
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		dur := time.Since(began)
-		if err := sk.Stop(60 * time.Second); err != nil {
-			t.Fatalf("safekeeper: exit after SIGTERM: %v", err)
-		}
-		// Every segment is an object of its own under T/L/wal/.
-		root := filepath.Join(b.s3.ObjectPath(skPrefix(round, noWait)), tenantID.String(), uploadTimelID.String(), "wal")
-		b.countStored(side, round, root, func(name string) bool { return len(name) == 24 })
-		return timing{what: "upload", side: side, round: round, dur: dur, start: listening, bytes: b.walBytes()}
+		time.Sleep(10 * time.Millisecond)
 	}
+	dur := time.Since(began)
+	if err := sk.Stop(60 * time.Second); err != nil {
+		t.Fatalf("safekeeper: exit after SIGTERM: %v", err)
+	}
+	// Every segment is an object of its own under T/L/wal/; countStored
+	// fails the run if backup_lsn passed one that is not there.
+	root := filepath.Join(b.s3.ObjectPath(skPrefix(round)), tenantID.String(), uploadTimelID.String(), "wal")
+	b.countStored(sideSK, round, root, func(name string) bool { return len(name) == 24 })
+	return timing{what: "upload", side: sideSK, round: round, dur: dur, start: listening, bytes: b.walBytes()}
 }
 
 // uploadPB runs archive-push for each segment in order, as PostgreSQL's
@@ -324,7 +304,7 @@ func (b *bench) countStored(side string, round int, root string, isSegment func(
 func (b *bench) fetchSK(round int) timing {
 	t := b.t
 	dir := t.TempDir()
-	url := b.storeURL(skPrefix(round, false))
+	url := b.storeURL(skPrefix(round))
 	began := time.Now()
 	for _, s := range b.segs {
 		code, _, stderr := harness.Run(t, "wal", "fetch", "--remote-storage", url, "--tenant-id", tenantID.String(),
