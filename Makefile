@@ -101,9 +101,10 @@ bench-scale:
 # Needs pgbackrest (apt-get install pgbackrest) and versitygw (.ci/run
 # builds it). Knobs: BENCH_ROUNDS (3), BENCH_SEGMENTS (32), BENCH_SECONDS
 # (30 per round under pgbench), BENCH_CLIENTS (8), BENCH_JOBS (2),
-# BENCH_SCALE (10). Writes docs/performance.md's bench-archive section
-# unless BENCH_WRITE_DOC=0. About 15 minutes; short: BENCH_ROUNDS=1
-# BENCH_SEGMENTS=4 BENCH_SECONDS=10.
+# BENCH_SCALE (10), BENCH_WARMUP (10 s: one unreported round per
+# configuration under pgbench, 0: none). Writes docs/performance.md's
+# bench-archive section unless BENCH_WRITE_DOC=0. About 15 minutes; short:
+# BENCH_ROUNDS=1 BENCH_SEGMENTS=4 BENCH_SECONDS=10 BENCH_WARMUP=0.
 .PHONY: bench-archive
 bench-archive: build
 	SAFEKEEPER_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/bench/archive -run '^TestBenchArchive$$' -count=1 -timeout 0 -v -args -bench.archive

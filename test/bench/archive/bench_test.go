@@ -35,6 +35,7 @@ var (
 	flagClients  = flag.Int("bench.clients", envInt("BENCH_CLIENTS", 8), "pgbench -c (env BENCH_CLIENTS)")
 	flagJobs     = flag.Int("bench.jobs", envInt("BENCH_JOBS", 2), "pgbench -j (env BENCH_JOBS)")
 	flagScale    = flag.Int("bench.scale", envInt("BENCH_SCALE", 10), "pgbench -i -s (env BENCH_SCALE)")
+	flagWarmup   = flag.Int("bench.warmup", envInt("BENCH_WARMUP", 10), "seconds of one unreported round per configuration under load before the measured ones, 0 for none (env BENCH_WARMUP)")
 	flagDoc      = flag.Bool("bench.doc", envInt("BENCH_WRITE_DOC", 1) != 0, "rewrite the bench-archive section of docs/performance.md (env BENCH_WRITE_DOC=0: leave it)")
 )
 
@@ -56,8 +57,8 @@ func envInt(name string, def int) int {
 }
 
 type params struct {
-	rounds, segments, seconds, clients, jobs, scale int
-	writeDoc                                        bool
+	rounds, segments, seconds, clients, jobs, scale, warmup int
+	writeDoc                                                bool
 }
 
 func (p params) validate() error {
@@ -66,7 +67,7 @@ func (p params) validate() error {
 		name   string
 		v, min int
 	}{{"BENCH_ROUNDS", p.rounds, 1}, {"BENCH_SEGMENTS", p.segments, 1}, {"BENCH_SECONDS", p.seconds, 1},
-		{"BENCH_CLIENTS", p.clients, 1}, {"BENCH_JOBS", p.jobs, 1}, {"BENCH_SCALE", p.scale, 1}} {
+		{"BENCH_CLIENTS", p.clients, 1}, {"BENCH_JOBS", p.jobs, 1}, {"BENCH_SCALE", p.scale, 1}, {"BENCH_WARMUP", p.warmup, 0}} {
 		if c.v < c.min {
 			errs = append(errs, fmt.Errorf("%s = %d, want at least %d", c.name, c.v, c.min))
 		}
@@ -79,8 +80,8 @@ func (p params) validate() error {
 
 // command is the command line that reproduces a run with p.
 func (p params) command() string {
-	return fmt.Sprintf("BENCH_ROUNDS=%d BENCH_SEGMENTS=%d BENCH_SECONDS=%d BENCH_CLIENTS=%d BENCH_JOBS=%d BENCH_SCALE=%d make bench-archive",
-		p.rounds, p.segments, p.seconds, p.clients, p.jobs, p.scale)
+	return fmt.Sprintf("BENCH_ROUNDS=%d BENCH_SEGMENTS=%d BENCH_SECONDS=%d BENCH_CLIENTS=%d BENCH_JOBS=%d BENCH_SCALE=%d BENCH_WARMUP=%d make bench-archive",
+		p.rounds, p.segments, p.seconds, p.clients, p.jobs, p.scale, p.warmup)
 }
 
 func TestMain(m *testing.M) { harness.Main(m) }
@@ -139,7 +140,7 @@ func TestBenchArchive(t *testing.T) {
 		t.Skip("the archive benchmark runs only with -bench.archive (make bench-archive)")
 	}
 	p := params{rounds: *flagRounds, segments: *flagSegments, seconds: *flagSeconds, clients: *flagClients,
-		jobs: *flagJobs, scale: *flagScale, writeDoc: *flagDoc}
+		jobs: *flagJobs, scale: *flagScale, warmup: *flagWarmup, writeDoc: *flagDoc}
 	if err := errors.Join(append(slices.Clone(envErrs), p.validate())...); err != nil {
 		t.Fatal(err)
 	}
@@ -178,6 +179,9 @@ func setup(t *testing.T, p params) *bench {
 	// segment and round to upload and restore it (both sides, three
 	// restores), the load rounds with their waits.
 	est := float64(p.segments)*5 + float64(p.segments*p.rounds)*0.6 + float64(3*p.rounds*(p.seconds+15)) + 60
+	if p.warmup > 0 {
+		est += float64(3 * (p.warmup + 15))
+	}
 	b.say("%s: about %.0f minutes", p.command(), math.Ceil(est/60))
 	harness.Binary(t)
 	conf := append(slices.Clone(primaryConf), fmt.Sprintf("wal_keep_size = '%dMB'", (p.segments+8)*segSize>>20))

@@ -46,7 +46,9 @@
 //     by round: none (no archive: the safekeepers without
 //     --remote-storage, archive_command 'true'), sk (the safekeepers with
 //     --remote-storage), pgbackrest (archive_command = pgbackrest
-//     archive-push %p, archive_timeout 60s). Before each round the
+//     archive-push %p, archive_timeout 60s), the order rotated by one
+//     each cycle, after one unreported warm-up round of BENCH_WARMUP
+//     seconds per configuration. Before each round the
 //     safekeepers are restarted with the configuration's flags,
 //     pgbench's cleanup and a CHECKPOINT run, pg_switch_wal() closes the
 //     segment, and the harness waits until the configuration's archive has
@@ -54,7 +56,9 @@
 //     samples every 100 ms the primary's pg_current_wal_flush_lsn() and
 //     the archive's end (the highest backup_lsn of the three safekeepers;
 //     the end of pg_stat_archiver.last_archived_wal), in every
-//     configuration alike; the lag is their difference.
+//     configuration alike; the lag is their difference. After each sk
+//     round every whole segment below the highest backup_lsn must be in
+//     the store, or the run fails: a lag that is not real is no figure.
 //
 // Ratios are of the medians over rounds (sk/pgbackrest for rates, sk/none
 // for TPS). The results, with the machine, the method and the command,

@@ -33,7 +33,8 @@ const (
 // loadResult is one round of phase 2.
 type loadResult struct {
 	cfg      string
-	cycle    int
+	cycle    int // 1..rounds; 0 for the warm-up
+	seconds  int
 	tps      float64
 	txns     int64
 	walBytes int64   // written by the primary during the round
@@ -54,12 +55,16 @@ func (b *bench) phaseLoad() {
 	harness.WaitSyncStandby(t, b.pg, b.prop, "proposer", 90*time.Second)
 	b.pb.stanzaCreate(loadRepo)
 	spool := b.pb.newSpool()
-	for cycle := 1; cycle <= b.p.rounds; cycle++ {
+	if b.p.warmup > 0 {
+		b.say("warm-up: one %d s round per configuration, not reported", b.p.warmup)
 		for _, c := range loadConfigs {
-			r := b.loadRound(c, cycle, spool)
-			b.say("load round %d/%d %-10s tps %7.1f  WAL %5.2f MiB/s  archive lag p50 %s p99 %s max %s (%d samples)",
-				cycle, b.p.rounds, c, r.tps, float64(r.walBytes)/(1<<20)/float64(b.p.seconds),
-				mib(lagPct(r, 0.50)), mib(lagPct(r, 0.99)), mib(lagPct(r, 1)), r.samples)
+			b.sayLoad(b.loadRound(c, 0, b.p.warmup, spool))
+		}
+	}
+	for cycle := 1; cycle <= b.p.rounds; cycle++ {
+		for _, c := range cycleOrder(cycle) {
+			r := b.loadRound(c, cycle, b.p.seconds, spool)
+			b.sayLoad(r)
 			b.loads = append(b.loads, r)
 		}
 	}
@@ -72,6 +77,24 @@ func (b *bench) phaseLoad() {
 	b.exec("ALTER SYSTEM SET archive_command = 'true'")
 	b.exec("SELECT pg_reload_conf()")
 	b.pb.waitIdle()
+}
+
+// cycleOrder is the order of the configurations in cycle n: rotated by
+// one each cycle, so that a drift within a cycle (the machine warming up
+// or getting busier) does not always fall on the same configuration.
+func cycleOrder(n int) []string {
+	k := (n - 1) % len(loadConfigs)
+	return append(slices.Clone(loadConfigs[k:]), loadConfigs[:k]...)
+}
+
+func (b *bench) sayLoad(r loadResult) {
+	label := fmt.Sprintf("round %d/%d", r.cycle, b.p.rounds)
+	if r.cycle == 0 {
+		label = "warm-up"
+	}
+	b.say("load %-11s %-10s tps %7.1f  WAL %5.2f MiB/s  archive lag p50 %s p99 %s max %s (%d samples)",
+		label, r.cfg, r.tps, float64(r.walBytes)/(1<<20)/float64(r.seconds),
+		mib(lagPct(r, 0.50)), mib(lagPct(r, 0.99)), mib(lagPct(r, 1)), r.samples)
 }
 
 // skArgs are the safekeepers' extra flags in configuration c.
@@ -161,7 +184,7 @@ func lagOf(c string, a archived) (int64, bool) {
 }
 
 // loadRound prepares the primary and runs one pgbench round under c.
-func (b *bench) loadRound(c string, cycle int, spool string) loadResult {
+func (b *bench) loadRound(c string, cycle, secs int, spool string) loadResult {
 	t := b.t
 	b.switchTo(c, spool)
 	b.exec("TRUNCATE pgbench_history")
@@ -219,10 +242,10 @@ func (b *bench) loadRound(c string, cycle int, spool string) loadResult {
 		}
 	}()
 	from := b.lsn("SELECT pg_current_wal_flush_lsn()::text")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(b.p.seconds)*time.Second+5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs)*time.Second+5*time.Minute)
 	defer cancel()
 	cmd := b.pg.Cmd(ctx, "pgbench", "-h", b.pg.SocketDir, "-p", strconv.Itoa(b.pg.Port), "-U", "postgres",
-		"-n", "-c", strconv.Itoa(b.p.clients), "-j", strconv.Itoa(b.p.jobs), "-T", strconv.Itoa(b.p.seconds), "postgres")
+		"-n", "-c", strconv.Itoa(b.p.clients), "-j", strconv.Itoa(b.p.jobs), "-T", strconv.Itoa(secs), "postgres")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -241,7 +264,7 @@ func (b *bench) loadRound(c string, cycle int, spool string) loadResult {
 		t.Fatalf("%s round %d: pgbench output: %v\n%s", c, cycle, err, out.String())
 	}
 	to := b.lsn("SELECT pg_current_wal_flush_lsn()::text")
-	r.cfg, r.cycle, r.tps, r.txns, r.walBytes = c, cycle, sum.tps, sum.txns, int64(to-from)
+	r.cfg, r.cycle, r.seconds, r.tps, r.txns, r.walBytes = c, cycle, secs, sum.tps, sum.txns, int64(to-from)
 	if (c == cfgSK || c == cfgPB) && len(r.lag) == 0 {
 		t.Fatalf("%s round %d: no lag sample", c, cycle)
 	}

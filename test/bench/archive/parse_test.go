@@ -161,3 +161,16 @@ func TestMedianPercentile(t *testing.T) {
 		}
 	}
 }
+
+func TestCycleOrder(t *testing.T) {
+	for n, want := range map[int][]string{
+		1: {cfgNone, cfgSK, cfgPB}, 2: {cfgSK, cfgPB, cfgNone}, 3: {cfgPB, cfgNone, cfgSK}, 4: {cfgNone, cfgSK, cfgPB},
+	} {
+		if got := cycleOrder(n); !slices.Equal(got, want) {
+			t.Errorf("cycleOrder(%d) = %v, want %v", n, got, want)
+		}
+	}
+	if !slices.Equal(loadConfigs, []string{cfgNone, cfgSK, cfgPB}) {
+		t.Errorf("cycleOrder changed loadConfigs: %v", loadConfigs)
+	}
+}
