@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -172,5 +173,16 @@ func TestCycleOrder(t *testing.T) {
 	}
 	if !slices.Equal(loadConfigs, []string{cfgNone, cfgSK, cfgPB}) {
 		t.Errorf("cycleOrder changed loadConfigs: %v", loadConfigs)
+	}
+}
+
+func TestArchivedTimes(t *testing.T) {
+	log := `time=2026-12-02T11:18:01.849Z level=DEBUG msg="archived segment" tenant_id=a segment=00000001000000000000000C bytes=1355530
+time=2026-12-02T11:18:01.900Z level=INFO msg="other"
+time=2026-12-02T11:18:02.228Z level=DEBUG msg="archived segment" tenant_id=a segment=00000001000000000000000D bytes=1273481
+`
+	got := archivedTimes(log)
+	if len(got) != 2 || got[1].Sub(got[0]) != 379*time.Millisecond {
+		t.Fatalf("archivedTimes = %v", got)
 	}
 }

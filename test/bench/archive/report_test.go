@@ -96,7 +96,10 @@ func medianRate(tms []timing, side string) float64 {
 
 // rateRatio is the median over rounds of a's rate over b's in the same
 // round.
-func rateRatio(tms []timing, a, b string) float64 {
+func rateRatio(tms []timing, a, b string) float64 { return median(rateRatios(tms, a, b)) }
+
+// rateRatios are a's rate over b's, round by round.
+func rateRatios(tms []timing, a, b string) []float64 {
 	by := map[int]map[string]float64{}
 	for _, tm := range tms {
 		if by[tm.round] == nil {
@@ -105,14 +108,15 @@ func rateRatio(tms []timing, a, b string) float64 {
 		by[tm.round][tm.side] = tm.rate()
 	}
 	var xs []float64
-	for _, m := range by {
+	for round := 1; round <= len(by); round++ {
+		m := by[round]
 		if x, ok := m[a]; ok {
 			if y, ok := m[b]; ok {
 				xs = append(xs, x/y)
 			}
 		}
 	}
-	return median(xs)
+	return xs
 }
 
 // loadFigure is the median over rounds of c's figure.
@@ -128,7 +132,10 @@ func (b *bench) loadFigure(c string, f func(loadResult) float64) float64 {
 
 // tpsRatio is the median over cycles of c's TPS over base's in the same
 // cycle (adjacent in time, so drift cancels).
-func (b *bench) tpsRatio(c, base string) float64 {
+func (b *bench) tpsRatio(c, base string) float64 { return median(b.tpsRatios(c, base)) }
+
+// tpsRatios are c's TPS over base's, cycle by cycle.
+func (b *bench) tpsRatios(c, base string) []float64 {
 	by := map[int]map[string]float64{}
 	for _, r := range b.loads {
 		if by[r.cycle] == nil {
@@ -137,14 +144,24 @@ func (b *bench) tpsRatio(c, base string) float64 {
 		by[r.cycle][r.cfg] = r.tps
 	}
 	var xs []float64
-	for _, m := range by {
+	for cycle := 1; cycle <= len(by); cycle++ {
+		m := by[cycle]
 		if x, ok := m[c]; ok {
 			if y, ok := m[base]; ok {
 				xs = append(xs, x/y)
 			}
 		}
 	}
-	return median(xs)
+	return xs
+}
+
+// list formats xs with prec decimals, comma-separated.
+func list(xs []float64, prec int) string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = fnum(x, prec)
+	}
+	return strings.Join(out, ", ")
 }
 
 func verdict(ok bool) string {
@@ -168,16 +185,18 @@ func (b *bench) results() string {
 	sb.WriteString(mdRow("pgBackRest", "`archive-push` of each segment in order (async, process-max 4) → the last call returns",
 		fnum(medianRate(b.uploads, sidePB), 1), "1.00", ratio(sidePB)))
 	up := rateRatio(b.uploads, sideSK, sidePB)
-	fmt.Fprintf(&sb, "\nUpload rate safekeeper / pgBackRest (median of per-round ratios): **%s** (goal ≥ 1.5: %s). "+
+	fmt.Fprintf(&sb, "\nUpload rate safekeeper / pgBackRest (median of per-round ratios; per round: %s): **%s** (goal ≥ 1.5: %s). "+
 		"Stored bytes: the segments' objects as versitygw keeps them (headers included), round 1.\n\n",
-		fnum(up, 2), verdict(up >= 1.5))
-	var starts []float64
+		list(rateRatios(b.uploads, sideSK, sidePB), 2), fnum(up, 2), verdict(up >= 1.5))
+	var starts, firsts []float64
 	for _, tm := range b.uploads {
 		if tm.side == sideSK {
 			starts = append(starts, tm.start.Seconds())
+			firsts = append(firsts, tm.firstStored.Seconds())
 		}
 	}
-	fmt.Fprintf(&sb, "Of the safekeeper's time, %s s (median) pass before it listens (start-up; the uploader begins then).\n\n", fnum(median(starts), 3))
+	fmt.Fprintf(&sb, "Of the safekeeper's time (medians), %s s pass before it listens (start-up), and %s s before it logs the first segment stored "+
+		"(start-up, the first look at the archive, the wait for its turn, the first batch's uploads).\n\n", fnum(median(starts), 3), fnum(median(firsts), 3))
 
 	fmt.Fprintf(&sb, "**Restore** of the same %d segments, one command per segment as restore_command runs them, every segment's SHA-256 checked; medians over %d rounds:\n\n", n, b.p.rounds)
 	sb.WriteString(mdRow("side", "command", "MiB/s of WAL", "safekeeper / this"))
@@ -206,8 +225,9 @@ func (b *bench) results() string {
 		sb.WriteString(mdRow(row...))
 	}
 	loss := 1 - b.tpsRatio(cfgSK, cfgNone)
-	fmt.Fprintf(&sb, "\nTPS lost to the safekeepers' archive (1 - median of per-cycle sk/none; negative: none measurable through the noise): **%s%%** (goal ≤ 5%%: %s).\n\n",
-		fnum(100*loss, 1), verdict(loss <= 0.05))
+	fmt.Fprintf(&sb, "\nTPS lost to the safekeepers' archive (1 - median of per-cycle sk/none; negative: none measurable): **%s%%** (goal ≤ 5%%: %s). "+
+		"The per-cycle ratios, sk/none: %s; pgbackrest/none: %s: their spread is the noise a single figure hides.\n\n",
+		fnum(100*loss, 1), verdict(loss <= 0.05), list(b.tpsRatios(cfgSK, cfgNone), 3), list(b.tpsRatios(cfgPB, cfgNone), 3))
 
 	sb.WriteString("Every round:\n\n")
 	sb.WriteString(mdRow("phase", "round", "side / configuration", "seconds", "MiB/s", "TPS", "lag p50", "lag p99", "samples"))

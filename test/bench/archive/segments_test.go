@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,9 +33,10 @@ type timing struct {
 	round int
 	dur   time.Duration
 	// start is, for the safekeeper's upload, the part of dur until the
-	// process listened.
-	start time.Duration
-	bytes int64 // WAL bytes moved
+	// process listened, and firstStored until it logged the first segment
+	// stored.
+	start, firstStored time.Duration
+	bytes              int64 // WAL bytes moved
 }
 
 // rate is MiB of WAL per second.
@@ -68,7 +70,21 @@ func startNote(tm timing) string {
 	if tm.start == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" (%.3f s of it to start and listen)", tm.start.Seconds())
+	return fmt.Sprintf(" (listening after %.3f s, the first segment stored after %.3f s)", tm.start.Seconds(), tm.firstStored.Seconds())
+}
+
+var archivedRe = regexp.MustCompile(`(?m)^time=(\S+) level=DEBUG msg="archived segment" `)
+
+// archivedTimes are the times of a safekeeper log's "archived segment"
+// lines, in order.
+func archivedTimes(log string) []time.Time {
+	var out []time.Time
+	for _, m := range archivedRe.FindAllStringSubmatch(log, -1) {
+		if at, err := time.Parse(time.RFC3339Nano, m[1]); err == nil {
+			out = append(out, at)
+		}
+	}
+	return out
 }
 
 // makeSegments streams pgbench's WAL to one safekeeper (no archive) until
@@ -235,11 +251,15 @@ func (b *bench) uploadSK(round int) timing {
 	if err := sk.Stop(60 * time.Second); err != nil {
 		t.Fatalf("safekeeper: exit after SIGTERM: %v", err)
 	}
+	stored := archivedTimes(sk.Log())
+	if len(stored) < len(b.segs) {
+		t.Fatalf("the safekeeper logged %d \"archived segment\" lines for %d segments", len(stored), len(b.segs))
+	}
 	// Every segment is an object of its own under T/L/wal/; countStored
 	// fails the run if backup_lsn passed one that is not there.
 	root := filepath.Join(b.s3.ObjectPath(skPrefix(round)), tenantID.String(), uploadTimelID.String(), "wal")
 	b.countStored(sideSK, round, root, func(name string) bool { return len(name) == 24 })
-	return timing{what: "upload", side: sideSK, round: round, dur: dur, start: listening, bytes: b.walBytes()}
+	return timing{what: "upload", side: sideSK, round: round, dur: dur, start: listening, firstStored: stored[0].Sub(began), bytes: b.walBytes()}
 }
 
 // uploadPB runs archive-push for each segment in order, as PostgreSQL's
