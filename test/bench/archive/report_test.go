@@ -271,7 +271,7 @@ func (b *bench) docSection(took time.Duration) string {
 	sb.WriteString("Command:\n\n")
 	fmt.Fprintf(&sb, "    %s\n\n", p.command())
 	sb.WriteString("which runs `go test ./test/bench/archive -run '^TestBenchArchive$' -count=1 -timeout 0 -v -args -bench.archive` " +
-		"(flags -bench.rounds, -bench.segments, -bench.seconds, -bench.clients, -bench.jobs, -bench.scale override the variables; " +
+		"(flags -bench.rounds, -bench.segments, -bench.seconds, -bench.clients, -bench.jobs, -bench.scale, -bench.warmup override the variables; " +
 		"BENCH_WRITE_DOC=0 leaves this file alone).\n\n")
 	sb.WriteString("Machine:\n\n")
 	fmt.Fprintf(&sb, "- %d CPUs (nproc), %s, %.1f GiB memory; kernel %s\n", m.nproc, m.cpu, m.memGiB, m.kernel)
