@@ -88,6 +88,27 @@ bench-ingest:
 bench-scale:
 	$(GO) test ./test/bench/ingest -run '^TestBenchScale$$' -count=1 -timeout 0 -v -args -bench.scale $(BENCH_ARGS)
 
+# The WAL archive against pgBackRest (test/bench/archive TestBenchArchive),
+# both into one versitygw serving TLS on 127.0.0.1, rounds alternating:
+# the upload of the same BENCH_SEGMENTS 16 MiB segments of pgbench WAL (one
+# safekeeper with --remote-storage from the start until backup_lsn reaches
+# their end, against archive-push async with process-max 4, zstd), their
+# restore (wal fetch --remote-storage against archive-get, with and without
+# async), the compression ratio; then under pgbench through the proposer
+# and three safekeepers, rounds of no archive, the safekeepers' archive and
+# archive_command = pgbackrest archive-push (archive_timeout 60s): TPS and
+# the archive's lag behind the primary's flush LSN (every 100 ms, p50/p99).
+# Needs pgbackrest (apt-get install pgbackrest) and versitygw (.ci/run
+# builds it). Knobs: BENCH_ROUNDS (3), BENCH_SEGMENTS (32), BENCH_SECONDS
+# (30 per round under pgbench), BENCH_CLIENTS (8), BENCH_JOBS (2),
+# BENCH_SCALE (10), BENCH_WARMUP (10 s: one unreported round per
+# configuration under pgbench, 0: none). Writes docs/performance.md's
+# bench-archive section unless BENCH_WRITE_DOC=0. About 15 minutes; short:
+# BENCH_ROUNDS=1 BENCH_SEGMENTS=4 BENCH_SECONDS=10 BENCH_WARMUP=0.
+.PHONY: bench-archive
+bench-archive: build
+	SAFEKEEPER_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/bench/archive -run '^TestBenchArchive$$' -count=1 -timeout 0 -v -args -bench.archive
+
 vet:
 	$(GO) vet $(PKGS)
 

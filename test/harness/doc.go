@@ -12,7 +12,8 @@
 //   - Safekeeper processes (StartSafekeeper): `safekeeper run` with a node
 //     id, --listen-pg and --listen-http on 127.0.0.1 port 0 (the process
 //     binds its own ports and logs them in its "safekeeper listening"
-//     line, which ListenAddrs reads) and a fresh data directory, logging
+//     line, which ListenAddrs reads) and a fresh data directory (or one
+//     the test prepared: NewSafekeeper, started by Start), logging
 //     at debug level to a file. Start returns once that line is logged and
 //     fails the test if the process exits first. Kill is kill -9, Stop is
 //     SIGTERM with a deadline (its exit error is returned), Restart is

@@ -143,6 +143,22 @@ func StartSafekeeper(t testing.TB, id uint64, extra ...string) *Safekeeper {
 	return sk
 }
 
+// NewSafekeeper returns safekeeper id on an existing data directory (a
+// copy of a stopped safekeeper's, say), not started: Start starts it on
+// ports of its own (port 0). The same cleanup as StartSafekeeper's kills
+// it; dataDir is the caller's to remove.
+func NewSafekeeper(t testing.TB, id uint64, dataDir string, extra ...string) *Safekeeper {
+	t.Helper()
+	sk := &Safekeeper{t: t, ID: id, DataDir: dataDir, LogPath: filepath.Join(t.TempDir(), "safekeeper.log"), Args: extra}
+	t.Cleanup(func() {
+		sk.Kill()
+		if t.Failed() {
+			t.Logf("safekeeper %d log tail:\n%s", sk.ID, TailFile(sk.LogPath, 40))
+		}
+	})
+	return sk
+}
+
 // Start (re)starts the process on the same data directory and returns once
 // it has logged its "safekeeper listening" line; it fails the test if the
 // process exits first. The first start binds port 0 and sets Addr and

@@ -7,6 +7,10 @@
 // the cache .ci/run installs it to,
 // ${XDG_CACHE_HOME:-$HOME/.cache}/safekeeper/versitygw-v1.8.0/versitygw.
 // A missing binary fails the test (never a skip), naming how to install it.
+//
+// StartWith serves TLS instead (Options.CertFile and KeyFile, e.g. from
+// test/tlstest): Endpoint is then https://127.0.0.1:PORT, which a client
+// verifies against the test's CA (the safekeeper through AWS_CA_BUNDLE).
 package s3test
 
 import (
@@ -31,7 +35,7 @@ const Version = "v1.8.0"
 
 // Server is a running versitygw.
 type Server struct {
-	// Endpoint is its URL, http://127.0.0.1:PORT.
+	// Endpoint is its URL, http://127.0.0.1:PORT (https with TLS).
 	Endpoint string
 	// Addr is 127.0.0.1:PORT.
 	Addr string
@@ -82,10 +86,26 @@ func fileExists(p string) bool {
 	return err == nil && !st.IsDir()
 }
 
+// Options shapes StartWith.
+type Options struct {
+	// CertFile and KeyFile, both set, make the server speak TLS only
+	// (versitygw --cert, --key) with that certificate, PEM.
+	CertFile, KeyFile string
+}
+
 // Start starts a server with one empty bucket and registers a cleanup that
 // kills it and removes its directory (logging its output if t failed).
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start as o says.
+func StartWith(t testing.TB, o Options) *Server {
+	t.Helper()
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		t.Fatalf("s3test: give both CertFile and KeyFile, or neither (got %q, %q)", o.CertFile, o.KeyFile)
+	}
 	bin, err := Binary()
 	if err != nil {
 		t.Fatal(err)
@@ -106,8 +126,11 @@ func Start(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	s.cmd = exec.Command(bin, "--access", s.AccessKey, "--secret", s.SecretKey,
-		"--port", "127.0.0.1:0", "--quiet", "posix", s.Root)
+	args := []string{"--access", s.AccessKey, "--secret", s.SecretKey, "--port", "127.0.0.1:0", "--quiet"}
+	if o.CertFile != "" {
+		args = append(args, "--cert", o.CertFile, "--key", o.KeyFile)
+	}
+	s.cmd = exec.Command(bin, append(args, "posix", s.Root)...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	// Its credentials are given as flags; it must not pick up a test's
@@ -152,6 +175,9 @@ func Start(t testing.TB) *Server {
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.Endpoint = "http://" + s.Addr
+	if o.CertFile != "" {
+		s.Endpoint = "https://" + s.Addr
+	}
 	return s
 }
 
