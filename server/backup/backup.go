@@ -119,7 +119,8 @@ type tlState struct {
 	changed  bool      // notified since the last pass started
 	running  bool      // a pass runs
 	queued   bool      // in ready
-	next     time.Time // no pass before (a wait, or a backoff after an error)
+	backoff  time.Time // no pass before (after an error)
+	timer    time.Time // a pass then even without a change (the partial's timer, a turn); zero: none
 	delay    time.Duration
 	failures int
 
@@ -201,7 +202,7 @@ func (u *Uploader) Changed(t *timeline.Timeline) {
 // readyLocked queues s for a pass now if it changed, runs none and waits
 // for nothing. mu held.
 func (u *Uploader) readyLocked(s *tlState) {
-	if !s.changed || s.running || s.queued || time.Now().Before(s.next) {
+	if !s.changed || s.running || s.queued || time.Now().Before(s.backoff) {
 		return
 	}
 	s.queued = true
@@ -271,10 +272,10 @@ func (u *Uploader) dispatch() {
 		u.mu.Lock()
 		start := func(s *tlState) {
 			s.queued = false
-			if s.running || now.Before(s.next) || (!s.changed && s.next.IsZero()) {
-				return // running, waiting, or nothing new and no wait pending
+			if s.running || now.Before(s.backoff) || (!s.changed && (s.timer.IsZero() || now.Before(s.timer))) {
+				return // running, backing off, or nothing new and no timer due
 			}
-			s.changed, s.running, s.next = false, true, time.Time{}
+			s.changed, s.running, s.timer = false, true, time.Time{}
 			s.t.TakeBackupChange()
 			u.wg.Add(1)
 			go u.runPass(s)
@@ -288,7 +289,7 @@ func (u *Uploader) dispatch() {
 			// The timelines whose wait is over.
 			lastTick = now
 			for _, s := range u.state {
-				if !s.next.IsZero() {
+				if !s.timer.IsZero() || (s.changed && !s.backoff.IsZero()) {
 					start(s)
 				}
 			}
@@ -312,15 +313,13 @@ func (u *Uploader) runPass(s *tlState) {
 	case err != nil && u.ctx.Err() == nil:
 		s.failures++
 		wait := min(time.Second<<min(s.failures-1, 5), maxBackoff)
-		s.next = time.Now().Add(wait)
+		s.backoff, s.changed = time.Now().Add(wait), true // the retry is a pass like a change's
 		u.logError(s, err, wait)
 	case err != nil:
 	default:
-		s.failures = 0
+		s.failures, s.backoff = 0, time.Time{}
 		if again > 0 {
-			s.next = time.Now().Add(again)
-		} else {
-			s.next = time.Time{}
+			s.timer = time.Now().Add(again)
 		}
 	}
 	u.readyLocked(s) // changed while the pass ran
@@ -426,38 +425,28 @@ func (u *Uploader) pass(s *tlState) (time.Duration, error) {
 			}
 		}
 	}
-	for first+proto.LSN(seg) <= commit {
-		if err := u.ctx.Err(); err != nil {
-			return 0, err
-		}
+	if first+proto.LSN(seg) <= commit {
 		if s.pendingSeg != first {
 			s.pendingSeg, s.pendingSince = first, time.Now()
 		}
 		// This safekeeper's turn: it uploaded the last segments itself
 		// (the one working goes on without waiting), or its delay passed.
 		mine := s.active || time.Since(s.pendingSince) >= s.delay
-		n := 0
-		for at := first; at+proto.LSN(seg) <= commit && n < u.cfg.Jobs*2; at += proto.LSN(seg) {
-			n++
-		}
-		done, uploaded, err := u.segments(ar, t, &st, first, n, mine, tliOf)
+		done, uploaded, err := u.segments(ar, t, &st, first, commit, mine, tliOf)
 		switch {
 		case uploaded > 0:
 			s.active = true
 		case done > 0:
 			s.active = false // another safekeeper stored them
 		}
+		first += proto.LSN(uint64(done) * seg)
 		if done > 0 {
-			if err := t.SetBackupLSN(first + proto.LSN(uint64(done)*seg)); err != nil {
-				return 0, fmt.Errorf("%w: %v", errLocal, err)
-			}
-			first += proto.LSN(uint64(done) * seg)
 			s.pendingSeg = first // the wait, if any, is over: no new one for the backlog
 		}
 		if err != nil {
 			return 0, err
 		}
-		if done < n {
+		if first+proto.LSN(seg) <= commit {
 			// Not archived yet and not this safekeeper's turn: look again
 			// when it comes (soon, if it came while the checks ran). The
 			// partial waits: backup_lsn never passes a missing segment.
@@ -476,42 +465,87 @@ func (u *Uploader) pass(s *tlState) (time.Duration, error) {
 	return wait, err
 }
 
-// segments archives n whole segments from first, in parallel (bounded by
-// Jobs over all timelines): each is checked in the archive, and uploaded
-// if it is not there and upload is set. It returns how many from first
-// are in the archive, contiguously, and how many of those it uploaded.
-func (u *Uploader) segments(ar *archive.Archive, t *timeline.Timeline, st *acceptor.State, first proto.LSN, n int, upload bool, tliOf func(proto.LSN) uint32) (done, uploaded int, err error) {
-	seg := uint64(st.WalSegSize)
+// segments archives the whole segments from first up to commit, a window
+// of them at a time (at most Jobs uploads at once over all timelines, each
+// a token taken before its WAL is read): each is checked in the archive,
+// and uploaded if it is not there and upload is set. They are taken in
+// order as they finish, backup_lsn moving over each, and the first that
+// is not there (or fails) ends it; those still running then finish, and
+// what they stored a later pass finds. It returns how many from first are
+// in the archive, contiguously, and how many of those it uploaded.
+func (u *Uploader) segments(ar *archive.Archive, t *timeline.Timeline, st *acceptor.State, first, commit proto.LSN, upload bool, tliOf func(proto.LSN) uint32) (done, uploaded int, err error) {
+	seg := proto.LSN(st.WalSegSize)
 	type result struct {
 		there, uploaded bool
 		err             error
 	}
-	res := make([]result, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		at := first + proto.LSN(uint64(i)*seg)
-		select {
-		case u.jobs <- struct{}{}:
-		case <-u.ctx.Done():
-			wg.Wait()
-			return 0, 0, u.ctx.Err()
-		}
-		wg.Add(1)
+	var window []chan result
+	next := first
+	stop := false
+	launch := func() {
+		at, out := next, make(chan result, 1)
+		next += seg
+		window = append(window, out)
 		go func() {
-			defer func() { <-u.jobs; wg.Done() }()
-			res[i].there, res[i].uploaded, res[i].err = u.segment(ar, t, st, at, upload, tliOf(at))
+			select {
+			case u.jobs <- struct{}{}:
+			case <-u.ctx.Done():
+				out <- result{err: u.ctx.Err()}
+				return
+			}
+			var r result
+			r.there, r.uploaded, r.err = u.segment(ar, t, st, at, upload, tliOf(at))
+			<-u.jobs
+			out <- r
 		}()
 	}
-	wg.Wait()
-	for i, r := range res {
-		if r.err != nil || !r.there {
-			return i, uploaded, r.err
+	// backup_lsn is stored every few segments, not after each (an fsync
+	// each), and where it ends.
+	saved := 0
+	save := func() error {
+		if done == saved {
+			return nil
 		}
+		saved = done
+		if err := t.SetBackupLSN(first + proto.LSN(done)*seg); err != nil {
+			return fmt.Errorf("%w: %v", errLocal, err)
+		}
+		return nil
+	}
+	for {
+		for !stop && len(window) < 2*u.cfg.Jobs && next+seg <= commit && u.ctx.Err() == nil {
+			launch()
+		}
+		if len(window) == 0 {
+			break
+		}
+		r := <-window[0]
+		window = window[1:]
+		switch {
+		case stop:
+			continue // after the first gap: only waited for
+		case r.err != nil || !r.there:
+			stop, err = true, r.err
+			continue
+		}
+		done++
 		if r.uploaded {
 			uploaded++
 		}
+		if done-saved >= 8 {
+			if err := save(); err != nil {
+				stop = true
+				for _, w := range window {
+					<-w
+				}
+				return done, uploaded, err
+			}
+		}
 	}
-	return n, uploaded, nil
+	if serr := save(); serr != nil && err == nil {
+		err = serr
+	}
+	return done, uploaded, err
 }
 
 // segment makes sure the segment at start is in the archive: there
