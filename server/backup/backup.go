@@ -432,7 +432,16 @@ func (u *Uploader) pass(s *tlState) (time.Duration, error) {
 		// This safekeeper's turn: it uploaded the last segments itself
 		// (the one working goes on without waiting), or its delay passed.
 		mine := s.active || time.Since(s.pendingSince) >= s.delay
-		done, uploaded, err := u.segments(ar, t, &st, first, commit, mine, tliOf)
+		if !mine {
+			// Nobody else is at work (no partial object stored lately):
+			// a backlog after a restart need not wait for a turn.
+			idle, err := u.archiveIdle(ar)
+			if err != nil {
+				return 0, err
+			}
+			mine = idle
+		}
+		done, uploaded, err := u.segments(ar, t, &st, first, commit, mine, s.active, tliOf)
 		switch {
 		case uploaded > 0:
 			s.active = true
@@ -473,7 +482,11 @@ func (u *Uploader) pass(s *tlState) (time.Duration, error) {
 // is not there (or fails) ends it; those still running then finish, and
 // what they stored a later pass finds. It returns how many from first are
 // in the archive, contiguously, and how many of those it uploaded.
-func (u *Uploader) segments(ar *archive.Archive, t *timeline.Timeline, st *acceptor.State, first, commit proto.LSN, upload bool, tliOf func(proto.LSN) uint32) (done, uploaded int, err error) {
+//
+// direct (this safekeeper stored the segments before these) skips the
+// look into the archive before each upload: the store refuses a name that
+// exists, and Put then compares its content.
+func (u *Uploader) segments(ar *archive.Archive, t *timeline.Timeline, st *acceptor.State, first, commit proto.LSN, upload, direct bool, tliOf func(proto.LSN) uint32) (done, uploaded int, err error) {
 	seg := proto.LSN(st.WalSegSize)
 	type result struct {
 		there, uploaded bool
@@ -494,7 +507,7 @@ func (u *Uploader) segments(ar *archive.Archive, t *timeline.Timeline, st *accep
 				return
 			}
 			var r result
-			r.there, r.uploaded, r.err = u.segment(ar, t, st, at, upload, tliOf(at))
+			r.there, r.uploaded, r.err = u.segment(ar, t, st, at, upload, direct, tliOf(at))
 			<-u.jobs
 			out <- r
 		}()
@@ -551,12 +564,16 @@ func (u *Uploader) segments(ar *archive.Archive, t *timeline.Timeline, st *accep
 // segment makes sure the segment at start is in the archive: there
 // already (with this safekeeper's content), or uploaded now if upload is
 // set. It reports whether it is there, and whether this call stored it.
-func (u *Uploader) segment(ar *archive.Archive, t *timeline.Timeline, st *acceptor.State, start proto.LSN, upload bool, tli uint32) (there, uploaded bool, err error) {
+func (u *Uploader) segment(ar *archive.Archive, t *timeline.Timeline, st *acceptor.State, start proto.LSN, upload, direct bool, tli uint32) (there, uploaded bool, err error) {
 	ctx, cancel := context.WithTimeout(u.ctx, opTimeout)
 	defer cancel()
 	seg := uint64(st.WalSegSize)
 	name := ar.SegmentName(proto.SegmentFileName(tli, start, seg))
-	h, _, err := ar.Head(ctx, name)
+	err = remote.ErrNotFound
+	var h archive.Header
+	if !(direct && upload) {
+		h, _, err = ar.Head(ctx, name)
+	}
 	switch {
 	case err == nil:
 		// Stored by another safekeeper (or by this one before a crash):
@@ -686,6 +703,25 @@ func (u *Uploader) retain(s *tlState, ar *archive.Archive) {
 		u.cfg.Metrics.Errors.WithLabelValues("store").Inc()
 		s.t.Log().Warn("archive retention failed; retrying later", "err", err)
 	}
+}
+
+// archiveIdle reports whether no safekeeper has stored a partial object
+// of the timeline lately (within a partial interval and a turn): then no
+// uploader is at work and this one need not wait for its turn. Clocks: the
+// store's modification time against this machine's, with that margin.
+func (u *Uploader) archiveIdle(ar *archive.Archive) (bool, error) {
+	ctx, cancel := context.WithTimeout(u.ctx, opTimeout)
+	defer cancel()
+	parts, err := ar.Partials(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, p := range parts {
+		if time.Since(p.Modified) < u.cfg.PartialInterval+u.cfg.Takeover {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // adopt moves backup_lsn to end, the end of a partial another safekeeper
