@@ -188,7 +188,7 @@ var (
 func encoder() *zstd.Encoder {
 	encOnce.Do(func() {
 		var err error
-		if enc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1)); err != nil {
+		if enc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1)); err != nil {
 			panic(err) // only for invalid options
 		}
 	})
