@@ -12,8 +12,11 @@
 // [0, Takeover) derived from its node id and the timeline (the same
 // safekeeper goes first for every segment of a timeline, and the
 // timelines spread over the safekeepers); one that just uploaded the
-// segments before goes on without waiting, so a backlog drains at the
-// store's pace and the active uploader adds no delay. The partial object is written
+// segments before goes on without waiting (and without looking first:
+// the store refuses a name that exists), so a backlog drains at the
+// store's pace and the active uploader adds no delay; one that finds no
+// partial object stored lately (nobody at work, as after a restart) does
+// not wait either. The partial object is written
 // by whoever finds the newest one unchanged for PartialInterval plus its
 // delay: the one writing keeps it fresh, and when it dies or lags another
 // takes over within seconds. Two writers at once are harmless: objects
