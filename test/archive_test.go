@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,8 +17,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/storage/archive"
@@ -134,20 +131,7 @@ func TestArchiveRestoreFromTheArchiveAlone(t *testing.T) {
 	// Everything but the archive goes away.
 	c.Proposer.Kill()
 	c.PG.Stop(t)
-	for _, sk := range c.Safekeepers {
-		sk.Kill()
-		if err := os.RemoveAll(sk.DataDir); err != nil {
-			t.Fatal(err)
-		}
-	}
-	restored.Start(t)
-	harness.WaitFor(t, 120*time.Second, "the restored server to finish recovery and promote", func() bool {
-		out, err := restored.Query(context.Background(), "SELECT pg_is_in_recovery()")
-		return err == nil && out == "f"
-	})
-	if got := restored.Exec(t, "SELECT count(*) || ' ' || coalesce(max(id), 0) FROM ledger"); got != fmt.Sprintf("%d %d", acked, acked) {
-		t.Fatalf("restored ledger: count and max id %q, want %d acknowledged rows", got, acked)
-	}
+	restoreFromTheArchiveAlone(t, c.Safekeepers, restored, acked, "acknowledged rows")
 
 	// What recovery fetched: whole segments, byte for byte the primary's,
 	// and the newest partial's segment zero-padded at the end.
@@ -429,18 +413,8 @@ func TestArchiveRidesOutAStoreOutage(t *testing.T) {
 // scrapeSum is the sum of every series of one metric of sk.
 func scrapeSum(t *testing.T, sk *harness.Safekeeper, name string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + sk.HTTPAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sum := 0.0
-	for _, m := range fams[name].GetMetric() {
+	for _, m := range scrapeFamilies(t, sk)[name].GetMetric() {
 		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 	}
 	return sum
@@ -576,20 +550,7 @@ func TestArchiveRestoreThroughATimelineSwitch(t *testing.T) {
 	// Only the archive is left.
 	prop.Kill()
 	standby.Stop(t)
-	for _, sk := range c.Safekeepers {
-		sk.Kill()
-		if err := os.RemoveAll(sk.DataDir); err != nil {
-			t.Fatal(err)
-		}
-	}
-	restored.Start(t)
-	harness.WaitFor(t, 120*time.Second, "the restored server to finish recovery and promote", func() bool {
-		out, err := restored.Query(context.Background(), "SELECT pg_is_in_recovery()")
-		return err == nil && out == "f"
-	})
-	if got := restored.Exec(t, "SELECT count(*) || ' ' || coalesce(max(id), 0) FROM ledger"); got != fmt.Sprintf("%d %d", next, next) {
-		t.Fatalf("restored ledger: count and max id %q, want %d rows acknowledged by both primaries", got, next)
-	}
+	restoreFromTheArchiveAlone(t, c.Safekeepers, restored, next, "rows acknowledged by both primaries")
 	if tli := restored.Exec(t, "SELECT timeline_id FROM pg_control_checkpoint()"); tli != "3" {
 		t.Errorf("the restored server is on PostgreSQL timeline %s, want 3 (it followed timeline 2 and promoted)", tli)
 	}
@@ -976,4 +937,26 @@ func TestBackupLSNNeverPassesAMissingSegment(t *testing.T) {
 	end := flushLSN(t, c.PG)
 	harness.WaitFor(t, 60*time.Second, "the archive to reach the end", func() bool { return check() >= end })
 	t.Logf("%d rows; backup_lsn reached %s through a slow store, never past a missing segment", next, end)
+}
+
+// restoreFromTheArchiveAlone kills the safekeepers and removes their data
+// (the primaries are stopped already), starts restored (a copy whose only
+// WAL source is the archive), waits for it to finish recovery and promote,
+// and checks that its ledger holds rows 1 to rows.
+func restoreFromTheArchiveAlone(t *testing.T, sks []*harness.Safekeeper, restored *pgtest.Cluster, rows int, what string) {
+	t.Helper()
+	for _, sk := range sks {
+		sk.Kill()
+		if err := os.RemoveAll(sk.DataDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restored.Start(t)
+	harness.WaitFor(t, 120*time.Second, "the restored server to finish recovery and promote", func() bool {
+		out, err := restored.Query(context.Background(), "SELECT pg_is_in_recovery()")
+		return err == nil && out == "f"
+	})
+	if got := restored.Exec(t, "SELECT count(*) || ' ' || coalesce(max(id), 0) FROM ledger"); got != fmt.Sprintf("%d %d", rows, rows) {
+		t.Fatalf("restored ledger: count and max id %q, want %d %s", got, rows, what)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -59,8 +60,8 @@ func firstAnswer(c net.Conn) (string, error) {
 	return "", fmt.Errorf("unexpected message %q", hdr[0])
 }
 
-// scrapeMetric returns one metric's value (with label reason=reason, if given).
-func scrapeMetric(t *testing.T, sk *harness.Safekeeper, name, reason string) float64 {
+// scrapeFamilies is sk's /metrics, parsed.
+func scrapeFamilies(t *testing.T, sk *harness.Safekeeper) map[string]*dto.MetricFamily {
 	t.Helper()
 	resp, err := http.Get("http://" + sk.HTTPAddr + "/metrics")
 	if err != nil {
@@ -72,7 +73,13 @@ func scrapeMetric(t *testing.T, sk *harness.Safekeeper, name, reason string) flo
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range fams[name].GetMetric() {
+	return fams
+}
+
+// scrapeMetric returns one metric's value (with label reason=reason, if given).
+func scrapeMetric(t *testing.T, sk *harness.Safekeeper, name, reason string) float64 {
+	t.Helper()
+	for _, m := range scrapeFamilies(t, sk)[name].GetMetric() {
 		ok := reason == ""
 		for _, l := range m.GetLabel() {
 			ok = ok || (l.GetName() == "reason" && l.GetValue() == reason)
