@@ -185,8 +185,10 @@ func readThroughMB() int {
 // standby catches up to the primary.
 func TestStandbyCatchesUpThroughReadThrough(t *testing.T) {
 	store := "file://" + filepath.Join(t.TempDir(), "archive")
+	mb := readThroughMB()
+	// The primary keeps its WAL, for the byte comparisons below.
 	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
-		PG: pgtest.Options{WALSegSizeMB: 1},
+		PG: pgtest.Options{WALSegSizeMB: 1, Conf: []string{fmt.Sprintf("wal_keep_size = '%dMB'", mb+256)}},
 		SafekeeperArgs: []string{"--remote-storage", store, "--partial-backup-interval", "300ms", "--wal-keep-size", "0",
 			"--retention-interval", "100ms"}})
 	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
@@ -197,7 +199,6 @@ func TestStandbyCatchesUpThroughReadThrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mb := readThroughMB()
 	rows := 0
 	for cur := start; cur < start+proto.LSN(mb)<<20; {
 		c.PG.Exec(t, fmt.Sprintf("INSERT INTO ledger SELECT g, repeat(md5(g::text), 40) FROM generate_series(%d, %d) g", rows+1, rows+2000))
@@ -215,6 +216,7 @@ func TestStandbyCatchesUpThroughReadThrough(t *testing.T) {
 	removed := sk.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "removed_up_to")
 	t.Logf("%d MiB of WAL from %s to %s; the safekeeper removed up to %s", mb, start, end, removed)
 
+	t0 := time.Now()
 	standby.Start(t)
 	harness.WaitFor(t, 300*time.Second, "the standby to replay up to the primary's end", func() bool {
 		out, err := standby.Query(context.Background(), "SELECT pg_last_wal_replay_lsn() >= '"+end.String()+"'::pg_lsn")
@@ -223,6 +225,7 @@ func TestStandbyCatchesUpThroughReadThrough(t *testing.T) {
 	if got := standby.Exec(t, "SELECT count(*) FROM ledger"); got != strconv.Itoa(rows) {
 		t.Fatalf("standby has %s rows, the primary committed %d", got, rows)
 	}
+	t.Logf("the standby caught up %d MiB through read-through in %v", mb, time.Since(t0).Round(time.Millisecond))
 	if !strings.Contains(string(mustRead(t, sk.LogPath)), "serving WAL removed here from the archive") {
 		t.Fatalf("the safekeeper did not serve the start from the archive")
 	}
