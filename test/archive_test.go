@@ -638,14 +638,7 @@ func TestArchiveRacingUploadersAreHarmless(t *testing.T) {
 	start := c.Safekeepers[0].TimelineStatusLSN(t, archiveTenant, archiveTimeline, "timeline_start_lsn")
 	next := insertRows(t, c.PG, 0, 10)
 	end := flushLSN(t, c.PG)
-	harness.WaitFor(t, 60*time.Second, "every safekeeper's backup_lsn to reach the end", func() bool {
-		for _, sk := range c.Safekeepers {
-			if sk.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "backup_lsn") < end {
-				return false
-			}
-		}
-		return true
-	})
+	waitEveryBackupLSN(t, c.Safekeepers, end, 60*time.Second, "every safekeeper's backup_lsn to reach the end")
 	uploads, errs := 0.0, 0.0
 	for _, sk := range c.Safekeepers {
 		uploads += scrapeMetric(t, sk, "safekeeper_backed_up_segments_total", "")
@@ -820,14 +813,7 @@ func TestPrunedWALIsNotStoredAgain(t *testing.T) {
 	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
 	next := insertRows(t, c.PG, 0, 3)
 	a := flushLSN(t, c.PG)
-	harness.WaitFor(t, 30*time.Second, "every safekeeper's backup_lsn to reach the first load", func() bool {
-		for _, sk := range c.Safekeepers {
-			if sk.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "backup_lsn") < a {
-				return false
-			}
-		}
-		return true
-	})
+	waitEveryBackupLSN(t, c.Safekeepers, a, 30*time.Second, "every safekeeper's backup_lsn to reach the first load")
 	late := c.Safekeepers[2]
 	if err := late.Stop(30 * time.Second); err != nil {
 		t.Fatal(err)
@@ -962,4 +948,18 @@ func restoreFromTheArchiveAlone(t *testing.T, sks []*harness.Safekeeper, restore
 	if got := restored.Exec(t, "SELECT count(*) || ' ' || coalesce(max(id), 0) FROM ledger"); got != fmt.Sprintf("%d %d", rows, rows) {
 		t.Fatalf("restored ledger: count and max id %q, want %d %s", got, rows, what)
 	}
+}
+
+// waitEveryBackupLSN waits until every one of sks reports a backup_lsn at
+// or above lsn.
+func waitEveryBackupLSN(t *testing.T, sks []*harness.Safekeeper, lsn proto.LSN, timeout time.Duration, what string) {
+	t.Helper()
+	harness.WaitFor(t, timeout, what, func() bool {
+		for _, sk := range sks {
+			if sk.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "backup_lsn") < lsn {
+				return false
+			}
+		}
+		return true
+	})
 }
