@@ -124,6 +124,38 @@ func testConcurrentCreatesOneWins(t *testing.T, s Storage, _ string) {
 	}
 }
 
+// TestS3CreateWhoseAnswerIsLost: a PUT the store acted on but whose answer
+// never came back (the connection closed): the store's content decides.
+// The writer's own bytes there are a success, other bytes ErrExists; a
+// store that got nothing is ErrUnavailable.
+func TestS3CreateWhoseAnswerIsLost(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	proxy := s3test.StartFaultProxy(t, srv)
+	s, err := Open(proxy.URL(srv, "lost"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	proxy.Set(s3test.LosePutAnswer)
+	if err := s.Create(ctx, "a", []byte("mine")); err != nil {
+		t.Fatalf("Create whose answer was lost: %v, want success (the store holds its bytes)", err)
+	}
+	if err := s.Create(ctx, "a", []byte("other")); !errors.Is(err, ErrExists) {
+		t.Fatalf("Create of other bytes whose answer was lost: %v, want ErrExists", err)
+	}
+	if proxy.Seen(s3test.LosePutAnswer) < 2 {
+		t.Fatal("the proxy lost no answer")
+	}
+	if got := readAll(t, s, "a", 0, -1); string(got) != "mine" {
+		t.Fatalf("object holds %q, want %q", got, "mine")
+	}
+	proxy.Set(s3test.Drop)
+	if err := s.Create(ctx, "b", []byte("never stored")); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrExists) {
+		t.Fatalf("Create the store never got: %v, want ErrUnavailable", err)
+	}
+}
+
 // TestReadRanges: a range of an object, to its end, empty at its end; an
 // offset past it and a missing object are errors.
 func TestReadRanges(t *testing.T) { eachBackend(t, testReadRanges) }

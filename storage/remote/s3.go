@@ -210,7 +210,31 @@ func (s *S3) Create(ctx context.Context, name string, data []byte) error {
 	}
 	opts.SetMatchETagExcept("*") // If-None-Match: *
 	_, err = s.client.PutObject(ctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), opts)
+	if err != nil && minio.ToErrorResponse(err).StatusCode == 0 && ctx.Err() == nil {
+		// No answer from the store: the connection broke. A store that
+		// refuses the name may answer 412 before it has read the body and
+		// close the connection while the body is still on its way, so the
+		// writer sees a reset, not the refusal. What the store holds
+		// decides: our bytes (this PUT or an earlier one landed) are a
+		// success, other bytes are ErrExists, nothing is the error.
+		if got, rerr := s.whole(ctx, name); rerr == nil {
+			if bytes.Equal(got, data) {
+				return nil
+			}
+			return fmt.Errorf("%w: %s in %s", ErrExists, name, s)
+		}
+	}
 	return s.s3Error("create", name, err)
+}
+
+// whole reads all of an object.
+func (s *S3) whole(ctx context.Context, name string) ([]byte, error) {
+	body, err := s.Read(ctx, name, 0, -1)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	return io.ReadAll(body)
 }
 
 func (s *S3) Read(ctx context.Context, name string, off, n int64) (io.ReadCloser, error) {

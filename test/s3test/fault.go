@@ -15,12 +15,13 @@ import (
 type Fault int
 
 const (
-	Pass        Fault = iota // forward them
-	Unavailable              // answer 503 SlowDown, as S3 does under load
-	ServerError              // answer 500 InternalError
-	Forbidden                // answer 403 InvalidAccessKeyId: credentials refused
-	Drop                     // close the connection without an answer
-	Slow                     // forward each after a delay (FaultProxy.Delay)
+	Pass          Fault = iota // forward them
+	Unavailable                // answer 503 SlowDown, as S3 does under load
+	ServerError                // answer 500 InternalError
+	Forbidden                  // answer 403 InvalidAccessKeyId: credentials refused
+	Drop                       // close the connection without an answer
+	Slow                       // forward each after a delay (FaultProxy.Delay)
+	LosePutAnswer              // forward a PUT, then close the connection without its answer
 )
 
 // FaultProxy is an HTTP proxy in front of a Server that fails requests on
@@ -59,6 +60,19 @@ func StartFaultProxy(t testing.TB, s *Server) *FaultProxy {
 		case Forbidden:
 			fail(http.StatusForbidden, "InvalidAccessKeyId")
 		case Drop:
+			if hj, ok := w.(http.Hijacker); ok {
+				if c, _, err := hj.Hijack(); err == nil {
+					c.Close()
+					return
+				}
+			}
+			fail(http.StatusBadGateway, "InternalError")
+		case LosePutAnswer:
+			if r.Method != http.MethodPut {
+				rp.ServeHTTP(w, r)
+				return
+			}
+			rp.ServeHTTP(httptest.NewRecorder(), r) // the store acts on it
 			if hj, ok := w.(http.Hijacker); ok {
 				if c, _, err := hj.Hijack(); err == nil {
 					c.Close()
