@@ -375,3 +375,37 @@ func TestS3CheckNamesTheProblem(t *testing.T) {
 		t.Errorf("missing credentials file: %v", err)
 	}
 }
+
+// TestS3CreateOfBytesDamagedOnTheWay: a body damaged between the writer
+// and the store (a byte flipped by a proxy, on plain HTTP where no TLS
+// record would catch it) is refused by the store against the checksum
+// the request carries, and nothing is stored.
+func TestS3CreateOfBytesDamagedOnTheWay(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	proxy := s3test.StartFaultProxy(t, srv)
+	s, err := Open(proxy.URL(srv, "damaged"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	proxy.Set(s3test.CorruptPut)
+	data := bytes.Repeat([]byte("WAL "), 1<<18)
+	err = s.Create(ctx, "a", data)
+	if err == nil || errors.Is(err, ErrExists) {
+		t.Fatalf("Create of a body damaged on the way: %v, want an error", err)
+	}
+	if proxy.Seen(s3test.CorruptPut) == 0 {
+		t.Fatalf("the proxy damaged nothing (Create: %v)", err)
+	}
+	proxy.Set(s3test.Pass)
+	if _, err := s.Stat(ctx, "a"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Stat after the damaged Create: %v, want ErrNotFound", err)
+	}
+	if err := s.Create(ctx, "a", data); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, s, "a", 0, -1); !bytes.Equal(got, data) {
+		t.Fatal("the object does not hold the bytes written")
+	}
+}

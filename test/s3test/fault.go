@@ -1,6 +1,8 @@
 package s3test
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -22,6 +24,7 @@ const (
 	Drop                       // close the connection without an answer
 	Slow                       // forward each after a delay (FaultProxy.Delay)
 	LosePutAnswer              // forward a PUT, then close the connection without its answer
+	CorruptPut                 // forward a PUT with one byte of its body flipped
 )
 
 // FaultProxy is an HTTP proxy in front of a Server that fails requests on
@@ -80,6 +83,16 @@ func StartFaultProxy(t testing.TB, s *Server) *FaultProxy {
 				}
 			}
 			fail(http.StatusBadGateway, "InternalError")
+		case CorruptPut:
+			if r.Method == http.MethodPut && r.ContentLength > 0 {
+				body, err := io.ReadAll(r.Body)
+				if err != nil {
+					return
+				}
+				body[len(body)/2] ^= 0x01
+				r.Body = io.NopCloser(bytes.NewReader(body))
+			}
+			rp.ServeHTTP(w, r)
 		case Slow:
 			select {
 			case <-time.After(d):
