@@ -215,12 +215,15 @@ func (c *Codec) Encode(h Header, content []byte) ([]byte, error) {
 	h.Compressed = c.Compress
 	h.Encrypted = len(c.Recipients) > 0
 	out := h.append(make([]byte, 0, HeaderLen+len(content)/2+64))
+	if !h.Encrypted {
+		if h.Compressed {
+			return encoder().EncodeAll(content, out), nil // after the header, in place
+		}
+		return append(out, content...), nil
+	}
 	payload := content
 	if h.Compressed {
 		payload = encoder().EncodeAll(content, make([]byte, 0, len(content)/4+64))
-	}
-	if !h.Encrypted {
-		return append(out, payload...), nil
 	}
 	var buf bytes.Buffer
 	buf.Write(out)
