@@ -316,12 +316,35 @@ func (db *DB) Close() error {
 			db.idle.Wait()
 		}
 		db.mu.Unlock()
+		db.saveFreelist()
 		db.closeErr = db.bolt.Close()
 		if db.zeroFile != nil {
 			db.zeroFile.Close()
 		}
 	})
 	return db.closeErr
+}
+
+// saveFreelist writes the list of free pages in one last transaction, so
+// that the next Open reads it from its page instead of rebuilding it by a
+// walk over every page of the file (0.4 s for 512 MiB of WAL, growing with
+// the file: a restart's start-up). Only a clean close writes it; the
+// first commit after the next Open drops it again (NoFreelistSync), and an
+// Open after a crash walks the tree as before. A failure here loses
+// nothing: that Open walks the tree too.
+func (db *DB) saveFreelist() {
+	if db.opts.ReadOnly {
+		return
+	}
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		// Set inside the write transaction: bbolt's writer lock orders it
+		// with every other commit's read of the field.
+		tx.DB().NoFreelistSync = false
+		return nil
+	})
+	if err != nil {
+		db.log.Warn("could not write the free page list at close; the next start rebuilds it", "path", db.path, "err", err)
+	}
 }
 
 // Path returns the database file's path.
