@@ -432,16 +432,18 @@ func (u *Uploader) pass(s *tlState) (time.Duration, error) {
 		// This safekeeper's turn: it uploaded the last segments itself
 		// (the one working goes on without waiting), or its delay passed.
 		mine := s.active || time.Since(s.pendingSince) >= s.delay
+		direct := s.active
 		if !mine {
 			// Nobody else is at work (no partial object stored lately):
-			// a backlog after a restart need not wait for a turn.
+			// a backlog after a restart need not wait for a turn, nor
+			// look for each segment before storing it.
 			idle, err := u.archiveIdle(ar)
 			if err != nil {
 				return 0, err
 			}
-			mine = idle
+			mine, direct = idle, idle
 		}
-		done, uploaded, err := u.segments(ar, t, &st, first, commit, mine, s.active, tliOf)
+		done, uploaded, err := u.segments(ar, t, &st, first, commit, mine, direct, tliOf)
 		switch {
 		case uploaded > 0:
 			s.active = true
