@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -50,8 +52,8 @@ var s3Options = map[string]bool{"endpoint": true, "region": true}
 // credentials file (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials),
 // then, on AWS only, the instance's IAM role. The region is the URL's
 // region option, else AWS_REGION, else us-east-1. An https endpoint's
-// certificate is checked against the system's authorities and those in
-// AWS_CA_BUNDLE.
+// certificate is checked against the authorities in AWS_CA_BUNDLE when it
+// is set (and those only, as the AWS CLI and SDKs do), else the system's.
 func openS3(raw string, u *url.URL, o Options) (*S3, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w %q: %s", ErrBadURL, redact(raw), fmt.Sprintf(format, args...))
@@ -114,26 +116,9 @@ func openS3(raw string, u *url.URL, o Options) (*S3, error) {
 		}
 		creds = credentials.NewChainCredentials(providers)
 	}
-	tr, err := minio.DefaultTransport(secure)
+	tr, err := s3Transport(secure)
 	if err != nil {
-		return nil, fmt.Errorf("remote: %w", err)
-	}
-	// AWS_CA_BUNDLE, as the AWS SDKs read it: the certificate authorities
-	// an https endpoint's certificate is checked against (a private CA),
-	// besides the system's.
-	if bundle := os.Getenv("AWS_CA_BUNDLE"); bundle != "" && secure {
-		pem, err := os.ReadFile(bundle)
-		if err != nil {
-			return nil, fmt.Errorf("%w: AWS_CA_BUNDLE: %v", ErrBadURL, err)
-		}
-		pool, err := x509.SystemCertPool()
-		if err != nil || pool == nil {
-			pool = x509.NewCertPool()
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: AWS_CA_BUNDLE %s holds no PEM certificate", ErrBadURL, bundle)
-		}
-		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		return nil, err
 	}
 	s.client, err = minio.New(host, &minio.Options{
 		Creds:        creds,
@@ -240,6 +225,44 @@ func (s *S3) Create(ctx context.Context, name string, data []byte) error {
 		}
 	}
 	return s.s3Error("create", name, err)
+}
+
+// s3Transport is the HTTP transport of an S3 client: minio-go's defaults
+// (no transparent gzip, a minute's response timeout) with TLS 1.2 at
+// least. Its authorities are AWS_CA_BUNDLE's when that is set, as the AWS
+// SDKs read it (a private CA); else the system's, which Go loads at the
+// first handshake (honouring SSL_CERT_FILE and SSL_CERT_DIR). minio-go's
+// own DefaultTransport parses the system's at once, and again with
+// SSL_CERT_FILE set: tens of milliseconds that every `wal fetch` (one
+// process per segment) would pay for authorities it may never use.
+func s3Transport(secure bool) (*http.Transport, error) {
+	tr := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   16,
+		ResponseHeaderTimeout: time.Minute,
+		IdleConnTimeout:       time.Minute,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: 10 * time.Second,
+		DisableCompression:    true, // objects are handed over as stored
+	}
+	if !secure {
+		return tr, nil
+	}
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	if bundle := os.Getenv("AWS_CA_BUNDLE"); bundle != "" {
+		pem, err := os.ReadFile(bundle)
+		if err != nil {
+			return nil, fmt.Errorf("%w: AWS_CA_BUNDLE: %v", ErrBadURL, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: AWS_CA_BUNDLE %s holds no PEM certificate", ErrBadURL, bundle)
+		}
+		tr.TLSClientConfig.RootCAs = pool
+	}
+	return tr, nil
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
