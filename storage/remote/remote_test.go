@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/safekeeper/safekeeper/test/s3test"
+	"github.com/safekeeper/safekeeper/test/tlstest"
 )
 
 func openTestDir(t *testing.T) (*Dir, string) {
@@ -407,5 +408,63 @@ func TestS3CreateOfBytesDamagedOnTheWay(t *testing.T) {
 	}
 	if got := readAll(t, s, "a", 0, -1); !bytes.Equal(got, data) {
 		t.Fatal("the object does not hold the bytes written")
+	}
+}
+
+// TestS3OverTLS: an https endpoint signed by a private authority is
+// reached with AWS_CA_BUNDLE naming that authority; with another
+// authority's bundle the handshake is refused and the store is
+// unavailable (not silently trusted); a bundle that cannot be read or
+// holds no certificate is a bad configuration at Open.
+func TestS3OverTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	other := tlstest.NewCA(t, t.TempDir())
+	certFile, keyFile := filepath.Join(dir, "s3.crt"), filepath.Join(dir, "s3.key")
+	ca.Issue(t, "versitygw", certFile, keyFile)
+	srv := s3test.StartWith(t, s3test.Options{CertFile: certFile, KeyFile: keyFile})
+	srv.SetEnv(t)
+	if !strings.HasPrefix(srv.Endpoint, "https://") {
+		t.Fatalf("endpoint %s: want https", srv.Endpoint)
+	}
+	ctx := context.Background()
+
+	t.Setenv("AWS_CA_BUNDLE", ca.CertFile)
+	s, err := Open(srv.URL("tls"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatalf("Check with the server's authority: %v", err)
+	}
+	if err := s.Create(ctx, "a", []byte("over TLS")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, s, "a", 0, -1); string(got) != "over TLS" {
+		t.Fatalf("read %q", got)
+	}
+
+	t.Setenv("AWS_CA_BUNDLE", other.CertFile)
+	s, err = Open(srv.URL("tls"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx2, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := s.Stat(ctx2, "a"); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("Stat with another authority's bundle: %v, want ErrUnavailable naming the certificate", err)
+	}
+
+	t.Setenv("AWS_CA_BUNDLE", filepath.Join(dir, "missing.pem"))
+	if _, err := Open(srv.URL("tls"), Options{}); !errors.Is(err, ErrBadURL) {
+		t.Fatalf("Open with a missing bundle: %v, want ErrBadURL", err)
+	}
+	empty := filepath.Join(dir, "empty.pem")
+	if err := os.WriteFile(empty, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_CA_BUNDLE", empty)
+	if _, err := Open(srv.URL("tls"), Options{}); !errors.Is(err, ErrBadURL) || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Fatalf("Open with a bundle holding no certificate: %v, want ErrBadURL", err)
 	}
 }
