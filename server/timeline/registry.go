@@ -258,6 +258,14 @@ func (r *Registry) open(key proto.TimelineKey, create *proto.ServerInfo) (*Timel
 			r.timelines[key] = op.t
 		}
 		r.mu.Unlock()
+		if op.err == nil {
+			// WAL committed but not archived (a restart's backlog): the
+			// uploader starts on it now, not at its next look over the
+			// running timelines.
+			if commit := op.t.State().CommitLSN; op.t.BackupLSN() < commit {
+				op.t.notifyBackup(commit)
+			}
+		}
 		close(op.done)
 		r.openWG.Done()
 		return op.t, op.err
