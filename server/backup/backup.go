@@ -580,7 +580,7 @@ func (u *Uploader) segment(ar *archive.Archive, t *timeline.Timeline, st *accept
 	case err == nil:
 		// Stored by another safekeeper (or by this one before a crash):
 		// checked against the local WAL when it is still here.
-		content, rerr := readWAL(t, start, seg)
+		content, rerr := readSegment(t, start, seg)
 		if rerr != nil {
 			// Not here any more (retention, a pull): the archive's
 			// header vouches for it.
@@ -588,6 +588,7 @@ func (u *Uploader) segment(ar *archive.Archive, t *timeline.Timeline, st *accept
 		}
 		want := archive.Header{Kind: archive.KindSegment, SystemID: st.SystemID, PgTimeline: tli, SegSize: uint32(seg), Start: start, Length: seg}
 		want.Sum = sumOf(content)
+		releaseSegment(content)
 		if !h.Same(want) {
 			return false, false, fmt.Errorf("%w: %s holds %s..%s sha256 %x, this safekeeper has sha256 %x", archive.ErrConflict, name, h.Start, h.End(), h.Sum[:8], want.Sum[:8])
 		}
@@ -599,11 +600,14 @@ func (u *Uploader) segment(ar *archive.Archive, t *timeline.Timeline, st *accept
 	if !upload {
 		return false, false, nil
 	}
-	content, err := readWAL(t, start, seg)
+	content, err := readSegment(t, start, seg)
 	if err != nil {
 		return false, false, err
 	}
+	// Put reads content only while it encodes it: the object it stores is
+	// a buffer of its own.
 	size, existed, err := ar.Put(ctx, name, archive.Header{Kind: archive.KindSegment, SystemID: st.SystemID, PgTimeline: tli, SegSize: uint32(seg), Start: start}, content)
+	releaseSegment(content)
 	if err != nil {
 		return false, false, err
 	}
@@ -743,7 +747,35 @@ func sumOf(b []byte) [32]byte { return sha256.Sum256(b) }
 
 // readWAL reads n bytes of the timeline's WAL from start.
 func readWAL(t *timeline.Timeline, start proto.LSN, n uint64) ([]byte, error) {
-	buf := make([]byte, n)
+	return readWALInto(t, start, n, make([]byte, n))
+}
+
+// segmentBufs holds segment-sized buffers between uploads: a fresh 16 MiB
+// per segment is zeroed by the runtime and faulted in by the kernel, a
+// few percent of an upload's CPU.
+var segmentBufs sync.Pool
+
+// readSegment is readWAL of a whole segment into a buffer from
+// segmentBufs; the caller gives it back with releaseSegment once nothing
+// refers to it.
+func readSegment(t *timeline.Timeline, start proto.LSN, seg uint64) ([]byte, error) {
+	var buf []byte
+	if p, ok := segmentBufs.Get().(*[]byte); ok && uint64(cap(*p)) >= seg {
+		buf = (*p)[:seg]
+	} else {
+		buf = make([]byte, seg)
+	}
+	b, err := readWALInto(t, start, seg, buf)
+	if err != nil {
+		releaseSegment(buf)
+	}
+	return b, err
+}
+
+func releaseSegment(buf []byte) { segmentBufs.Put(&buf) }
+
+// readWALInto is readWAL into buf (n bytes long).
+func readWALInto(t *timeline.Timeline, start proto.LSN, n uint64, buf []byte) ([]byte, error) {
 	for off := uint64(0); off < n; {
 		m, err := t.ReadWAL(start+proto.LSN(off), buf[off:min(n, off+1<<20)])
 		if err != nil {

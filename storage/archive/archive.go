@@ -128,7 +128,8 @@ func (a *Archive) Partials(ctx context.Context) ([]Entry, error) {
 // exists already with the same content (another uploader, or this one
 // before a crash), Put succeeds with existed set; with other content it
 // fails with ErrConflict and the object is kept. stored is the object's
-// size in the store.
+// size in the store. content is read only until Encode returns (the
+// object is a buffer of its own): the caller may reuse it after Put.
 func (a *Archive) Put(ctx context.Context, name string, h Header, content []byte) (stored int64, existed bool, err error) {
 	obj, err := a.Codec.Encode(h, content)
 	if err != nil {
