@@ -26,8 +26,10 @@
 //     copied from the primary's pg_wal into a directory laid out as a data
 //     directory (pg_control, pg_wal, an archive_status/*.ready per
 //     segment), as PostgreSQL leaves them for its archiver. Per round:
-//     (a) a copy of the template is started with --remote-storage (a
-//     fresh prefix) and timed from its start until its backup_lsn (GET
+//     (a) a copy of the template, flushed to disk (as a data directory
+//     is when its safekeeper restarts: the copy's dirty pages would
+//     otherwise be written back by the first fsync, 0.35 s inside the
+//     clock), is started with --remote-storage (a fresh prefix) and timed from its start until its backup_lsn (GET
 //     /v1/tenant/T/timeline/L, every 10 ms) reaches the end of the last
 //     segment: the WAL is committed on it before the clock starts, so this
 //     is the archive's upload of committed WAL; (b) `pgbackrest

@@ -284,7 +284,7 @@ func (b *bench) docSection(took time.Duration) string {
 		"The safekeeper: its defaults (`--backup-parallel-jobs 4`, zstd, `--partial-backup-interval 10s`).\n")
 	fmt.Fprintf(&sb, "- Upload and restore: pgbench (`-c %d -j %d`, synchronous_commit off, scale %d) writes %d whole 16 MiB segments through a proposer to one safekeeper without an archive, "+
 		"which is then stopped (its data directory is the template); the same segment files are copied from the primary's pg_wal into a data directory's layout "+
-		"with an `archive_status/*.ready` per segment, as the archiver finds them. Each round, in alternating order: a copy of the template is started with "+
+		"with an `archive_status/*.ready` per segment, as the archiver finds them. Each round, in alternating order: a copy of the template, flushed to disk as a data directory is when its safekeeper restarts, is started with "+
 		"`--remote-storage` (a fresh prefix) and timed from the start until its backup_lsn (HTTP, polled every 10 ms) reaches the last segment's end — the WAL is already "+
 		"committed and on its disk, so this is the archive's upload, start-up included; `pgbackrest archive-push` of each segment in order, as the archiver calls it "+
 		"(the first call starts the async process, which pushes every ready segment with 4 processes; later calls return once theirs is pushed), timed until the last returns "+

@@ -217,6 +217,21 @@ func (b *bench) end() proto.LSN { return b.first + proto.LSN(len(b.segs))*segSiz
 // skPrefix is the archive prefix of round's safekeeper upload.
 func skPrefix(round int) string { return fmt.Sprintf("sk-upload-%d", round) }
 
+// syncTree fsyncs every file under dir.
+func syncTree(dir string) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.Sync()
+	})
+}
+
 // pbRepo is the repository path of round's pgBackRest upload.
 func pbRepo(round int) string { return fmt.Sprintf("/pgbackrest-upload-%d", round) }
 
@@ -229,6 +244,12 @@ func (b *bench) uploadSK(round int) timing {
 		t.Fatalf("copy the template safekeeper: %v\n%s", err, out)
 	}
 	defer os.RemoveAll(dir)
+	// Flushed before the clock, as a data directory is on a restart: the
+	// copy's dirty pages would be written back by the safekeeper's first
+	// fsync (its open's), inside the clock.
+	if err := syncTree(dir); err != nil {
+		t.Fatalf("flush the copy: %v", err)
+	}
 	sk := harness.NewSafekeeper(t, 1, dir, "--remote-storage", b.storeURL(skPrefix(round)))
 	end := b.end()
 	began := time.Now()
