@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,8 +128,13 @@ func walFetchCommand() *cli.Command {
 					ar = archive.Open(store, codec, proto.TimelineKey{TenantID: tenant, TimelineID: timeline})
 				}
 				var f restore.Fetched
-				if len(addrs) == 0 {
-					f, err = restore.FetchArchive(ctx, ar, name)
+				streamed := len(addrs) == 0
+				if streamed {
+					// Straight into the file as it is decoded.
+					err = writeFetched(path, func(w io.Writer) error {
+						f, err = restore.FetchArchive(ctx, ar, name, w)
+						return err
+					})
 				} else {
 					f, err = restore.Fetch(ctx, restore.FetchConfig{Safekeepers: addrs, TenantID: tenant, TimelineID: timeline, Security: sec,
 						Logger: log, SettleTimeout: c.Duration("settle-timeout")}, name)
@@ -146,26 +153,36 @@ func walFetchCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				if err := writeFetched(path, f.Data); err != nil {
-					return err
+				if !streamed {
+					if err := writeFetched(path, func(w io.Writer) error { _, err := w.Write(f.Data); return err }); err != nil {
+						return err
+					}
 				}
 				log.Info("fetched", "file", name, "from", f.From, "start", f.Start, "end", f.End,
-					"zero_padded", f.Start != 0 && int(f.End-f.Start) < len(f.Data), "synced", f.Synced)
+					"zero_padded", f.Padded || (f.Start != 0 && int(f.End-f.Start) < len(f.Data)), "synced", f.Synced)
 				return nil
 			}())
 		},
 	}
 }
 
-// writeFetched writes data to path through a temporary file in its
-// directory, renamed into place: PostgreSQL never sees a part of it.
-func writeFetched(path string, data []byte) error {
+// writeFetched writes a file to path through a temporary file in its
+// directory, renamed into place once write returned nil: PostgreSQL never
+// sees a part of it, nor a file whose fetch failed. write's error is
+// returned as it is.
+func writeFetched(path string, write func(io.Writer) error) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".fetch-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
+	// Whole writes of 1 MiB, not the decoder's pieces.
+	bw := bufio.NewWriterSize(tmp, 1<<20)
+	if err := write(bw); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := bw.Flush(); err != nil {
 		tmp.Close()
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/safekeeper/safekeeper/proto"
@@ -17,7 +18,10 @@ import (
 var ErrArchiveGap = errors.New("restore: gap in the archive")
 
 // FetchArchive is `safekeeper wal fetch --remote-storage` without
-// safekeepers: the WAL file name from the archive alone. A whole segment
+// safekeepers: the WAL file name from the archive alone, written to w as
+// it is decoded (Fetched.Data is nil). w holds the file only if
+// FetchArchive returns nil: after an error it may hold part of it, and
+// the caller discards it. A whole segment
 // is served as archived (its checksum checked); the segment of the newest
 // partial object is served up to that partial's end, zero-padded, which
 // recovery reads as the end of WAL. A history file the archive lacks, and
@@ -25,29 +29,29 @@ var ErrArchiveGap = errors.New("restore: gap in the archive")
 // archive for PostgreSQL); a segment missing below the archive's end is
 // ErrArchiveGap, and a corrupt object archive.ErrCorrupt: both stop
 // recovery.
-func FetchArchive(ctx context.Context, ar *archive.Archive, name string) (Fetched, error) {
+func FetchArchive(ctx context.Context, ar *archive.Archive, name string, w io.Writer) (Fetched, error) {
 	from := ar.Store.String()
 	if hist := historyName.FindStringSubmatch(name); hist != nil {
-		_, content, err := ar.Get(ctx, ar.SegmentName(name))
+		_, err := ar.GetTo(ctx, ar.SegmentName(name), w)
 		if errors.Is(err, remote.ErrNotFound) {
 			return Fetched{}, fmt.Errorf("%w: %s is not in the archive %s", ErrNotFound, name, from)
 		}
 		if err != nil {
 			return Fetched{}, err
 		}
-		return Fetched{Data: content, From: from}, nil
+		return Fetched{From: from}, nil
 	}
 	seg := segmentName.FindStringSubmatch(name)
 	if seg == nil {
 		return Fetched{}, fmt.Errorf("restore: %q is not a WAL segment (TTTTTTTTXXXXXXXXYYYYYYYY) or history file (TTTTTTTT.history) name", name)
 	}
-	h, content, err := ar.Get(ctx, ar.SegmentName(name))
+	h, err := ar.GetTo(ctx, ar.SegmentName(name), w)
 	switch {
 	case err == nil:
 		if start, ok := segmentStart(name, h.SegSize); !ok || h.Kind != archive.KindSegment || start != h.Start {
 			return Fetched{}, fmt.Errorf("%s: %w: the object holds a %s at %s, not this segment", name, archive.ErrCorrupt, h.Kind, h.Start)
 		}
-		return Fetched{Data: content, Start: h.Start, End: h.End(), From: from}, nil
+		return Fetched{Start: h.Start, End: h.End(), From: from}, nil
 	case !errors.Is(err, remote.ErrNotFound):
 		return Fetched{}, err
 	}
@@ -58,11 +62,12 @@ func FetchArchive(ctx context.Context, ar *archive.Archive, name string) (Fetche
 	}
 	if n := len(parts); n > 0 && parts[n-1].File == name {
 		p := parts[n-1]
-		h, content, err := ar.Get(ctx, p.Name)
+		h, err := ar.GetTo(ctx, p.Name, w)
 		if errors.Is(err, remote.ErrNotFound) {
 			// Superseded while we looked (the uploader deletes older
-			// partials once a newer one is stored): look again.
-			return FetchArchive(ctx, ar, name)
+			// partials once a newer one is stored): look again. Nothing
+			// was written: a missing object fails before its first byte.
+			return FetchArchive(ctx, ar, name, w)
 		}
 		if err != nil {
 			return Fetched{}, err
@@ -70,9 +75,12 @@ func FetchArchive(ctx context.Context, ar *archive.Archive, name string) (Fetche
 		if start, ok := segmentStart(name, h.SegSize); !ok || h.Kind != archive.KindPartial || start != h.Start || h.End() != p.End {
 			return Fetched{}, fmt.Errorf("%s: %w: the partial object holds %s %s..%s, its name says %s", p.Name, archive.ErrCorrupt, h.Kind, h.Start, h.End(), p.End)
 		}
-		data := make([]byte, h.SegSize)
-		copy(data, content)
-		return Fetched{Data: data, Start: h.Start, End: h.End(), From: from}, nil
+		// Zero-padded to the segment's size: recovery reads the zeros
+		// as the end of WAL.
+		if _, err := io.CopyN(w, zeros{}, int64(h.SegSize)-int64(h.Length)); err != nil {
+			return Fetched{}, err
+		}
+		return Fetched{Start: h.Start, End: h.End(), From: from, Padded: h.Length < uint64(h.SegSize)}, nil
 	}
 	// Anything archived after it on its PostgreSQL timeline makes it a
 	// gap; nothing after it, the end of the archive.
@@ -97,6 +105,14 @@ func FetchArchive(ctx context.Context, ar *archive.Archive, name string) (Fetche
 		return Fetched{}, fmt.Errorf("%w: %s is missing from %s, which holds %s after it", ErrArchiveGap, name, from, later)
 	}
 	return Fetched{}, fmt.Errorf("%w: %s is at or past the end of the archive %s", ErrNotFound, name, from)
+}
+
+// zeros reads as endless zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 var errStop = errors.New("stop")

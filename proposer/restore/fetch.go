@@ -59,6 +59,9 @@ type Fetched struct {
 	Start, End proto.LSN
 	// From is the safekeeper it was read from.
 	From string
+	// Padded: zeros follow End to the segment's end (FetchArchive, which
+	// leaves Data nil, says so here).
+	Padded bool
 	// Synced: Fetch ran a sync to commit the WAL a quorum held above
 	// commit_lsn, because no proposer was live to do it.
 	Synced bool

@@ -190,6 +190,33 @@ func (a *Archive) Get(ctx context.Context, name string) (Header, []byte, error) 
 	return a.Codec.Decode(name, obj)
 }
 
+// GetTo is Get with the content written to w as it is decoded
+// (Codec.DecodeTo: w holds the checked content only if GetTo returns
+// nil). A failed read from the store is ErrUnavailable.
+func (a *Archive) GetTo(ctx context.Context, name string, w io.Writer) (Header, error) {
+	rc, err := a.Store.Read(ctx, name, 0, -1)
+	if err != nil {
+		return Header{}, err
+	}
+	defer rc.Close()
+	return a.Codec.DecodeTo(name, storeReader{rc, name}, w, nil)
+}
+
+// storeReader reads an object from the store: its errors are the store's
+// (ErrUnavailable), not the object's.
+type storeReader struct {
+	r    io.Reader
+	name string
+}
+
+func (s storeReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("%w: read %s: %v", remote.ErrUnavailable, s.name, err)
+	}
+	return n, err
+}
+
 // GetSegment is Get that also checks the header describes what the
 // caller expects: a segment or partial of system id, at start.
 func (a *Archive) GetSegment(ctx context.Context, name string, systemID uint64, start proto.LSN) (Header, []byte, error) {

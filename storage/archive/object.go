@@ -243,34 +243,112 @@ func (c *Codec) Encode(h Header, content []byte) ([]byte, error) {
 // Decode checks an object and returns its header and content; every
 // error wraps ErrCorrupt (or ErrNoIdentity). name is for messages.
 func (c *Codec) Decode(name string, obj []byte) (Header, []byte, error) {
-	h, err := ParseHeader(obj)
+	var content bytes.Buffer
+	h, err := c.DecodeTo(name, bytes.NewReader(obj), &content, func(h Header) { content.Grow(int(min(h.Length, 1<<30))) })
 	if err != nil {
-		return h, nil, fmt.Errorf("%s: %w", name, err)
+		return h, nil, err
 	}
-	payload := obj[HeaderLen:]
+	return h, content.Bytes(), nil
+}
+
+// DecodeTo is Decode of the object read from r, its content written to w
+// as it is decoded: no buffer of the whole content, so a 16 MiB segment
+// streams to a file in pieces. sized, if not nil, is called with the
+// header once it is read. w holds the content, checked, only if DecodeTo
+// returns nil; after an error it may hold part of it or bytes that failed
+// the check, and the caller discards them. An error reading r is returned
+// as it is; one of the object's, wrapping ErrCorrupt (or ErrNoIdentity).
+func (c *Codec) DecodeTo(name string, r io.Reader, w io.Writer, sized func(Header)) (Header, error) {
+	src := &sourceReader{r: r}
+	var hb [HeaderLen]byte
+	if n, err := io.ReadFull(src, hb[:]); err != nil {
+		if src.err != nil {
+			return Header{}, src.err
+		}
+		return Header{}, fmt.Errorf("%s: %w: %d bytes, shorter than a header (%d)", name, ErrCorrupt, n, HeaderLen)
+	}
+	h, err := ParseHeader(hb[:])
+	if err != nil {
+		return h, fmt.Errorf("%s: %w", name, err)
+	}
+	if sized != nil {
+		sized(h)
+	}
+	// The reader's error, if it failed, else the object's.
+	fail := func(what string, err error) (Header, error) {
+		if src.err != nil {
+			return h, src.err
+		}
+		return h, fmt.Errorf("%s: %w: %s: %v", name, ErrCorrupt, what, err)
+	}
+	var payload io.Reader = src
 	if h.Encrypted {
 		if len(c.Identities) == 0 {
-			return h, nil, fmt.Errorf("%s: %w", name, ErrNoIdentity)
+			return h, fmt.Errorf("%s: %w", name, ErrNoIdentity)
 		}
-		r, err := age.Decrypt(bytes.NewReader(payload), c.Identities...)
-		if err != nil {
-			return h, nil, fmt.Errorf("%s: %w: decrypt: %v", name, ErrCorrupt, err)
-		}
-		if payload, err = io.ReadAll(io.LimitReader(r, int64(h.Length)+1<<20)); err != nil {
-			return h, nil, fmt.Errorf("%s: %w: decrypt: %v", name, ErrCorrupt, err)
+		if payload, err = age.Decrypt(payload, c.Identities...); err != nil {
+			return fail("decrypt", err)
 		}
 	}
 	content := payload
 	if h.Compressed {
-		if content, err = decoder().DecodeAll(payload, make([]byte, 0, h.Length)); err != nil {
-			return h, nil, fmt.Errorf("%s: %w: decompress: %v", name, ErrCorrupt, err)
+		// The content is at most a segment (1 GiB): a corrupt frame
+		// claiming more is refused, not allocated.
+		d, err := zstd.NewReader(payload, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30+1<<20))
+		if err != nil {
+			return fail("decompress", err)
 		}
+		defer d.Close()
+		content = d
 	}
-	if uint64(len(content)) != h.Length {
-		return h, nil, fmt.Errorf("%s: %w: %d bytes of content, the header says %d", name, ErrCorrupt, len(content), h.Length)
+	sum := sha256.New()
+	n, err := io.Copy(io.MultiWriter(errWriter{w}, sum), io.LimitReader(content, int64(min(h.Length, 1<<62))+1))
+	if err != nil {
+		var we *writeError
+		if errors.As(err, &we) {
+			return h, we.err
+		}
+		return fail("decode", err)
 	}
-	if sum := sha256.Sum256(content); sum != h.Sum {
-		return h, nil, fmt.Errorf("%s: %w: content checksum %x, the header says %x", name, ErrCorrupt, sum[:8], h.Sum[:8])
+	if uint64(n) != h.Length {
+		return h, fmt.Errorf("%s: %w: %d bytes of content, the header says %d", name, ErrCorrupt, n, h.Length)
 	}
-	return h, content, nil
+	if got := sum.Sum(nil); !bytes.Equal(got, h.Sum[:]) {
+		return h, fmt.Errorf("%s: %w: content checksum %x, the header says %x", name, ErrCorrupt, got[:8], h.Sum[:8])
+	}
+	// Nothing may follow the content (an uncompressed object's bytes past
+	// its length are read above and counted).
+	return h, nil
 }
+
+// sourceReader remembers the error its reader failed with: the store's,
+// not the object's.
+type sourceReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF && s.err == nil {
+		s.err = err
+	}
+	return n, err
+}
+
+// errWriter marks its writer's errors as writeErrors: DecodeTo returns
+// them as they are, not as the object's.
+type errWriter struct{ w io.Writer }
+
+func (e errWriter) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil {
+		err = &writeError{err}
+	}
+	return n, err
+}
+
+// writeError is an error of DecodeTo's writer.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return e.err.Error() }
