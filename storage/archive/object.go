@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"runtime"
 	"sync"
 
 	"filippo.io/age"
@@ -181,30 +182,16 @@ type Codec struct {
 var (
 	encOnce sync.Once
 	enc     *zstd.Encoder
-	decOnce sync.Once
-	dec     *zstd.Decoder
 )
 
 func encoder() *zstd.Encoder {
 	encOnce.Do(func() {
 		var err error
-		if enc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1)); err != nil {
+		if enc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0))); err != nil {
 			panic(err) // only for invalid options
 		}
 	})
 	return enc
-}
-
-func decoder() *zstd.Decoder {
-	decOnce.Do(func() {
-		var err error
-		// The content is at most a segment (1 GiB): a corrupt frame
-		// claiming more is refused, not allocated.
-		if dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(1<<30+1<<20)); err != nil {
-			panic(err)
-		}
-	})
-	return dec
 }
 
 // Encode returns the object for content described by h (its Length and Sum
