@@ -125,18 +125,26 @@ func testConcurrentCreatesOneWins(t *testing.T, s Storage, _ string) {
 	}
 }
 
+// openThroughProxy opens a prefix of a fresh S3 server through a
+// FaultProxy.
+func openThroughProxy(t *testing.T, prefix string) (Storage, *s3test.FaultProxy) {
+	t.Helper()
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	proxy := s3test.StartFaultProxy(t, srv)
+	s, err := Open(proxy.URL(srv, prefix), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, proxy
+}
+
 // TestS3CreateWhoseAnswerIsLost: a PUT the store acted on but whose answer
 // never came back (the connection closed): the store's content decides.
 // The writer's own bytes there are a success, other bytes ErrExists; a
 // store that got nothing is ErrUnavailable.
 func TestS3CreateWhoseAnswerIsLost(t *testing.T) {
-	srv := s3test.Start(t)
-	srv.SetEnv(t)
-	proxy := s3test.StartFaultProxy(t, srv)
-	s, err := Open(proxy.URL(srv, "lost"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, proxy := openThroughProxy(t, "lost")
 	ctx := context.Background()
 	proxy.Set(s3test.LosePutAnswer)
 	if err := s.Create(ctx, "a", []byte("mine")); err != nil {
@@ -382,17 +390,11 @@ func TestS3CheckNamesTheProblem(t *testing.T) {
 // record would catch it) is refused by the store against the checksum
 // the request carries, and nothing is stored.
 func TestS3CreateOfBytesDamagedOnTheWay(t *testing.T) {
-	srv := s3test.Start(t)
-	srv.SetEnv(t)
-	proxy := s3test.StartFaultProxy(t, srv)
-	s, err := Open(proxy.URL(srv, "damaged"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, proxy := openThroughProxy(t, "damaged")
 	ctx := context.Background()
 	proxy.Set(s3test.CorruptPut)
 	data := bytes.Repeat([]byte("WAL "), 1<<18)
-	err = s.Create(ctx, "a", data)
+	err := s.Create(ctx, "a", data)
 	if err == nil || errors.Is(err, ErrExists) {
 		t.Fatalf("Create of a body damaged on the way: %v, want an error", err)
 	}

@@ -55,6 +55,16 @@ func StartFaultProxy(t testing.TB, s *Server) *FaultProxy {
 			w.WriteHeader(status)
 			w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>` + code + `</Code><Message>injected by the test</Message></Error>`))
 		}
+		// hangUp closes the connection without an answer.
+		hangUp := func() {
+			if hj, ok := w.(http.Hijacker); ok {
+				if c, _, err := hj.Hijack(); err == nil {
+					c.Close()
+					return
+				}
+			}
+			fail(http.StatusBadGateway, "InternalError")
+		}
 		switch f {
 		case Unavailable:
 			fail(http.StatusServiceUnavailable, "SlowDown")
@@ -63,26 +73,14 @@ func StartFaultProxy(t testing.TB, s *Server) *FaultProxy {
 		case Forbidden:
 			fail(http.StatusForbidden, "InvalidAccessKeyId")
 		case Drop:
-			if hj, ok := w.(http.Hijacker); ok {
-				if c, _, err := hj.Hijack(); err == nil {
-					c.Close()
-					return
-				}
-			}
-			fail(http.StatusBadGateway, "InternalError")
+			hangUp()
 		case LosePutAnswer:
 			if r.Method != http.MethodPut {
 				rp.ServeHTTP(w, r)
 				return
 			}
 			rp.ServeHTTP(httptest.NewRecorder(), r) // the store acts on it
-			if hj, ok := w.(http.Hijacker); ok {
-				if c, _, err := hj.Hijack(); err == nil {
-					c.Close()
-					return
-				}
-			}
-			fail(http.StatusBadGateway, "InternalError")
+			hangUp()
 		case CorruptPut:
 			if r.Method == http.MethodPut && r.ContentLength > 0 {
 				body, err := io.ReadAll(r.Body)
