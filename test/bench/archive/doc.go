@@ -61,9 +61,14 @@
 //     configuration alike; the lag is their difference. After each sk
 //     round every whole segment below the highest backup_lsn must be in
 //     the store, or the run fails: a lag that is not real is no figure.
+//     The servers' CPU time over the round (utime+stime+cutime+cstime of
+//     the primary's process tree with its archiver and archive_command,
+//     the proposer and the safekeepers), read once pgbench's backends are
+//     reaped, is divided by the round's transactions: the archive's cost
+//     in the figure the machine's noise moves least.
 //
 // Ratios are of the medians over rounds (sk/pgbackrest for rates, sk/none
-// for TPS). The results, with the machine, the method and the command,
+// for TPS and CPU per transaction). The results, with the machine, the method and the command,
 // replace the bench-archive section of docs/performance.md
 // (BENCH_WRITE_DOC=0: not).
 //

@@ -40,6 +40,10 @@ type loadResult struct {
 	walBytes int64   // written by the primary during the round
 	lag      []int64 // bytes, one per sample: flush_lsn minus the archive's end
 	samples  int     // taken in every configuration alike
+	// cpuTicks is the CPU time the servers used over the round (clock
+	// ticks): the primary's process tree (its archiver and the
+	// archive_command it runs included), the proposer, the safekeepers.
+	cpuTicks uint64
 }
 
 // phaseLoad runs the rounds under pgbench: none, sk, pgbackrest, none, …
@@ -242,15 +246,23 @@ func (b *bench) loadRound(c string, cycle, secs int, spool string) loadResult {
 		}
 	}()
 	from := b.lsn("SELECT pg_current_wal_flush_lsn()::text")
+	pgPID, err := b.pg.Pid()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpuBefore := b.serverTicks(pgPID)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs)*time.Second+5*time.Minute)
 	defer cancel()
 	cmd := b.pg.Cmd(ctx, "pgbench", "-h", b.pg.SocketDir, "-p", strconv.Itoa(b.pg.Port), "-U", "postgres",
 		"-n", "-c", strconv.Itoa(b.p.clients), "-j", strconv.Itoa(b.p.jobs), "-T", strconv.Itoa(secs), "postgres")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	err = cmd.Run()
 	close(stop)
 	r := <-done
+	// pgbench's backends reaped, their CPU time is the postmaster's.
+	harness.WaitNoLocalClients(t, pgPID, 30*time.Second)
+	r.cpuTicks = b.serverTicks(pgPID) - cpuBefore
 	select {
 	case serr := <-sampleErr:
 		t.Fatalf("%s round %d: sampling: %v", c, cycle, serr)
@@ -272,6 +284,32 @@ func (b *bench) loadRound(c string, cycle, secs int, spool string) loadResult {
 		b.checkLoadArchive()
 	}
 	return r
+}
+
+// serverTicks is the CPU time so far of the primary's process tree
+// (postmaster pgPID), the proposer and the safekeepers, in clock ticks.
+func (b *bench) serverTicks(pgPID int) uint64 {
+	pt, err := harness.ReadProcs()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var sum uint64
+	for _, pid := range append([]int{pgPID, b.prop.PID()}, sksPIDs(b.sks)...) {
+		n, err := pt.TreeTicks(pid)
+		if err != nil {
+			b.t.Fatalf("CPU of the servers: %v (one exited during the round?)", err)
+		}
+		sum += n
+	}
+	return sum
+}
+
+func sksPIDs(sks []*harness.Safekeeper) []int {
+	var pids []int
+	for _, sk := range sks {
+		pids = append(pids, sk.PID())
+	}
+	return pids
 }
 
 // checkLoadArchive fails the run unless every whole segment from the

@@ -136,12 +136,26 @@ func (b *bench) tpsRatio(c, base string) float64 { return median(b.tpsRatios(c, 
 
 // tpsRatios are c's TPS over base's, cycle by cycle.
 func (b *bench) tpsRatios(c, base string) []float64 {
+	return b.loadRatios(c, base, func(r loadResult) float64 { return r.tps })
+}
+
+// cpuPerTxn is a round's server CPU time per transaction, in µs.
+func cpuPerTxn(r loadResult) float64 {
+	hz, err := harness.ClockTicks()
+	if err != nil || r.txns == 0 {
+		return math.NaN()
+	}
+	return float64(r.cpuTicks) * 1e6 / float64(hz) / float64(r.txns)
+}
+
+// loadRatios are c's figure over base's, cycle by cycle.
+func (b *bench) loadRatios(c, base string, f func(loadResult) float64) []float64 {
 	by := map[int]map[string]float64{}
 	for _, r := range b.loads {
 		if by[r.cycle] == nil {
 			by[r.cycle] = map[string]float64{}
 		}
-		by[r.cycle][r.cfg] = r.tps
+		by[r.cycle][r.cfg] = f(r)
 	}
 	var xs []float64
 	for cycle := 1; cycle <= len(by); cycle++ {
@@ -209,11 +223,12 @@ func (b *bench) results() string {
 
 	fmt.Fprintf(&sb, "\n**Under pgbench** (`-c %d -j %d -T %d`, three safekeepers behind the proposer as the synchronous standby), medians over %d rounds per configuration; "+
 		"lag = the primary's pg_current_wal_flush_lsn() minus the archive's end, sampled every 100 ms:\n\n", b.p.clients, b.p.jobs, b.p.seconds, b.p.rounds)
-	sb.WriteString(mdRow("configuration", "TPS", "TPS / none", "WAL MiB/s", "lag p50", "lag p99", "lag max"))
-	sb.WriteString(mdSep(7))
+	sb.WriteString(mdRow("configuration", "TPS", "TPS / none", "CPU µs/txn", "CPU/txn / none", "WAL MiB/s", "lag p50", "lag p99", "lag max"))
+	sb.WriteString(mdSep(9))
 	names := map[string]string{cfgNone: "none (no archive)", cfgSK: "safekeeper --remote-storage", cfgPB: "archive_command = pgbackrest archive-push, archive_timeout 60s"}
 	for _, c := range loadConfigs {
 		row := []string{names[c], fnum(b.loadFigure(c, func(r loadResult) float64 { return r.tps }), 1), fnum(b.tpsRatio(c, cfgNone), 3),
+			fnum(b.loadFigure(c, cpuPerTxn), 0), fnum(median(b.loadRatios(c, cfgNone, cpuPerTxn)), 3),
 			fnum(b.loadFigure(c, func(r loadResult) float64 { return float64(r.walBytes) / (1 << 20) / float64(r.seconds) }), 2)}
 		if c == cfgNone {
 			row = append(row, "-", "-", "-")
@@ -228,12 +243,18 @@ func (b *bench) results() string {
 	fmt.Fprintf(&sb, "\nTPS lost to the safekeepers' archive (1 - median of per-cycle sk/none; negative: none measurable): **%s%%** (goal ≤ 5%%: %s). "+
 		"The per-cycle ratios, sk/none: %s; pgbackrest/none: %s: their spread is the noise a single figure hides.\n\n",
 		fnum(100*loss, 1), verdict(loss <= 0.05), list(b.tpsRatios(cfgSK, cfgNone), 3), list(b.tpsRatios(cfgPB, cfgNone), 3))
+	cost := median(b.loadRatios(cfgSK, cfgNone, cpuPerTxn)) - 1
+	fmt.Fprintf(&sb, "CPU per transaction of the servers (the primary's process tree with its archiver and archive_command, the proposer, the safekeepers), "+
+		"the figure this machine's noise moves least: the safekeepers' archive adds **%s%%** (median of per-cycle sk/none: %s); "+
+		"pgBackRest's archive_command %s%% (pgbackrest/none: %s).\n\n",
+		fnum(100*cost, 1), list(b.loadRatios(cfgSK, cfgNone, cpuPerTxn), 3),
+		fnum(100*(median(b.loadRatios(cfgPB, cfgNone, cpuPerTxn))-1), 1), list(b.loadRatios(cfgPB, cfgNone, cpuPerTxn), 3))
 
 	sb.WriteString("Every round:\n\n")
-	sb.WriteString(mdRow("phase", "round", "side / configuration", "seconds", "MiB/s", "TPS", "lag p50", "lag p99", "samples"))
-	sb.WriteString(mdSep(9))
+	sb.WriteString(mdRow("phase", "round", "side / configuration", "seconds", "MiB/s", "TPS", "CPU µs/txn", "lag p50", "lag p99", "samples"))
+	sb.WriteString(mdSep(10))
 	for _, tm := range slices.Concat(b.uploads, b.fetches) {
-		sb.WriteString(mdRow(tm.what, strconv.Itoa(tm.round), tm.side, fnum(tm.dur.Seconds(), 3), fnum(tm.rate(), 1), "", "", "", ""))
+		sb.WriteString(mdRow(tm.what, strconv.Itoa(tm.round), tm.side, fnum(tm.dur.Seconds(), 3), fnum(tm.rate(), 1), "", "", "", "", ""))
 	}
 	for _, r := range b.loads {
 		p50, p99 := "-", "-"
@@ -241,7 +262,7 @@ func (b *bench) results() string {
 			p50, p99 = mib(lagPct(r, 0.5)), mib(lagPct(r, 0.99))
 		}
 		sb.WriteString(mdRow("load", strconv.Itoa(r.cycle), r.cfg, strconv.Itoa(r.seconds), fnum(float64(r.walBytes)/(1<<20)/float64(r.seconds), 2),
-			fnum(r.tps, 1), p50, p99, strconv.Itoa(r.samples)))
+			fnum(r.tps, 1), fnum(cpuPerTxn(r), 0), p50, p99, strconv.Itoa(r.samples)))
 	}
 	return sb.String()
 }
@@ -298,7 +319,7 @@ func (b *bench) docSection(took time.Duration) string {
 		"pgbench_history truncated, VACUUM, CHECKPOINT, pg_switch_wal(), and a wait until the configuration's archive holds everything, so each round starts caught up. "+
 		"Every 100 ms, in every configuration alike, the harness reads pg_current_wal_flush_lsn(), pg_stat_archiver and the three safekeepers' backup_lsn (HTTP); "+
 		"the lag is the flush LSN minus the highest backup_lsn (sk) or the end of last_archived_wal (pgbackrest); p50/p99/max per round, then the median over rounds. "+
-		"After each sk round every whole segment below the highest backup_lsn is checked to be in the store.\n", p.seconds, p.warmup)
+		"After each sk round every whole segment below the highest backup_lsn is checked to be in the store. CPU µs/txn: the delta over the round of utime+stime+cutime+cstime (/proc) of the primary's process tree (its archiver and the archive_command it runs included), the proposer and the three safekeepers, taken once pgbench's backends are reaped, over the round's transactions.\n", p.seconds, p.warmup)
 	sb.WriteString("- Ratios: per round (per cycle) the two sides' figures divided, then the median. The machine is shared, so absolute figures are noisy.\n\n")
 	sb.WriteString(b.results())
 	return sb.String()

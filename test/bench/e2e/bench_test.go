@@ -344,14 +344,14 @@ func (b *bench) roots(c config) roots {
 
 // snapshot reads the CPU ticks of each group's trees.
 func (b *bench) snapshot(r roots) [nGroups]uint64 {
-	pt, err := readProcs()
+	pt, err := harness.ReadProcs()
 	if err != nil {
 		b.t.Fatal(err)
 	}
 	var out [nGroups]uint64
 	for g, pids := range r {
 		for _, pid := range pids {
-			n, err := pt.treeTicks(pid)
+			n, err := pt.TreeTicks(pid)
 			if err != nil {
 				b.t.Fatalf("CPU of the %s: %v (it exited during the round?)", groupNames[g], err)
 			}
@@ -361,48 +361,15 @@ func (b *bench) snapshot(r roots) [nGroups]uint64 {
 	return out
 }
 
-// waitNoClients waits until the primary has no pgbench backend left (they
-// connect over the unix socket: "[local]" in their process title) and has
-// reaped every exited child, so that their CPU time is in the
-// postmaster's cutime/cstime.
+// waitNoClients waits until the primary has no pgbench backend left and
+// has reaped every exited child (harness.WaitNoLocalClients), so that
+// their CPU time is in the postmaster's cutime/cstime.
 func (b *bench) waitNoClients() {
 	pid, err := b.pg.Pid()
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	b.poll(30*time.Second, "the primary's pgbench backends to exit", func() (bool, string) {
-		pt, err := readProcs()
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, p := range pt.tree(pid) {
-			title, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
-			if why := notDone(pt[p].State, title); why != "" {
-				return false, fmt.Sprintf("process %d %s", p, why)
-			}
-		}
-		return true, ""
-	})
-}
-
-// notDone says why a process of the primary's tree keeps waitNoClients
-// waiting, "" if it does not: a pgbench backend ("[local]" in its title),
-// a zombie, or a process with no command line, which is one on its way
-// out (the kernel drops it with the process's memory, before the process
-// becomes a zombie; every live child of the postmaster has a title) or
-// one gone since /proc was read. Counted as done, an exiting backend
-// could be reaped between the reads of the postmaster's stat and its own
-// in the next snapshot, and its CPU time would be in neither.
-func notDone(state byte, cmdline []byte) string {
-	switch {
-	case state == 'Z':
-		return "is a zombie"
-	case len(cmdline) == 0:
-		return "is exiting (no command line)"
-	case bytes.Contains(cmdline, []byte("[local]")):
-		return fmt.Sprintf("is %q", bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
-	}
-	return ""
+	harness.WaitNoLocalClients(b.t, pid, 30*time.Second)
 }
 
 // sampleLag samples the synchronous standbys' flush_lag every 100 ms until

@@ -13,70 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/safekeeper/safekeeper/test/harness"
 )
-
-// procTable is one pass over /proc: every process's stat.
-type procTable map[int]harness.ProcStat
-
-func readProcs() (procTable, error) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	pt := procTable{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // gone meanwhile
-		}
-		p, err := harness.ParseProcStat(b)
-		if err != nil {
-			return nil, fmt.Errorf("/proc/%d/stat: %v", pid, err)
-		}
-		pt[pid] = p
-	}
-	return pt, nil
-}
-
-// tree returns root and all its descendants.
-func (pt procTable) tree(root int) []int {
-	kids := map[int][]int{}
-	for pid, p := range pt {
-		kids[p.PPID] = append(kids[p.PPID], pid)
-	}
-	var out []int
-	var walk func(int)
-	walk = func(pid int) {
-		out = append(out, pid)
-		for _, k := range kids[pid] {
-			walk(k)
-		}
-	}
-	if _, ok := pt[root]; ok {
-		walk(root)
-	}
-	return out
-}
-
-// treeTicks is the CPU time of root's process tree. Counted so, the delta
-// between two snapshots is what the tree used in between, as long as every
-// process that exited in between was reaped by a parent inside the tree
-// (backends by the postmaster) before the second one.
-func (pt procTable) treeTicks(root int) (uint64, error) {
-	if _, ok := pt[root]; !ok {
-		return 0, fmt.Errorf("process %d is gone", root)
-	}
-	var sum uint64
-	for _, pid := range pt.tree(root) {
-		sum += pt[pid].Ticks()
-	}
-	return sum, nil
-}
 
 // pgbenchSummary is what pgbench prints at the end of a run.
 type pgbenchSummary struct {

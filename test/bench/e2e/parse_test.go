@@ -14,33 +14,6 @@ import (
 
 // These run in make test: the benchmark's parsers, without PostgreSQL.
 
-// TestTreeTicks: a tree's CPU time is its processes' own and reaped
-// children's, over all descendants; other trees do not count.
-func TestTreeTicks(t *testing.T) {
-	pt := procTable{
-		100: {PPID: 1, UTime: 4, CUTime: 6}, // postmaster, cutime of exited backends included
-		101: {PPID: 100, UTime: 5},
-		102: {PPID: 100, STime: 7},
-		103: {PPID: 101, CSTime: 1},
-		200: {PPID: 1, UTime: 1000},
-	}
-	got, err := pt.treeTicks(100)
-	if err != nil || got != 23 {
-		t.Fatalf("treeTicks(100) = %d, %v; want 23", got, err)
-	}
-	if _, err := pt.treeTicks(300); err == nil {
-		t.Error("treeTicks of a missing process did not fail")
-	}
-	// The live /proc has at least this process.
-	live, err := readProcs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := live.treeTicks(os.Getpid()); err != nil {
-		t.Fatal(err)
-	}
-}
-
 const pgbenchOut = `pgbench (15.18 (Debian 15.18-0+deb12u1))
 transaction type: <builtin: TPC-B (sort of)>
 scaling factor: 10
@@ -272,25 +245,5 @@ func TestDocSection(t *testing.T) {
 	b.perf = perfTool{off: "no perf in PATH"}
 	if doc := b.docSection(time.Minute); !strings.Contains(doc, "No per-node table: no perf in PATH.") {
 		t.Errorf("without perf the doc section does not say so:\n%s", doc)
-	}
-}
-
-// TestNotDone: waitNoClients waits for pgbench's backends, zombies and
-// processes on their way out (no command line left), not for the rest.
-func TestNotDone(t *testing.T) {
-	for _, c := range []struct {
-		state   byte
-		cmdline string
-		wait    bool
-	}{
-		{'S', "postgres: postgres postgres [local] idle\x00", true},
-		{'Z', "", true},
-		{'R', "", true}, // exiting: its memory, and with it its title, is gone; not yet a zombie
-		{'S', "postgres: walsender postgres 127.0.0.1(51000) streaming 0/3000000\x00", false},
-		{'S', "postgres: checkpointer \x00", false},
-	} {
-		if got := notDone(c.state, []byte(c.cmdline)); (got != "") != c.wait {
-			t.Errorf("notDone(%c, %q) = %q, want waiting %v", c.state, c.cmdline, got, c.wait)
-		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/safekeeper/safekeeper/test/harness"
 	"github.com/safekeeper/safekeeper/test/perfstat"
 )
 
@@ -115,11 +116,11 @@ func (b *bench) perfNodes(c config) ([]*perfNode, error) {
 		if !c.has(s.name) {
 			continue
 		}
-		pt, err := readProcs()
+		pt, err := harness.ReadProcs()
 		if err != nil {
 			return nil, err
 		}
-		for _, pid := range pt.tree(s.pid()) {
+		for _, pid := range pt.Tree(s.pid()) {
 			title, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 			if bytes.Contains(title, []byte("walreceiver")) {
 				return []*perfNode{{label: "walreceiver of " + s.name, pid: pid, fsyncsPerCommit: 1}}, nil
