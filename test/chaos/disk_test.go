@@ -84,8 +84,12 @@ func TestDiskStaysBoundedWithStandbysReading(t *testing.T) {
 	}
 	end := switchSegments(200)
 	removed := checkBounded("after 260 segments")
+	// Bounded: 200 MiB of WAL went through, and the file may have grown by
+	// one of bbolt's steps (16 MiB here: pages that retention freed while
+	// a reader's transaction was open cannot be reused until it ends, and
+	// a loaded machine keeps readers open longer), not with the WAL.
 	for i, sk := range c.sks {
-		if now := dbSize(sk); now > sizes[i]+sizes[i]/2+8<<20 {
+		if now := dbSize(sk); now > 2*sizes[i]+8<<20 {
 			t.Errorf("safekeeper %d: database grew from %d to %d MiB over 200 more segments: not bounded", i+1, sizes[i]>>20, now>>20)
 		}
 	}
