@@ -651,6 +651,62 @@ func TestArchiveRacingUploadersAreHarmless(t *testing.T) {
 	t.Logf("%d rows, %d segments: %v uploads by three racing safekeepers, no error", next, n, uploads)
 }
 
+// TestArchiveStoresEachSegmentOnceInSteadyState: once one safekeeper
+// uploads a timeline's segments, the other two wait their turn for each
+// new segment and find it stored, however long the primary takes between
+// segments: every segment completed after that is sent to the store once,
+// counted at the store's door. (A wait carried over from the segments
+// another stored had the two others store most segments again, each
+// compressed and sent in full before the store refused it.)
+func TestArchiveStoresEachSegmentOnceInSteadyState(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	proxy := s3test.StartFaultProxy(t, srv)
+	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
+		PG:             pgtest.Options{WALSegSizeMB: 1, Conf: []string{"wal_keep_size = '1GB'"}},
+		SafekeeperArgs: []string{"--remote-storage", proxy.URL(srv, "once"), "--partial-backup-interval", "1s"}})
+	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	// The first segments: every safekeeper finds the archive idle (no
+	// partial stored lately) and may store them.
+	next := insertRows(t, c.PG, 0, 4)
+	waitEveryBackupLSN(t, c.Safekeepers, flushLSN(t, c.PG), 60*time.Second, "the archive to reach the first segments")
+	segmentPuts := func() map[string]int {
+		out := map[string]int{}
+		for path, n := range proxy.Puts("") {
+			if strings.Contains(path, "/wal/") && len(path[strings.LastIndexByte(path, '/')+1:]) == 24 {
+				out[path] = n
+			}
+		}
+		return out
+	}
+	before := segmentPuts()
+	// Segments completed one at a time, further apart than any
+	// safekeeper's wait for its turn (at most 3 s), the partial kept
+	// fresh by a commit after each.
+	for range 3 {
+		next = insertRows(t, c.PG, next, 1)
+		c.PG.Exec(t, "SELECT pg_switch_wal()")
+		next = insertRows(t, c.PG, next, 1)
+		waitEveryBackupLSN(t, c.Safekeepers, flushLSN(t, c.PG).SegmentStart(1<<20), 60*time.Second, "the archive to reach the new segment")
+		time.Sleep(3500 * time.Millisecond) // the primary's pause: the scenario, not a wait for a condition
+	}
+	after := segmentPuts()
+	stored := 0
+	for path, n := range after {
+		if _, old := before[path]; old {
+			continue
+		}
+		stored++
+		if n != 1 {
+			t.Errorf("%s was sent to the store %d times; want once", path, n)
+		}
+	}
+	if stored < 3 {
+		t.Fatalf("%d new segments stored; want at least 3", stored)
+	}
+	t.Logf("%d segments stored once each after the first %d", stored, len(before))
+}
+
 // TestWALFetchFromTheArchive: `wal fetch --remote-storage` alone, against
 // an archive laid out by storage/archive: whole segments byte for byte,
 // the newest partial's segment zero-padded, a history file; exit 1 past

@@ -225,7 +225,10 @@ func (u *Uploader) stateOf(t *timeline.Timeline) *tlState {
 }
 
 // turnDelay is this safekeeper's delay for timeline key: a hash of the
-// node id and the timeline, scaled into [0, Takeover).
+// node id and the timeline, scaled into [Takeover/2, Takeover). The floor
+// leaves the active uploader, which does not wait, time to store a new
+// segment before the others look for it: a delay near zero had one of
+// them store most segments a second time.
 func (u *Uploader) turnDelay(key proto.TimelineKey) time.Duration {
 	h := fnv.New64a()
 	var b [8]byte
@@ -233,7 +236,8 @@ func (u *Uploader) turnDelay(key proto.TimelineKey) time.Duration {
 	h.Write(b[:])
 	h.Write(key.TenantID[:])
 	h.Write(key.TimelineID[:])
-	return time.Duration(h.Sum64() % uint64(u.cfg.Takeover))
+	half := u.cfg.Takeover / 2
+	return half + time.Duration(h.Sum64()%uint64(u.cfg.Takeover-half))
 }
 
 // dispatch starts a pass for every timeline that changed or whose wait is
@@ -426,17 +430,21 @@ func (u *Uploader) pass(s *tlState) (time.Duration, error) {
 		}
 	}
 	if first+proto.LSN(seg) <= commit {
-		if s.pendingSeg != first {
+		if s.pendingSeg != first || s.pendingSince.IsZero() {
 			s.pendingSeg, s.pendingSince = first, time.Now()
 		}
 		// This safekeeper's turn: it uploaded the last segments itself
 		// (the one working goes on without waiting), or its delay passed.
 		mine := s.active || time.Since(s.pendingSince) >= s.delay
 		direct := s.active
-		if !mine {
-			// Nobody else is at work (no partial object stored lately):
-			// a backlog after a restart need not wait for a turn, nor
-			// look for each segment before storing it.
+		if !mine && first+2*proto.LSN(seg) <= commit {
+			// A backlog (more than the segment just completed) and nobody
+			// else at work (no partial object stored lately), as after a
+			// restart: it need not wait for a turn, nor look for each
+			// segment before storing it. One segment alone waits: after a
+			// quiet spell the partial is old because nothing changed, not
+			// because its uploader is gone, and the turn keeps the others
+			// from storing that segment with it.
 			idle, err := u.archiveIdle(ar)
 			if err != nil {
 				return 0, err
@@ -452,7 +460,13 @@ func (u *Uploader) pass(s *tlState) (time.Duration, error) {
 		}
 		first += proto.LSN(uint64(done) * seg)
 		if done > 0 {
-			s.pendingSeg = first // the wait, if any, is over: no new one for the backlog
+			// The first segment not in the archive now is a new one, and
+			// so is this safekeeper's wait for it, which starts when a
+			// pass finds it complete. Carried over from the segments
+			// another stored, the wait would be long over by then, and
+			// this one would store the segment while the active uploader
+			// does too (an active uploader goes on without a wait).
+			s.pendingSince = time.Time{}
 		}
 		if err != nil {
 			return 0, err

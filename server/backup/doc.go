@@ -8,10 +8,12 @@
 // before it writes. A whole segment another safekeeper already stored
 // (same content: its header's checksum) only moves backup_lsn here; one
 // nobody stored is uploaded by the safekeeper whose turn comes first: each
-// waits, before its first attempt at a segment, a delay of its own in
-// [0, Takeover) derived from its node id and the timeline (the same
-// safekeeper goes first for every segment of a timeline, and the
-// timelines spread over the safekeepers); one that just uploaded the
+// waits, before its first attempt at a segment (from when it finds the
+// segment complete), a delay of its own in [Takeover/2, Takeover) derived
+// from its node id and the timeline (the same safekeeper goes first for
+// every segment of a timeline, and the timelines spread over the
+// safekeepers; the floor gives the active uploader the time to store a
+// segment before the others look for it); one that just uploaded the
 // segments before goes on without waiting (and without looking first:
 // the store refuses a name that exists), so a backlog drains at the
 // store's pace and the active uploader adds no delay; one that finds no

@@ -37,6 +37,7 @@ type FaultProxy struct {
 	fault Fault
 	delay time.Duration
 	seen  map[Fault]int
+	puts  map[string]int // PUTs per object key, whatever the fault
 }
 
 // StartFaultProxy starts a proxy to s and registers its cleanup.
@@ -44,11 +45,14 @@ func StartFaultProxy(t testing.TB, s *Server) *FaultProxy {
 	t.Helper()
 	target, _ := url.Parse(s.Endpoint)
 	rp := httputil.NewSingleHostReverseProxy(target)
-	p := &FaultProxy{seen: map[Fault]int{}, delay: time.Second}
+	p := &FaultProxy{seen: map[Fault]int{}, puts: map[string]int{}, delay: time.Second}
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
 		f, d := p.fault, p.delay
 		p.seen[f]++
+		if r.Method == http.MethodPut {
+			p.puts[r.URL.Path]++
+		}
 		p.mu.Unlock()
 		fail := func(status int, code string) {
 			w.Header().Set("Content-Type", "application/xml")
@@ -125,6 +129,20 @@ func (p *FaultProxy) Seen(f Fault) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.seen[f]
+}
+
+// Puts is how many PUT requests the proxy got for each path
+// (/BUCKET/KEY) ending in suffix.
+func (p *FaultProxy) Puts(suffix string) map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{}
+	for path, n := range p.puts {
+		if strings.HasSuffix(path, suffix) {
+			out[path] = n
+		}
+	}
+	return out
 }
 
 // URL is s.URL(prefix) through the proxy.
