@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
 )
 
 // pgbenchSummary is what pgbench prints at the end of a run.
