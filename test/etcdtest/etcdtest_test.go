@@ -18,11 +18,9 @@ import (
 )
 
 const (
-	// opTimeout bounds one request that should succeed, on a loaded
-	// machine.
-	opTimeout = 10 * time.Second
-	// shortTimeout bounds a write that must fail for want of a quorum;
-	// the same write succeeds within it while the cluster is whole.
+	// shortTimeout bounds each request: a write that must fail for want
+	// of a quorum, and each try of one that must succeed (the same write
+	// succeeds within it while the cluster is whole).
 	shortTimeout = 2 * time.Second
 	// recoverTimeout bounds the wait for writes to work again after a
 	// fault (an election, a member rejoining).
@@ -47,18 +45,47 @@ func put(cli *clientv3.Client, timeout time.Duration, key, val string) error {
 	return err
 }
 
-// get is a linearizable read (the client's default): it needs a quorum.
-func get(cli *clientv3.Client, timeout time.Duration, key string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	resp, err := cli.Get(ctx, key)
-	if err != nil {
-		return "", err
-	}
+// mustPut puts key=val, trying again on an error within recoverTimeout:
+// a request that meets an election (which a loaded machine can cause)
+// fails with "leader changed" or times out, and putting the same value
+// again is harmless.
+func mustPut(t *testing.T, cli *clientv3.Client, what, key, val string) {
+	t.Helper()
+	eventually(t, what, func() error { return put(cli, shortTimeout, key, val) })
+}
+
+// mustGet reads key with a linearizable read (the client's default: it
+// goes through the quorum and sees every write committed before it),
+// trying again on an error within recoverTimeout, and returns its value.
+// A read that succeeds without the key fails the test at once.
+func mustGet(t *testing.T, cli *clientv3.Client, what, key string) string {
+	t.Helper()
+	var resp *clientv3.GetResponse
+	eventually(t, what, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), shortTimeout)
+		defer cancel()
+		var err error
+		resp, err = cli.Get(ctx, key)
+		return err
+	})
 	if len(resp.Kvs) != 1 {
-		return "", fmt.Errorf("get %q: %d keys", key, len(resp.Kvs))
+		t.Fatalf("%s: %d keys %q, want 1", what, len(resp.Kvs), key)
 	}
-	return string(resp.Kvs[0].Value), nil
+	return string(resp.Kvs[0].Value)
+}
+
+// memberList is the cluster's members as one member sees them.
+func memberList(t *testing.T, cli *clientv3.Client) *clientv3.MemberListResponse {
+	t.Helper()
+	var resp *clientv3.MemberListResponse
+	eventually(t, "the member list", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), shortTimeout)
+		defer cancel()
+		var err error
+		resp, err = cli.MemberList(ctx)
+		return err
+	})
+	return resp
 }
 
 // eventually retries f until it returns nil, within recoverTimeout.
@@ -95,18 +122,11 @@ func TestStartPutGet(t *testing.T) {
 	}
 
 	cli := newClient(t, s.Endpoints()...)
-	if err := put(cli, opTimeout, "/test/k", "v1"); err != nil {
-		t.Fatalf("put: %v", err)
+	mustPut(t, cli, "put", "/test/k", "v1")
+	if v := mustGet(t, cli, "get", "/test/k"); v != "v1" {
+		t.Fatalf("get = %q, want v1", v)
 	}
-	if v, err := get(cli, opTimeout, "/test/k"); err != nil || v != "v1" {
-		t.Fatalf("get = %q, %v; want v1", v, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	members, err := cli.MemberList(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	members := memberList(t, cli)
 	if len(members.Members) != 1 || members.Members[0].Name != s.Name {
 		t.Fatalf("member list %v, want only %s", members.Members, s.Name)
 	}
@@ -123,19 +143,12 @@ func TestClusterWriteThroughOneReadThroughAnother(t *testing.T) {
 	}
 	w := newClient(t, c.Member(0).Endpoint())
 	r := newClient(t, c.Member(2).Endpoint())
-	if err := put(w, opTimeout, "/test/k", "through m0"); err != nil {
-		t.Fatalf("put through m0: %v", err)
-	}
-	if v, err := get(r, opTimeout, "/test/k"); err != nil || v != "through m0" {
-		t.Fatalf("get through m2 = %q, %v; want %q", v, err, "through m0")
+	mustPut(t, w, "put through m0", "/test/k", "through m0")
+	if v := mustGet(t, r, "get through m2", "/test/k"); v != "through m0" {
+		t.Fatalf("get through m2 = %q, want %q", v, "through m0")
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	members, err := r.MemberList(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	members := memberList(t, r)
 	var got []string
 	for _, m := range members.Members {
 		got = append(got, m.Name+"="+strings.Join(m.PeerURLs, ","))
@@ -157,13 +170,13 @@ func TestClusterOutage(t *testing.T) {
 	cli := newClient(t, c.Endpoints()...)
 	// The write that will fail without a quorum succeeds within the same
 	// deadline while the cluster is whole.
-	eventually(t, "a write to the whole cluster", func() error { return put(cli, shortTimeout, "/test/k", "3 of 3") })
+	mustPut(t, cli, "a write to the whole cluster", "/test/k", "3 of 3")
 
 	c.Member(0).Stop()
 	if c.Member(0).Running() {
 		t.Fatal("m0 runs after Stop")
 	}
-	eventually(t, "a write with 2 members of 3", func() error { return put(cli, shortTimeout, "/test/k", "2 of 3") })
+	mustPut(t, cli, "a write with 2 members of 3", "/test/k", "2 of 3")
 
 	c.Member(1).Kill()
 	err := put(cli, shortTimeout, "/test/lost", "1 of 3")
@@ -178,16 +191,13 @@ func TestClusterOutage(t *testing.T) {
 	if c.Member(0).Addr() != addr0 || c.Member(1).Addr() != addr1 {
 		t.Fatalf("restarted at %s and %s, want %s and %s", c.Member(0).Addr(), c.Member(1).Addr(), addr0, addr1)
 	}
-	eventually(t, "a write once both are back", func() error { return put(cli, shortTimeout, "/test/k", "3 of 3 again") })
+	mustPut(t, cli, "a write once both are back", "/test/k", "3 of 3 again")
 	for _, i := range []int{0, 1} {
 		one := newClient(t, c.Member(i).Endpoint())
-		eventually(t, fmt.Sprintf("a read through restarted m%d", i), func() error {
-			v, err := get(one, shortTimeout, "/test/k")
-			if err == nil && v != "3 of 3 again" {
-				return fmt.Errorf("read %q", v)
-			}
-			return err
-		})
+		what := fmt.Sprintf("a read through restarted m%d", i)
+		if v := mustGet(t, one, what, "/test/k"); v != "3 of 3 again" {
+			t.Fatalf("%s = %q, want %q", what, v, "3 of 3 again")
+		}
 	}
 }
 
@@ -196,7 +206,7 @@ func TestClusterOutage(t *testing.T) {
 func TestClusterPauseResume(t *testing.T) {
 	c := etcdtest.StartCluster(t, 3)
 	cli := newClient(t, c.Member(2).Endpoint())
-	eventually(t, "a write to the whole cluster", func() error { return put(cli, shortTimeout, "/test/k", "before") })
+	mustPut(t, cli, "a write to the whole cluster", "/test/k", "before")
 
 	c.Member(0).Pause()
 	c.Member(1).Pause()
@@ -209,7 +219,7 @@ func TestClusterPauseResume(t *testing.T) {
 
 	c.Member(0).Resume()
 	c.Member(1).Resume()
-	eventually(t, "a write once both resumed", func() error { return put(cli, shortTimeout, "/test/k", "after") })
+	mustPut(t, cli, "a write once both resumed", "/test/k", "after")
 	c.WaitHealthy()
 }
 
@@ -217,9 +227,7 @@ func TestClusterPauseResume(t *testing.T) {
 func TestRestartKeepsAddressAndData(t *testing.T) {
 	s := etcdtest.Start(t)
 	cli := newClient(t, s.Endpoints()...)
-	if err := put(cli, opTimeout, "/test/k", "durable"); err != nil {
-		t.Fatalf("put: %v", err)
-	}
+	mustPut(t, cli, "put", "/test/k", "durable")
 	addr, pid := s.Addr(), s.PID()
 	s.Kill()
 	if s.Running() || processExists(pid) {
@@ -234,19 +242,16 @@ func TestRestartKeepsAddressAndData(t *testing.T) {
 		t.Fatalf("the restarted etcd listens on %v (%v), want %s", addrs, err, addr)
 	}
 	s.WaitHealthy()
-	eventually(t, "a read after the restart", func() error {
-		v, err := get(cli, shortTimeout, "/test/k")
-		if err == nil && v != "durable" {
-			return fmt.Errorf("read %q", v)
-		}
-		return err
-	})
+	if v := mustGet(t, cli, "a read after the restart", "/test/k"); v != "durable" {
+		t.Fatalf("a read after the restart = %q, want durable", v)
+	}
 }
 
 // A test that fails leaves no etcd running (a paused one included) and
 // shows each member's log tail.
 func TestCleanupOnFailure(t *testing.T) {
 	rec := &recorder{TB: t}
+	t.Cleanup(rec.cleanup) // if the cluster does not start, its members go too
 	var pids []int
 	rec.run(func() {
 		c := etcdtest.StartCluster(rec, 3)
