@@ -14,7 +14,6 @@
 package s3test
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -28,6 +27,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/safekeeper/safekeeper/test/procnet"
 )
 
 // Version is the versitygw release the tests are written against.
@@ -209,43 +210,13 @@ func (s *Server) ObjectPath(key string) string {
 // that comes back.
 func (s *Server) Stop() { _ = s.cmd.Process.Kill() }
 
-// listeningPort finds the TCP port process pid listens on: the inodes of
-// its sockets (/proc/PID/fd) matched against the listening sockets of
-// /proc/PID/net/tcp.
+// listeningPort is the TCP port process pid listens on, 0 if none yet.
 func listeningPort(pid int) (int, error) {
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
+	addrs, err := procnet.Listening(pid)
+	if err != nil || len(addrs) == 0 {
 		return 0, err
 	}
-	inodes := map[string]bool{}
-	for _, fd := range fds {
-		l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
-		if err == nil && strings.HasPrefix(l, "socket:[") {
-			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
-		}
-	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/net/tcp", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// sl local_address rem_address st ... inode
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 10 || fields[3] != "0A" || !inodes[fields[9]] { // 0A: LISTEN
-			continue
-		}
-		_, portHex, ok := strings.Cut(fields[1], ":")
-		if !ok {
-			continue
-		}
-		port, err := strconv.ParseUint(portHex, 16, 16)
-		if err == nil {
-			return int(port), nil
-		}
-	}
-	return 0, fmt.Errorf("no listening socket yet")
+	return int(addrs[0].Port()), nil
 }
 
 func randomHex(n int) string {
