@@ -1010,12 +1010,22 @@ func restoreFromTheArchiveAlone(t *testing.T, sks []*harness.Safekeeper, restore
 // or above lsn.
 func waitEveryBackupLSN(t *testing.T, sks []*harness.Safekeeper, lsn proto.LSN, timeout time.Duration, what string) {
 	t.Helper()
-	harness.WaitFor(t, timeout, what, func() bool {
+	var seen []string
+	deadline := time.Now().Add(timeout)
+	for {
+		seen = seen[:0]
+		behind := false
 		for _, sk := range sks {
-			if sk.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "backup_lsn") < lsn {
-				return false
-			}
+			b := sk.TimelineStatusLSN(t, archiveTenant, archiveTimeline, "backup_lsn")
+			seen = append(seen, fmt.Sprintf("safekeeper %d at %s", sk.ID, b))
+			behind = behind || b < lsn
 		}
-		return true
-	})
+		if !behind {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s (%s); backup_lsn: %s", timeout, what, lsn, strings.Join(seen, ", "))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -305,6 +305,12 @@ func (u *Uploader) dispatch() {
 func (u *Uploader) runPass(s *tlState) {
 	defer u.wg.Done()
 	again, err := u.pass(s)
+	if err == nil && again <= 0 && s.t.BackupLSN() < s.t.State().CommitLSN {
+		// Commits came while the pass ran, within the segment: setWake
+		// waits for the segment's end, so the partial's timer looks again
+		// (a pass that found the archive caught up armed none).
+		again = u.cfg.PartialInterval
+	}
 	if err == nil {
 		u.setWake(s.t)
 	} else {
