@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/safekeeper/safekeeper/test/harness"
 	"github.com/safekeeper/safekeeper/test/procnet"
 )
 
@@ -133,7 +134,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	for _, s := range c.members {
 		addr, exited := s.waitListening(deadline)
 		if exited {
-			t.Fatalf("etcdtest: %s exited at start (%v):\n%s", s.Name, s.exitErr(), tailFile(s.LogFile, logTail))
+			t.Fatalf("etcdtest: %s exited at start (%v):\n%s", s.Name, s.exitErr(), harness.TailFile(s.LogFile, logTail))
 		}
 		s.addr = addr
 	}
@@ -212,7 +213,7 @@ func (c *Cluster) cleanup() {
 	}
 	if c.t.Failed() {
 		for _, s := range c.members {
-			c.t.Logf("etcdtest: %s log (%s), last %d lines:\n%s", s.Name, s.LogFile, logTail, tailFile(s.LogFile, logTail))
+			c.t.Logf("etcdtest: %s log (%s), last %d lines:\n%s", s.Name, s.LogFile, logTail, harness.TailFile(s.LogFile, logTail))
 		}
 	}
 }
@@ -308,13 +309,13 @@ func (s *Server) Start() {
 	}
 	deadline := time.Now().Add(startTimeout)
 	for {
-		from := fileSize(s.LogFile)
+		from := harness.FileSize(s.LogFile)
 		s.launch(s.addr)
 		got, exited := s.waitListening(deadline)
-		out := readFrom(s.LogFile, from)
+		out := harness.ReadFrom(s.LogFile, from)
 		switch {
 		case exited && !strings.Contains(out, syscall.EADDRINUSE.Error()):
-			t.Fatalf("etcdtest: %s exited at start (%v):\n%s", s.Name, s.exitErr(), tail(out, logTail))
+			t.Fatalf("etcdtest: %s exited at start (%v):\n%s", s.Name, s.exitErr(), harness.Tail(out, logTail))
 		case !exited && got != s.addr:
 			t.Fatalf("etcdtest: %s listens on %s, want %s", s.Name, got, s.addr)
 		case !exited:
@@ -442,7 +443,7 @@ func (s *Server) waitListening(deadline time.Time) (addr string, exited bool) {
 	}
 	if addr == "" {
 		t.Fatalf("etcdtest: %s does not listen on 127.0.0.1 after %v (last: %v):\n%s",
-			s.Name, startTimeout, lastErr, tailFile(s.LogFile, logTail))
+			s.Name, startTimeout, lastErr, harness.TailFile(s.LogFile, logTail))
 	}
 	return addr, false
 }
@@ -509,39 +510,6 @@ func bindable(addr string) bool {
 	}
 	l.Close()
 	return true
-}
-
-func fileSize(path string) int64 {
-	st, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	return st.Size()
-}
-
-func readFrom(path string, offset int64) string {
-	b, err := os.ReadFile(path)
-	if err != nil || int64(len(b)) < offset {
-		return ""
-	}
-	return string(b[offset:])
-}
-
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	return tail(string(b), n)
-}
-
-// tail is the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 func lastLine(s string) string {

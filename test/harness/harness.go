@@ -187,7 +187,7 @@ func (sk *Safekeeper) Start() {
 	}
 	deadline := time.Now().Add(startTimeout)
 	for {
-		from := fileSize(sk.LogPath)
+		from := FileSize(sk.LogPath)
 		args := append([]string{"--log-level", "debug", "run", "--id", strconv.FormatUint(sk.ID, 10),
 			"--listen-pg", pg, "--listen-http", http, "--data-dir", sk.DataDir}, sk.Args...)
 		done := sk.proc.launch(sk.t, fmt.Sprintf("safekeeper %d", sk.ID), sk.LogPath, args)
@@ -201,7 +201,7 @@ func (sk *Safekeeper) Start() {
 			default:
 			}
 			var ok bool
-			gotPG, gotHTTP, ok = ListenAddrs(readFrom(sk.LogPath, from))
+			gotPG, gotHTTP, ok = ListenAddrs(ReadFrom(sk.LogPath, from))
 			return ok
 		})
 		if !exited {
@@ -213,7 +213,7 @@ func (sk *Safekeeper) Start() {
 			return
 		}
 		err := sk.proc.exitedRun()
-		out := readFrom(sk.LogPath, from)
+		out := ReadFrom(sk.LogPath, from)
 		if first || !strings.Contains(out, syscall.EADDRINUSE.Error()) {
 			sk.t.Fatalf("safekeeper %d exited at start: %v\n%s", sk.ID, err, TailFile(sk.LogPath, 30))
 		}
@@ -236,8 +236,8 @@ func bindable(addr string) bool {
 	return true
 }
 
-// fileSize is the size of path, 0 if it does not exist.
-func fileSize(path string) int64 {
+// FileSize is the size of path, 0 if it does not exist.
+func FileSize(path string) int64 {
 	st, err := os.Stat(path)
 	if err != nil {
 		return 0
@@ -245,8 +245,9 @@ func fileSize(path string) int64 {
 	return st.Size()
 }
 
-// readFrom returns path's contents from offset on.
-func readFrom(path string, offset int64) string {
+// ReadFrom returns path's contents from offset on ("" if it cannot be
+// read or is shorter).
+func ReadFrom(path string, offset int64) string {
 	b, err := os.ReadFile(path)
 	if err != nil || int64(len(b)) < offset {
 		return ""

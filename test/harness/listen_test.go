@@ -99,17 +99,17 @@ func TestSafekeeperBindsItsOwnPorts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("hold %s: %v", pg, err)
 	}
-	from := fileSize(sk.LogPath)
+	from := FileSize(sk.LogPath)
 	released := make(chan struct{})
 	go func() {
 		defer close(released)
-		poll(startTimeout, func() bool { return strings.Contains(readFrom(sk.LogPath, from), syscall.EADDRINUSE.Error()) })
+		poll(startTimeout, func() bool { return strings.Contains(ReadFrom(sk.LogPath, from), syscall.EADDRINUSE.Error()) })
 		holder.Close()
 	}()
 	sk.Start()
 	<-released
-	if !strings.Contains(readFrom(sk.LogPath, from), syscall.EADDRINUSE.Error()) {
-		t.Fatalf("the start did not meet the held port:\n%s", readFrom(sk.LogPath, from))
+	if !strings.Contains(ReadFrom(sk.LogPath, from), syscall.EADDRINUSE.Error()) {
+		t.Fatalf("the start did not meet the held port:\n%s", ReadFrom(sk.LogPath, from))
 	}
 	if sk.Addr != pg {
 		t.Fatalf("after the port was held: %s, want %s", sk.Addr, pg)
