@@ -325,6 +325,21 @@ func checkArchivedSegments(t *testing.T, storeURL string, pg *pgtest.Cluster, fr
 	return n
 }
 
+// startArchiveCluster starts the cluster of the archive tests: 1 MiB
+// segments, the primary configured with pgConf, every safekeeper archiving
+// to a file:// store with args besides, and the ledger table. It returns
+// the store's directory and URL.
+func startArchiveCluster(t *testing.T, pgConf []string, args ...string) (c *harness.Cluster, storeDir, store string) {
+	t.Helper()
+	storeDir = filepath.Join(t.TempDir(), "archive")
+	store = "file://" + storeDir
+	c = harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
+		PG:             pgtest.Options{WALSegSizeMB: 1, Conf: pgConf},
+		SafekeeperArgs: append([]string{"--remote-storage", store}, args...)})
+	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	return c, storeDir, store
+}
+
 // insertRows inserts n batches of 500 rows into ledger from id next+1,
 // each an acknowledged commit, and returns the next id.
 func insertRows(t *testing.T, pg *pgtest.Cluster, next, n int) int {
@@ -430,12 +445,7 @@ func scrapeSum(t *testing.T, sk *harness.Safekeeper, name string) float64 {
 // primary has committed more, every segment is in the archive byte for
 // byte and the leftover is not taken for an object.
 func TestArchiveResumesAfterEverySafekeeperIsKilled(t *testing.T) {
-	storeDir := filepath.Join(t.TempDir(), "archive")
-	store := "file://" + storeDir
-	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
-		PG:             pgtest.Options{WALSegSizeMB: 1, Conf: []string{"wal_keep_size = '1GB'"}},
-		SafekeeperArgs: []string{"--remote-storage", store, "--partial-backup-interval", "200ms"}})
-	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	c, storeDir, store := startArchiveCluster(t, []string{"wal_keep_size = '1GB'"}, "--partial-backup-interval", "200ms")
 	start := c.Safekeepers[0].TimelineStatusLSN(t, archiveTenant, archiveTimeline, "timeline_start_lsn")
 	next := insertRows(t, c.PG, 0, 6)
 	harness.WaitFor(t, 30*time.Second, "the first segments in the archive", func() bool {
@@ -796,13 +806,7 @@ func TestArchiveEncryptedToAgeRecipients(t *testing.T) {
 	if err := os.WriteFile(idFile, []byte(id.String()+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	storeDir := filepath.Join(t.TempDir(), "archive")
-	store := "file://" + storeDir
-	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
-		PG: pgtest.Options{WALSegSizeMB: 1, Conf: []string{"wal_keep_size = '1GB'"}},
-		SafekeeperArgs: []string{"--remote-storage", store, "--partial-backup-interval", "300ms",
-			"--archive-recipient", id.Recipient().String(), "--archive-compression", "none"}})
-	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	c, storeDir, store := startArchiveCluster(t, []string{"wal_keep_size = '1GB'"}, "--partial-backup-interval", "300ms", "--archive-recipient", id.Recipient().String(), "--archive-compression", "none")
 	start := c.Safekeepers[0].TimelineStatusLSN(t, archiveTenant, archiveTimeline, "timeline_start_lsn")
 	insertRows(t, c.PG, 0, 6)
 	end := flushLSN(t, c.PG)
@@ -824,12 +828,7 @@ func TestArchiveEncryptedToAgeRecipients(t *testing.T) {
 // first segments go, the newest partial and the WAL since stay, and what
 // is left verifies (no gap: an archive that starts later).
 func TestArchiveRetentionPrunesOldWAL(t *testing.T) {
-	storeDir := filepath.Join(t.TempDir(), "archive")
-	store := "file://" + storeDir
-	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
-		PG:             pgtest.Options{WALSegSizeMB: 1},
-		SafekeeperArgs: []string{"--remote-storage", store, "--partial-backup-interval", "300ms", "--archive-retention", "2s"}})
-	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	c, storeDir, store := startArchiveCluster(t, nil, "--partial-backup-interval", "300ms", "--archive-retention", "2s")
 	start := c.Safekeepers[0].TimelineStatusLSN(t, archiveTenant, archiveTimeline, "timeline_start_lsn")
 	first := filepath.Join(storeDir, archiveTenant, archiveTimeline, "wal", proto.SegmentFileName(1, start.SegmentStart(1<<20), 1<<20))
 	next := insertRows(t, c.PG, 0, 4)
@@ -861,12 +860,7 @@ func TestArchiveRetentionPrunesOldWAL(t *testing.T) {
 // WAL again (the prune's mark says where the archive starts now), and
 // the archive verifies.
 func TestPrunedWALIsNotStoredAgain(t *testing.T) {
-	storeDir := filepath.Join(t.TempDir(), "archive")
-	store := "file://" + storeDir
-	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
-		PG:             pgtest.Options{WALSegSizeMB: 1},
-		SafekeeperArgs: []string{"--remote-storage", store, "--partial-backup-interval", "300ms"}})
-	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	c, storeDir, store := startArchiveCluster(t, nil, "--partial-backup-interval", "300ms")
 	next := insertRows(t, c.PG, 0, 3)
 	a := flushLSN(t, c.PG)
 	waitEveryBackupLSN(t, c.Safekeepers, a, 30*time.Second, "every safekeeper's backup_lsn to reach the first load")
@@ -903,12 +897,7 @@ func TestPrunedWALIsNotStoredAgain(t *testing.T) {
 // delete --archive` (DELETE ?archive=true) deletes it too; a safekeeper
 // without an archive refuses --archive before it deletes anything.
 func TestDeleteKeepsTheArchiveUnlessAsked(t *testing.T) {
-	storeDir := filepath.Join(t.TempDir(), "archive")
-	store := "file://" + storeDir
-	c := harness.StartCluster(t, harness.ClusterOptions{Tenant: archiveTenant, Timeline: archiveTimeline,
-		PG:             pgtest.Options{WALSegSizeMB: 1},
-		SafekeeperArgs: []string{"--remote-storage", store, "--partial-backup-interval", "300ms"}})
-	c.PG.Exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text)")
+	c, storeDir, _ := startArchiveCluster(t, nil, "--partial-backup-interval", "300ms")
 	insertRows(t, c.PG, 0, 3)
 	end := flushLSN(t, c.PG)
 	harness.WaitFor(t, 30*time.Second, "the archive to reach the load", func() bool { return backupLSN(t, c.Safekeepers) >= end })
