@@ -99,8 +99,8 @@ bench-scale:
 # archive_command = pgbackrest archive-push (archive_timeout 60s): TPS and
 # the archive's lag behind the primary's flush LSN (every 100 ms, p50/p99).
 # Needs pgbackrest (apt-get install pgbackrest) and versitygw (.ci/run
-# builds it). Knobs: BENCH_ROUNDS (3), BENCH_SEGMENTS (32), BENCH_SECONDS
-# (30 per round under pgbench), BENCH_CLIENTS (8), BENCH_JOBS (2),
+# builds it). Knobs: BENCH_ROUNDS (5), BENCH_SEGMENTS (32), BENCH_SECONDS
+# (20 per round under pgbench), BENCH_CLIENTS (8), BENCH_JOBS (2),
 # BENCH_SCALE (10), BENCH_WARMUP (10 s: one unreported round per
 # configuration under pgbench, 0: none). Writes docs/performance.md's
 # bench-archive section unless BENCH_WRITE_DOC=0. About 15 minutes; short:
