@@ -26,12 +26,12 @@ import (
 )
 
 // The benchmark's knobs: flags, defaulting to the environment variables
-// make bench-archive passes through.
+// make bench-archive passes through. Five rounds of 20 s rather than
+// three of 30: the TPS of a round on this shared machine moves by 10 to
+// 20%, and the median of five per-cycle ratios hides one bad cycle where
+// that of three shows it.
 var (
 	flagRun      = flag.Bool("bench.archive", false, "run the archive benchmark (make bench-archive); without it TestBenchArchive skips")
-	// Five rounds of 20 s rather than three of 30: the TPS of a round on
-	// this shared machine moves by 10 to 20%, and the median of five
-	// per-cycle ratios hides one bad cycle where that of three shows it.
 	flagRounds   = flag.Int("bench.rounds", envInt("BENCH_ROUNDS", 5), "rounds per side and measurement (env BENCH_ROUNDS)")
 	flagSegments = flag.Int("bench.segments", envInt("BENCH_SEGMENTS", 32), "16 MiB segments uploaded and restored per round (env BENCH_SEGMENTS)")
 	flagSeconds  = flag.Int("bench.seconds", envInt("BENCH_SECONDS", 20), "pgbench -T of each round under load (env BENCH_SECONDS)")
