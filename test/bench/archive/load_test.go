@@ -187,6 +187,9 @@ func lagOf(c string, a archived) (int64, bool) {
 	return int64(a.flush - end), true
 }
 
+// settle is the quiet spell before every round under load.
+const settle = 5 * time.Second
+
 // loadRound prepares the primary and runs one pgbench round under c.
 func (b *bench) loadRound(c string, cycle, secs int, spool string) loadResult {
 	t := b.t
@@ -219,6 +222,11 @@ func (b *bench) loadRound(c string, cycle, secs int, spool string) loadResult {
 		}
 		return true, ""
 	})
+	// The same quiet spell before every round: a none round has nothing
+	// to wait for above, and would otherwise start while the work the
+	// round before left (the other configuration's uploads, the
+	// checkpoint's writeback) still runs, and the others would not.
+	time.Sleep(settle)
 
 	stop := make(chan struct{})
 	done := make(chan loadResult, 1)

@@ -316,7 +316,7 @@ func (b *bench) docSection(took time.Duration) string {
 		"archive_mode on. Rounds of %d s alternate none (no archive: archive_command `true`, the safekeepers without `--remote-storage`), sk (the safekeepers with "+
 		"`--remote-storage`), pgbackrest (`archive_command = 'pgbackrest ... archive-push %%p'`, archive_timeout 60s), the order rotated by one each cycle, "+
 		"after one unreported warm-up round of %d s per configuration (0: none). Before each: the safekeepers restarted if their flags change, "+
-		"pgbench_history truncated, VACUUM, CHECKPOINT, pg_switch_wal(), and a wait until the configuration's archive holds everything, so each round starts caught up. "+
+		"pgbench_history truncated, VACUUM, CHECKPOINT, pg_switch_wal(), a wait until the configuration's archive holds everything, so each round starts caught up, and then 5 s in every configuration alike, so that none (with nothing to wait for) does not start while the round before still has work running. "+
 		"Every 100 ms, in every configuration alike, the harness reads pg_current_wal_flush_lsn(), pg_stat_archiver and the three safekeepers' backup_lsn (HTTP); "+
 		"the lag is the flush LSN minus the highest backup_lsn (sk) or the end of last_archived_wal (pgbackrest); p50/p99/max per round, then the median over rounds. "+
 		"After each sk round every whole segment below the highest backup_lsn is checked to be in the store. CPU µs/txn: the delta over the round of utime+stime+cutime+cstime (/proc) of the primary's process tree (its archiver and the archive_command it runs included), the proposer and the three safekeepers, taken once pgbench's backends are reaped, over the round's transactions.\n", p.seconds, p.warmup)
