@@ -79,7 +79,8 @@ type diskState struct {
 	// after a reset (tripped false), with the last trip's reason.
 	refusal atomic.Pointer[diskRefusal]
 	free    atomic.Uint64
-	checked atomic.Int64 // unix nanoseconds of the last check
+	total   atomic.Uint64 // the file system's size
+	checked atomic.Int64  // unix nanoseconds of the last check
 }
 
 // diskRefusal is why the breaker refuses WAL and since when.
@@ -143,6 +144,7 @@ func (s *Server) checkDisk() {
 		why = fmt.Sprintf("the database file holds %d bytes in use (%d free inside it), at --max-disk-usage %d", used, reusable, s.cfg.MaxDiskUsage)
 	}
 	s.disk.free.Store(free)
+	s.disk.total.Store(total)
 	s.disk.checked.Store(time.Now().UnixNano())
 	was := s.disk.tripped.Load()
 	if why != "" {

@@ -258,6 +258,17 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 			`--upstream: connection option "keepalives" is libpq's, but the proposer's PostgreSQL client (pgx) does not support it`},
 		{append([]string{"propose", "--upstream", "", "--safekeepers", "127.0.0.1:1"}, ids...), "--upstream is empty"},
 		{append(propose, "--buffer-size", "1"), "--buffer-size 1: want at least 128KiB"},
+		// A fleet's flags (etcd).
+		{[]string{"run", "--id", "1", "--data-dir", dir, "--etcd-endpoints", "http://127.0.0.1:2379"}, "--etcd-endpoints needs --zone"},
+		{[]string{"run", "--id", "1", "--data-dir", dir, "--zone", "a"}, "--zone is registered in etcd: it needs --etcd-endpoints"},
+		{[]string{"run", "--id", "1", "--data-dir", dir, "--etcd-endpoints", "http://127.0.0.1:2379", "--zone", "a b"}, "--zone \"a b\""},
+		{[]string{"run", "--id", "1", "--data-dir", dir, "--etcd-endpoints", "http://127.0.0.1:2379", "--zone", "a", "--etcd-lease-ttl", "1s"}, "--etcd-lease-ttl 1s"},
+		{[]string{"run", "--id", "1", "--data-dir", dir, "--etcd-endpoints", "http://127.0.0.1:2379", "--zone", "a", "--advertise-pg", "nohost"}, "--advertise-pg"},
+		{append([]string{"propose", "--upstream", "host=127.0.0.1", "--etcd-endpoints", "127.0.0.1:2379"}, ids...), "want URLs such as http://"},
+		{append(slices.Clone(propose), "--etcd-endpoints", "http://127.0.0.1:2379"), "--safekeepers and --etcd-endpoints exclude each other"},
+		{append(slices.Clone(sync), "--etcd-prefix", "/x"), "--etcd-prefix needs --etcd-endpoints"},
+		{append([]string{"sync", "--etcd-endpoints", "http://127.0.0.1:2379", "--etcd-user", "u"}, ids...), "--etcd-user needs --etcd-password-file"},
+		{append([]string{"timeline", "create", "--safekeepers", "127.0.0.1:1", "--system-id", "1", "--replicas", "2"}, ids...), "--replicas goes with --etcd-endpoints"},
 		{append([]string{"propose", "--upstream", "host=x", "--safekeepers", "a b:1"}, ids...), `--safekeepers: "a b:1": host "a b"`},
 		{append([]string{"timeline", "create", "--upstream", "hots=x", "--safekeepers", "127.0.0.1:1"}, ids...), `--upstream: invalid connection option "hots"`},
 		{append([]string{"timeline", "create", "--upstream", "", "--safekeepers", "127.0.0.1:1"}, ids...), "--upstream is empty"},
@@ -447,7 +458,9 @@ func TestRequiredFlagsNamed(t *testing.T) {
 		{[]string{"run"}, `Required flags "id, data-dir" not set`},
 		{[]string{"run", "--id", "1"}, `Required flag "data-dir" not set`},
 		{[]string{"propose", "--safekeepers", "127.0.0.1:1"}, `Required flags "upstream, tenant-id, timeline-id" not set`},
-		{[]string{"sync"}, `Required flags "safekeepers, tenant-id, timeline-id" not set`},
+		{[]string{"sync"}, `Required flags "safekeepers (or etcd-endpoints), tenant-id, timeline-id" not set`},
+		{[]string{"propose"}, `Required flags "upstream, safekeepers (or etcd-endpoints), tenant-id, timeline-id" not set`},
+		{[]string{"timeline", "members"}, `Required flags "etcd-endpoints, tenant-id, timeline-id" not set`},
 		{[]string{"wal", "export", "--data-dir", "/nonexistent"}, `Required flags "tenant-id, timeline-id, output" not set`},
 	} {
 		var out, errb bytes.Buffer

@@ -7,12 +7,16 @@ import (
 	"log/slog"
 	"net"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/safekeeper/safekeeper/fleet"
 	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -25,7 +29,7 @@ func proposeCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "propose",
 		Usage:     "stream a PostgreSQL primary's WAL to a quorum of safekeepers (the walproposer)",
-		UsageText: "safekeeper propose --upstream 'host=... port=... user=...' --safekeepers H:P,H:P,H:P --tenant-id HEX --timeline-id HEX [--create] [--slot NAME] [--application-name NAME] [--buffer-size 64MiB]",
+		UsageText: "safekeeper propose --upstream 'host=... port=... user=...' (--safekeepers H:P,H:P,H:P | --etcd-endpoints URLS) --tenant-id HEX --timeline-id HEX [--create] [--slot NAME] [--application-name NAME] [--buffer-size 64MiB]",
 		Description: "Connects to the primary as a physical replication client (creating or reusing a\n" +
 			"physical slot), wins an election on the safekeepers, and streams WAL to all of them.\n" +
 			"It reports flush = the quorum commit_lsn, so with synchronous_standby_names naming\n" +
@@ -46,6 +50,11 @@ func proposeCommand() *cli.Command {
 			"timeline, the others get it at their next greeting (a replaced disk).\n" +
 			"--slot and --application-name default to proposer_<timeline-id>, so proposers of\n" +
 			"different timelines never share the primary's slot or synchronous standby name.\n" +
+			"With --etcd-endpoints instead of --safekeepers it proposes to the members of the timeline's\n" +
+			"configuration in etcd (safekeeper timeline create), at their advertised addresses, and watches\n" +
+			"it: a configuration naming other members or addresses is taken up without a restart of the\n" +
+			"process (the proposer reconnects to them). A timeline with no configuration is refused (exit 4).\n" +
+			"While etcd is unreachable the proposer goes on with the configuration it has.\n" +
 			"--listen-http serves Prometheus /metrics (term, commit_lsn, the lag behind the primary,\n" +
 			"each safekeeper link's state), /healthz and /readyz (200 while it streams to a quorum).\n" +
 			"Exit codes: 0 after SIGTERM/SIGINT, 2 usage error, 3 deposed (a higher term appeared on a\n" +
@@ -53,12 +62,10 @@ func proposeCommand() *cli.Command {
 			"holds the timeline, or the safekeepers refuse this primary: a restart cannot fix it; an\n" +
 			"operator must act), 1 any other error.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
-		Before: func(c *cli.Context) error {
-			return requireFlags(c, "upstream", "safekeepers", "tenant-id", "timeline-id")
-		},
+		Before:       requireTimelineFlags("upstream"),
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "upstream", Usage: "libpq connection string of the primary, e.g. 'host=127.0.0.1 port=5432 user=postgres' (required)"},
-			&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline (required)"},
+			&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline (or --etcd-endpoints)"},
 			&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
 			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)"},
 			&cli.BoolFlag{Name: "create", Usage: "create the timeline on the safekeepers if none holds it: a new timeline's first start only"},
@@ -67,14 +74,17 @@ func proposeCommand() *cli.Command {
 			&cli.StringFlag{Name: "buffer-size", Value: "64MiB", Usage: "in-memory WAL kept for lagging safekeepers (e.g. 64MiB); older WAL is re-read from the primary"},
 			&cli.DurationFlag{Name: "proposer-lease", Value: proposer.DefaultProposerLease, Usage: "wait to campaign while another proposer streamed to the timeline this recently; 0: take over at once (deposing it)"},
 			&cli.StringFlag{Name: "listen-http", Usage: "host:port for the proposer's /metrics, /healthz and /readyz (plain HTTP; e.g. 127.0.0.1:7686); '' (the default) serves none"},
-		}, securityFlags()...),
+		}, append(securityFlags(), etcdFlags()...)...),
 		Action: func(c *cli.Context) error {
-			log, tl, err := timelineArgs(c)
+			log, tl, err := timelineArgsFor(c, false)
 			if err != nil {
 				return err
 			}
+			if tl.etcd != nil {
+				defer tl.etcd.Close()
+			}
 			setProcs()
-			sks, tenant, timeline := tl.safekeepers, tl.tenant, tl.timeline
+			tenant, timeline := tl.tenant, tl.timeline
 			bufSize, err := parseByteSize(c.String("buffer-size"))
 			if err != nil {
 				return usagef("--buffer-size: %w", err)
@@ -118,19 +128,61 @@ func proposeCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			stats := proposer.NewStats(sks)
+			if tl.etcd != nil {
+				// The members from etcd; while etcd does not answer, wait
+				// for it rather than exit (a supervisor would only start
+				// the same wait again).
+				for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
+					tl.resolved, tl.safekeepers, err = resolveTimeline(ctx, tl.etcd, tenant, timeline)
+					if !errors.Is(err, fleet.ErrUnavailable) || ctx.Err() != nil {
+						break
+					}
+					log.Warn("etcd unavailable; the timeline's members are read once it answers", "err", err, "retry_in", wait.String())
+					select {
+					case <-ctx.Done():
+					case <-time.After(wait):
+					}
+				}
+				if ctx.Err() != nil {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				log.Info("configuration read from etcd", "generation", tl.resolved.Config.Generation, "members", tl.resolved.Config.All(),
+					"safekeepers", strings.Join(tl.safekeepers, ","))
+			}
+			sks := tl.safekeepers
+			var stats atomic.Pointer[proposer.Stats]
+			stats.Store(proposer.NewStats(sks))
 			if listenHTTP != "" {
-				stop, err := serveProposerHTTP(log, listenHTTP, stats, tenant, timeline)
+				stop, err := serveProposerHTTP(log, listenHTTP, stats.Load, tenant, timeline)
 				if err != nil {
 					return err
 				}
 				defer stop()
 			}
-			err = proposer.Run(ctx, proposer.Config{
-				Upstream: c.String("upstream"), Safekeepers: sks, TenantID: tenant, TimelineID: timeline,
-				SlotName: slot, ApplicationName: appName, Logger: log, Create: c.Bool("create"),
-				BufferSize: bufSize, ProposerLease: lease, Security: sec, Stats: stats,
-			})
+			for {
+				runCtx, restart := context.WithCancel(ctx)
+				changed := watchMembers(runCtx, log, tl, sks, restart)
+				err = proposer.Run(runCtx, proposer.Config{
+					Upstream: c.String("upstream"), Safekeepers: sks, TenantID: tenant, TimelineID: timeline,
+					SlotName: slot, ApplicationName: appName, Logger: log, Create: c.Bool("create"),
+					BufferSize: bufSize, ProposerLease: lease, Security: sec, Stats: stats.Load(),
+				})
+				restart()
+				next, ok := <-changed
+				if !ok || ctx.Err() != nil {
+					break
+				}
+				// A new configuration in etcd: the same proposer on its
+				// members, without a restart of the process.
+				addrs, _ := next.Addrs()
+				log.Info("configuration changed in etcd; proposing to its members", "generation", next.Config.Generation,
+					"members", next.Config.All(), "safekeepers", strings.Join(addrs, ","), "was", strings.Join(sks, ","))
+				tl.resolved, sks = next, addrs
+				stats.Store(proposer.NewStats(sks))
+			}
 			if errors.Is(err, proposer.ErrDeposed) {
 				return deposedExit(err)
 			}
@@ -219,11 +271,54 @@ func checkApplicationName(name string) error {
 type timelineFlags struct {
 	safekeepers      []string
 	tenant, timeline proto.ID
+	// With --etcd-endpoints instead of --safekeepers: the client (closed
+	// by the command) and the timeline's configuration it resolved (none
+	// for timeline create, which makes it).
+	etcd     *fleet.Client
+	resolved fleet.Resolved
+}
+
+// requireTimelineFlags is the Before of a command naming a timeline's
+// safekeepers: the flags first (propose's --upstream), then --safekeepers
+// or --etcd-endpoints, --tenant-id and --timeline-id, every missing one
+// named at once.
+func requireTimelineFlags(first ...string) cli.BeforeFunc {
+	return func(c *cli.Context) error {
+		var missing []string
+		for _, n := range first {
+			if !c.IsSet(n) {
+				missing = append(missing, n)
+			}
+		}
+		if !c.IsSet("safekeepers") && !c.IsSet("etcd-endpoints") {
+			missing = append(missing, "safekeepers (or etcd-endpoints)")
+		}
+		for _, n := range []string{"tenant-id", "timeline-id"} {
+			if !c.IsSet(n) {
+				missing = append(missing, n)
+			}
+		}
+		switch len(missing) {
+		case 0:
+			return nil
+		case 1:
+			return usagef("Required flag %q not set", missing[0])
+		}
+		return usagef("Required flags %q not set", strings.Join(missing, ", "))
+	}
 }
 
 // timelineArgs checks what propose and sync share: no arguments, the log
-// flags, --safekeepers, --tenant-id and --timeline-id.
+// flags, --safekeepers or --etcd-endpoints, --tenant-id and --timeline-id.
+// With --etcd-endpoints the safekeepers are the members of the timeline's
+// configuration there, at their advertised addresses.
 func timelineArgs(c *cli.Context) (*slog.Logger, timelineFlags, error) {
+	return timelineArgsFor(c, true)
+}
+
+// timelineArgsFor is timelineArgs; resolve false leaves the configuration
+// unread (timeline create makes it).
+func timelineArgsFor(c *cli.Context, resolve bool) (*slog.Logger, timelineFlags, error) {
 	var f timelineFlags
 	if c.NArg() > 0 {
 		return nil, f, usagef("%s takes no arguments, got %q", c.Command.Name, c.Args().Slice())
@@ -232,13 +327,56 @@ func timelineArgs(c *cli.Context) (*slog.Logger, timelineFlags, error) {
 	if err != nil {
 		return nil, f, err
 	}
-	if f.safekeepers, err = parseSafekeepers(c.String("safekeepers")); err != nil {
-		return nil, f, err
-	}
 	if f.tenant, f.timeline, err = parseIDs(c); err != nil {
 		return nil, f, err
 	}
-	return log.With("tenant_id", f.tenant.String(), "timeline_id", f.timeline.String()), f, nil
+	if c.IsSet("safekeepers") && c.IsSet("etcd-endpoints") {
+		return nil, f, usagef("--safekeepers and --etcd-endpoints exclude each other: the addresses come from one or the other")
+	}
+	if !c.IsSet("etcd-endpoints") {
+		if _, err := etcdClient(c); err != nil { // an etcd flag without --etcd-endpoints
+			return nil, f, err
+		}
+		if f.safekeepers, err = parseSafekeepers(c.String("safekeepers")); err != nil {
+			return nil, f, err
+		}
+		return log.With("tenant_id", f.tenant.String(), "timeline_id", f.timeline.String()), f, nil
+	}
+	if f.etcd, err = etcdClient(c); err != nil {
+		return nil, f, err
+	}
+	log = log.With("tenant_id", f.tenant.String(), "timeline_id", f.timeline.String())
+	if !resolve {
+		return log, f, nil
+	}
+	if f.resolved, f.safekeepers, err = resolveTimeline(c.Context, f.etcd, f.tenant, f.timeline); err != nil {
+		f.etcd.Close()
+		return nil, f, err
+	}
+	log.Info("configuration read from etcd", "generation", f.resolved.Config.Generation, "members", f.resolved.Config.All(),
+		"safekeepers", strings.Join(f.safekeepers, ","))
+	return log, f, nil
+}
+
+// resolveTimeline reads a timeline's configuration and its members'
+// addresses. No configuration is a refusal for good (exit 4) pointing at
+// timeline create: a mistyped id must never place a new timeline.
+func resolveTimeline(ctx context.Context, ec *fleet.Client, tenant, timeline proto.ID) (fleet.Resolved, []string, error) {
+	r, err := ec.Resolve(ctx, tenant, timeline)
+	switch {
+	case errors.Is(err, fleet.ErrNoConfig):
+		return r, nil, cli.Exit(fmt.Sprintf("%v: check --tenant-id and --timeline-id, or create the timeline with "+
+			"safekeeper timeline create --etcd-endpoints ... (it places it on live safekeepers)", err), exitPermanent)
+	case errors.Is(err, fleet.ErrBadConfig):
+		return r, nil, cli.Exit(err.Error(), exitPermanent)
+	case err != nil:
+		return r, nil, err
+	}
+	addrs, err := r.Addrs()
+	if err != nil {
+		return r, nil, err
+	}
+	return r, addrs, nil
 }
 
 // parseSafekeepers parses the --safekeepers list. An address given twice is
@@ -324,7 +462,7 @@ func parseByteSize(s string) (int, error) {
 // every command that speaks to a timeline's safekeepers takes.
 func safekeeperFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline (required)"},
+		&cli.StringFlag{Name: "safekeepers", Usage: "comma-separated host:port list of every safekeeper of the timeline (or --etcd-endpoints)"},
 		&cli.StringFlag{Name: "tenant-id", Usage: "tenant id, 32 hex digits (required)"},
 		&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)"},
 	}
@@ -340,4 +478,42 @@ func timelineDescFlags(systemID string) []cli.Flag {
 		&cli.UintFlag{Name: "wal-seg-size", Value: 16 << 20, Usage: "with --system-id: WAL segment size in bytes, a power of two from 1 MiB to 1 GiB (must match the timeline's)"},
 		&cli.UintFlag{Name: "pg-timeline", Value: 1, Usage: "with --system-id: PostgreSQL timeline id (TLI) of the primary, at least 1"},
 	}
+}
+
+// watchMembers follows the timeline's configuration in etcd while a
+// proposer runs (nothing without --etcd-endpoints): a configuration whose
+// members' addresses differ from sks ends the run (restart) and is sent on
+// the channel, which closes when the watch ends. One that does not parse,
+// or etcd unreachable, is logged (at most every 30 s) and the run goes on
+// with the configuration it has.
+func watchMembers(ctx context.Context, log *slog.Logger, tl timelineFlags, sks []string, restart func()) <-chan fleet.Resolved {
+	out := make(chan fleet.Resolved, 1)
+	if tl.etcd == nil {
+		close(out)
+		return out
+	}
+	go func() {
+		defer close(out)
+		var logged time.Time
+		done := false
+		tl.etcd.Watch(ctx, tl.tenant, tl.timeline, tl.resolved, func(r fleet.Resolved) {
+			addrs, err := r.Addrs()
+			switch {
+			case done:
+			case err != nil:
+				log.Error("new configuration in etcd not used: a member has no address; proposing to the last one's", "err", err)
+			case slices.Equal(addrs, sks):
+			default:
+				done = true
+				out <- r
+				restart()
+			}
+		}, func(err error) {
+			if time.Since(logged) >= 30*time.Second {
+				logged = time.Now()
+				log.Warn("timeline configuration not readable from etcd; proposing to the last one's members", "err", err)
+			}
+		})
+	}()
+	return out
 }

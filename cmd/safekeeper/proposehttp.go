@@ -64,13 +64,13 @@ func proposerHandler(snap func() proposer.Status, tenant, timeline proto.ID) htt
 // safekeeper HTTP API's timeouts) until stop, which closes the listener and
 // waits up to 5 s for the requests under way. A port that cannot be
 // listened on is an error (exit 1): the flag asked for it.
-func serveProposerHTTP(log *slog.Logger, addr string, stats *proposer.Stats, tenant, timeline proto.ID) (stop func(), err error) {
+func serveProposerHTTP(log *slog.Logger, addr string, stats func() *proposer.Stats, tenant, timeline proto.ID) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen for the HTTP API: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           proposerHandler(func() proposer.Status { return stats.Snapshot(time.Now()) }, tenant, timeline),
+		Handler:           proposerHandler(func() proposer.Status { return stats().Snapshot(time.Now()) }, tenant, timeline),
 		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}

@@ -66,7 +66,7 @@ func runFlags() []cli.Flag {
 		&cli.StringFlag{Name: "wal-keep-size", Value: "1GB", Usage: "WAL kept below commit_lsn whatever else retention says, as PostgreSQL's wal_keep_size (e.g. 1GB, 512MB; 0: none)"},
 		&cli.StringFlag{Name: "max-slot-wal-keep-size", Value: "-1", Usage: "invalidate a replication slot whose restart_lsn is further behind commit_lsn than this, as PostgreSQL's max_slot_wal_keep_size (-1: never)"},
 		&cli.StringFlag{Name: "max-peer-wal-keep-size", Value: "16GB", Usage: "stop keeping WAL for a peer safekeeper further behind commit_lsn than this (it then recovers with safekeeper timeline pull)"},
-	}, archiveWriteFlags()...)
+	}, append(archiveWriteFlags(), runFleetFlags()...)...)
 }
 
 // runServer is run's action. SIGTERM and SIGINT are taken from the first
@@ -98,6 +98,12 @@ func runServer(c *cli.Context) error {
 	if err != nil {
 		return dataDirError(cfg.DataDir, err)
 	}
+	stopReg, err := register(c, srv, cfg, log)
+	if err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
+	defer stopReg()
 	hup.started(srv)
 	return serve(srv, sig, log)
 }
@@ -116,6 +122,9 @@ func serverConfig(c *cli.Context) (server.Config, error) {
 		return server.Config{}, usagef("--listen-pg %q: %w", c.String("listen-pg"), err)
 	}
 	if err := checkDataDir(c); err != nil {
+		return server.Config{}, err
+	}
+	if err := checkFleetFlags(c); err != nil {
 		return server.Config{}, err
 	}
 	if h := c.String("listen-http"); h != "" {

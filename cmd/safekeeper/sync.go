@@ -20,7 +20,7 @@ func syncCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "sync",
 		Usage:     "elect without generating WAL and bring a quorum to the end of WAL, committed; print that LSN",
-		UsageText: "safekeeper sync --safekeepers H:P,H:P,H:P --tenant-id HEX --timeline-id HEX [--timeout 30s] [--system-id N [--create] ...]",
+		UsageText: "safekeeper sync (--safekeepers H:P,H:P,H:P | --etcd-endpoints URLS) --tenant-id HEX --timeline-id HEX [--timeout 30s] [--system-id N [--create] ...]",
 		Description: "The disaster-recovery step after the primary is lost. Runs an election with a new term on the\n" +
 			"safekeepers, picks the donor's end of WAL, copies what each reachable safekeeper lacks from the\n" +
 			"donor, waits until every reachable safekeeper (and at least a quorum) has commit_lsn at that point,\n" +
@@ -37,8 +37,8 @@ func syncCommand() *cli.Command {
 			"description (--system-id, --pg-version, --wal-seg-size or --pg-timeline do not match theirs;\n" +
 			"a restart cannot fix it).",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
-		Before:       func(c *cli.Context) error { return requireFlags(c, "safekeepers", "tenant-id", "timeline-id") },
-		Flags: slices.Concat([]cli.Flag{jsonFlag()}, safekeeperFlags(),
+		Before:       requireTimelineFlags(),
+		Flags: slices.Concat([]cli.Flag{jsonFlag()}, safekeeperFlags(), etcdFlags(),
 			timelineDescFlags("the primary's database system identifier (default: read from the safekeepers, with the three flags below)"),
 			[]cli.Flag{
 				&cli.BoolFlag{Name: "create", Usage: "with --system-id: create the timeline on the safekeepers if none holds it (initialising a brand-new timeline); without it sync fails when no safekeeper holds the timeline"},
@@ -49,6 +49,9 @@ func syncCommand() *cli.Command {
 			log, tl, err := timelineArgs(c)
 			if err != nil {
 				return err
+			}
+			if tl.etcd != nil {
+				defer tl.etcd.Close()
 			}
 			sks, tenant, timeline := tl.safekeepers, tl.tenant, tl.timeline
 			if c.Duration("timeout") <= 0 {

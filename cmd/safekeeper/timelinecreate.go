@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/urfave/cli/v2"
 
+	"github.com/safekeeper/safekeeper/fleet"
 	"github.com/safekeeper/safekeeper/proposer"
 )
 
@@ -17,7 +18,7 @@ func timelineCreateCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "create",
 		Usage:     "create a new timeline on its safekeepers, before its proposer's first start",
-		UsageText: "safekeeper timeline create --safekeepers H:P,H:P,H:P --tenant-id HEX --timeline-id HEX (--upstream 'host=... user=...' | --system-id N [--pg-version N] [--wal-seg-size N] [--pg-timeline N])",
+		UsageText: "safekeeper timeline create (--safekeepers H:P,H:P,H:P | --etcd-endpoints URLS [--replicas 3]) --tenant-id HEX --timeline-id HEX (--upstream 'host=... user=...' | --system-id N [--pg-version N] [--wal-seg-size N] [--pg-timeline N])",
 		Description: "`propose` never creates a timeline unless told to (its --create), so that one mistyped id\n" +
 			"cannot start a new timeline and fork the WAL. This is the step that creates it, once: it greets\n" +
 			"every safekeeper with a greeting allowed to create the timeline, and each one creates it\n" +
@@ -25,23 +26,36 @@ func timelineCreateCommand() *cli.Command {
 			"timeline are read from --upstream (a replication connection), or given by --system-id and its\n" +
 			"companions. A safekeeper that holds the timeline already answers its state (creating twice is\n" +
 			"harmless); one holding it for another cluster refuses (22023).\n" +
+			"With --etcd-endpoints the members are chosen first: --replicas live safekeepers registered in\n" +
+			"etcd, in distinct zones while there are, the least loaded first; the configuration\n" +
+			"(generation 1, the member ids) is written to etcd once, and a timeline placed before keeps its\n" +
+			"members. Then the members are greeted as above.\n" +
 			"Prints one line per safekeeper. Exit codes: 0 when a quorum holds the timeline (the others get\n" +
 			"it at the proposer's first greeting), 1 otherwise (nothing to undo: start it again once they are\n" +
 			"up), 2 usage, 4 a safekeeper holds the timeline for another cluster.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
-		Before:       func(c *cli.Context) error { return requireFlags(c, "safekeepers", "tenant-id", "timeline-id") },
-		Flags: slices.Concat([]cli.Flag{jsonFlag()}, safekeeperFlags(),
+		Before:       requireTimelineFlags(),
+		Flags: slices.Concat([]cli.Flag{jsonFlag()}, safekeeperFlags(), etcdFlags(),
 			[]cli.Flag{&cli.StringFlag{Name: "upstream", Usage: "libpq connection string of the primary, to read its system id, version, segment size and timeline from (or --system-id)"}},
 			timelineDescFlags("the primary's database system identifier (SELECT system_identifier FROM pg_control_system()), instead of --upstream"),
-			[]cli.Flag{&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up on a safekeeper that has not answered within this time"}},
+			[]cli.Flag{&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up on a safekeeper that has not answered within this time"},
+				&cli.IntFlag{Name: "replicas", Value: fleet.DefaultReplicas, Usage: "with --etcd-endpoints: how many safekeepers the timeline is placed on, in distinct zones while there are"}},
 			securityFlags()),
 		Action: func(c *cli.Context) error {
-			_, tl, err := timelineArgs(c)
+			log, tl, err := timelineArgsFor(c, false)
 			if err != nil {
 				return err
 			}
+			if tl.etcd != nil {
+				defer tl.etcd.Close()
+			} else if c.IsSet("replicas") {
+				return usagef("--replicas goes with --etcd-endpoints: with --safekeepers the list is the members")
+			}
 			if err := checkTimelineFlags(c); err != nil {
 				return err
+			}
+			if c.Int("replicas") < 1 {
+				return usagef("--replicas %d: want at least 1", c.Int("replicas"))
 			}
 			cfg := proposer.CreateConfig{Safekeepers: tl.safekeepers, TenantID: tl.tenant, TimelineID: tl.timeline}
 			switch up := c.String("upstream"); {
@@ -72,6 +86,23 @@ func timelineCreateCommand() *cli.Command {
 			cfg.ConnectTimeout = c.Duration("timeout")
 			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 			defer cancel()
+			var placed *fleet.Placement
+			if tl.etcd != nil {
+				p, err := tl.etcd.Place(ctx, tl.tenant, tl.timeline, c.Int("replicas"))
+				if err != nil {
+					return placementExit(err)
+				}
+				placed = &p
+				for _, e := range p.Skipped {
+					log.Warn("placement skipped a key that does not parse", "err", e)
+				}
+				if p.Spread != "" {
+					log.Warn("timeline placed over fewer zones than replicas", "why", p.Spread)
+				}
+				if cfg.Safekeepers, err = (fleet.Resolved{Config: p.Config, Members: p.Members}).Addrs(); err != nil {
+					return err
+				}
+			}
 			res, err := proposer.CreateTimeline(ctx, cfg)
 			if res == nil && err != nil {
 				return err
@@ -99,10 +130,24 @@ func timelineCreateCommand() *cli.Command {
 				lines = append(lines, l)
 			}
 			if c.Bool("json") {
-				if err := writeJSONLine(c, map[string]any{"tenant_id": tl.tenant.String(), "timeline_id": tl.timeline.String(), "safekeepers": lines}); err != nil {
+				out := map[string]any{"tenant_id": tl.tenant.String(), "timeline_id": tl.timeline.String(), "safekeepers": lines}
+				if placed != nil {
+					out["generation"], out["members"], out["placed"] = placed.Config.Generation, placed.Config.Members, placed.Created
+					if len(placed.Config.NewMembers) > 0 {
+						out["new_members"] = placed.Config.NewMembers
+					}
+				}
+				if err := writeJSONLine(c, out); err != nil {
 					return err
 				}
 			} else {
+				if placed != nil {
+					verb := "placed on"
+					if !placed.Created {
+						verb = "already placed on"
+					}
+					fmt.Fprintf(c.App.Writer, "timeline %s/%s %s %s\n", tl.tenant, tl.timeline, verb, describeMembers(placed.Config, placed.Members))
+				}
 				for _, l := range lines {
 					if l.Holds {
 						fmt.Fprintf(c.App.Writer, "%s: holds timeline %s/%s (term %d, flush_lsn %s)\n", l.Safekeeper, tl.tenant, tl.timeline, l.Term, l.FlushLSN)

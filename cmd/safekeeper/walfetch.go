@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,7 +54,7 @@ func walFetchCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "fetch",
 		Usage:     "restore_command: copy one WAL segment or history file from the safekeepers or the archive",
-		UsageText: "safekeeper wal fetch {--safekeepers H:P,... | --remote-storage URL | both} --tenant-id HEX --timeline-id HEX FILE PATH\n\n   restore_command = 'safekeeper wal fetch --safekeepers ... --tenant-id ... --timeline-id ... %f %p'",
+		UsageText: "safekeeper wal fetch {--safekeepers H:P,... (or --etcd-endpoints URLS) | --remote-storage URL | both} --tenant-id HEX --timeline-id HEX FILE PATH\n\n   restore_command = 'safekeeper wal fetch --safekeepers ... --tenant-id ... --timeline-id ... %f %p'",
 		Description: "Writes the WAL file FILE (%f: a segment name or TTTTTTTT.history) to PATH (%p), read from\n" +
 			"any live safekeeper that holds it. The segment holding the end of the WAL is written up to\n" +
 			"the end of the committed WAL and zero-padded, under its own name, so recovery replays every\n" +
@@ -70,11 +71,13 @@ func walFetchCommand() *cli.Command {
 			"archived (their checksum checked), the segment of the newest partial object up to its end,\n" +
 			"zero-padded; exit 1 at or past the archive's end, 126 for a segment missing below it (a gap)\n" +
 			"or a corrupt object. With both, the safekeepers answer first, and a whole segment they no\n" +
-			"longer hold (or cannot serve) is read from the archive.",
+			"longer hold (or cannot serve) is read from the archive.\n" +
+			"--etcd-endpoints in place of --safekeepers reads the timeline's members and their addresses\n" +
+			"from its configuration in etcd; etcd unreachable or no configuration is exit 126.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return fetchFailed(err) },
 		Before: func(c *cli.Context) error {
-			if c.String("safekeepers") == "" && c.String("remote-storage") == "" {
-				return fetchFailed(errors.New("give --safekeepers, --remote-storage, or both"))
+			if c.String("safekeepers") == "" && c.String("remote-storage") == "" && c.String("etcd-endpoints") == "" {
+				return fetchFailed(errors.New("give --safekeepers (or --etcd-endpoints), --remote-storage, or both"))
 			}
 			return fetchFailed(requireFlags(c, "tenant-id", "timeline-id"))
 		},
@@ -84,7 +87,7 @@ func walFetchCommand() *cli.Command {
 			&cli.StringFlag{Name: "timeline-id", Usage: "timeline id, 32 hex digits (required)", EnvVars: []string{"SAFEKEEPER_TIMELINE_ID"}},
 			&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "give up (exit 126) after this long"},
 			&cli.DurationFlag{Name: "settle-timeout", Value: 10 * time.Second, Usage: "how long a live proposer is given to commit the WAL a quorum holds above commit_lsn"},
-		}, append(securityFlags(), archiveReadFlags()...)...),
+		}, slices.Concat(securityFlags(), archiveReadFlags(), etcdFlags())...),
 		Action: func(c *cli.Context) error {
 			return fetchFailed(func() error {
 				if c.NArg() != 2 {
@@ -110,6 +113,23 @@ func walFetchCommand() *cli.Command {
 				}
 				if len(addrs) == 0 && c.IsSet("safekeepers") {
 					return errors.New("--safekeepers: no address given")
+				}
+				if c.String("etcd-endpoints") != "" {
+					if len(addrs) > 0 {
+						return errors.New("--safekeepers and --etcd-endpoints exclude each other: the addresses come from one or the other")
+					}
+					ec, err := etcdClient(c)
+					if err != nil {
+						return err
+					}
+					r, err := ec.Resolve(c.Context, tenant, timeline)
+					ec.Close()
+					if err != nil {
+						return err
+					}
+					if addrs, err = r.Addrs(); err != nil {
+						return err
+					}
 				}
 				name, path := c.Args().Get(0), c.Args().Get(1)
 				ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
