@@ -125,7 +125,8 @@ func TestFleetPlacesTimelinesAcrossZones(t *testing.T) {
 	// Each safekeeper holds exactly the timelines placed on it, and says so
 	// in its registration once its capacity is written again.
 	for _, sk := range sks {
-		code, out, errOut := harness.Run(t, "timeline", "list", "--http", sk.HTTPAddr, "--json")
+		// The HTTP CLI finds the node's API through etcd too.
+		code, out, errOut := harness.Run(t, append([]string{"timeline", "list", "--json", "--node-id", fmt.Sprint(sk.ID)}, etcdArgs(etcd)...)...)
 		if code != 0 {
 			t.Fatalf("timeline list on %d: %d %s", sk.ID, code, errOut)
 		}
@@ -325,6 +326,23 @@ func TestFleetProposerFindsItsSafekeepers(t *testing.T) {
 	}
 	if l, err := proto.ParseLSN(synced.CommitLSN); err != nil || l < flush {
 		t.Errorf("sync --etcd-endpoints: commit_lsn %s, want at least the primary's flush %s", synced.CommitLSN, flush)
+	}
+	// timeline pull finds a peer through etcd: a member's new, empty disk
+	// (the member itself stopped, so the first it may try refuses).
+	if err := byID[cfg.Members[0]].Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = harness.Run(t, append([]string{"timeline", "pull", "--json", "--data-dir", t.TempDir(), "--tenant-id", tenant,
+		"--timeline-id", timeline}, etcdArgs(etcd)...)...)
+	var pulled struct {
+		From     string `json:"from"`
+		FlushLSN string `json:"flush_lsn"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &pulled) != nil {
+		t.Fatalf("timeline pull --etcd-endpoints: exit %d\n%s%s", code, out, errOut)
+	}
+	if l, err := proto.ParseLSN(pulled.FlushLSN); err != nil || l < flush || pulled.From == byID[cfg.Members[0]].Addr {
+		t.Errorf("timeline pull --etcd-endpoints: %+v; want a live member's WAL up to %s", pulled, flush)
 	}
 }
 

@@ -157,6 +157,9 @@ func register(c *cli.Context, srv *server.Server, cfg server.Config, log *slog.L
 			ec.Close()
 			return nil, err
 		}
+		if srv.TLSEnabled() && !strings.HasPrefix(node.HTTP, "https://") {
+			node.HTTP = "https://" + node.HTTP // the API serves HTTPS: clients must know
+		}
 	}
 	host, _ := os.Hostname()
 	dir, err := filepath.Abs(cfg.DataDir)

@@ -28,10 +28,50 @@ func httpFlag() cli.Flag {
 // httpClientFlags are the HTTPS and token flags of the commands that call
 // the HTTP API.
 func httpClientFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringFlag{Name: "http-cacert", Usage: "CA certificate file to verify an https:// --http against (default: the system's)"},
 		tokenFileFlag(),
+		&cli.Uint64Flag{Name: "node-id", Usage: "with --etcd-endpoints instead of --http: the safekeeper to ask, by node id (its registered HTTP address)"},
+	}, etcdFlags()...)
+}
+
+// apiAddr is the HTTP API to call: --http, or with --etcd-endpoints the
+// HTTP address --node-id registered.
+func apiAddr(c *cli.Context) (string, error) {
+	ec, err := etcdClient(c)
+	if err != nil {
+		return "", err
 	}
+	if ec == nil {
+		if c.IsSet("node-id") {
+			return "", usagef("--node-id goes with --etcd-endpoints")
+		}
+		return c.String("http"), nil
+	}
+	defer ec.Close()
+	switch {
+	case c.IsSet("http"):
+		return "", usagef("--http and --etcd-endpoints exclude each other: the address comes from one or the other")
+	case c.Uint64("node-id") == 0:
+		return "", usagef("--etcd-endpoints needs --node-id: which safekeeper to ask")
+	}
+	id := c.Uint64("node-id")
+	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
+	defer cancel()
+	nodes, _, _, err := ec.Nodes(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, n := range nodes {
+		if n.ID != id {
+			continue
+		}
+		if n.HTTP == "" {
+			return "", fmt.Errorf("node %d registered no HTTP address (its run has no --listen-http)", id)
+		}
+		return n.HTTP, nil
+	}
+	return "", fmt.Errorf("node %d is not registered in etcd (%s, prefix %s)", id, ec.Endpoints(), ec.Prefix())
 }
 
 func tokenFileFlag() cli.Flag {
@@ -63,9 +103,13 @@ func writeJSONLine(c *cli.Context, v any) error {
 // apiClient is the client of the HTTP API at --http: verifying an
 // https:// API against --http-cacert, presenting the token.
 func apiClient(c *cli.Context) (*httpapi.Client, error) {
-	_, hostPort := httpapi.SplitAddr(c.String("http"))
+	addr, err := apiAddr(c)
+	if err != nil {
+		return nil, err
+	}
+	_, hostPort := httpapi.SplitAddr(addr)
 	if err := checkDialAddr(hostPort); err != nil {
-		return nil, usagef("--http %q: %w", c.String("http"), err)
+		return nil, usagef("--http %q: %w", addr, err)
 	}
 	var pool *x509.CertPool
 	if f := c.String("http-cacert"); f != "" {
@@ -82,7 +126,7 @@ func apiClient(c *cli.Context) (*httpapi.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return httpapi.NewClient(c.String("http"), pool, tok), nil
+	return httpapi.NewClient(addr, pool, tok), nil
 }
 
 // apiCall runs one call of the HTTP API at --http, bounded to 10 s, and
