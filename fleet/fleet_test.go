@@ -344,3 +344,25 @@ func TestUnavailableNamesEtcd(t *testing.T) {
 		t.Fatalf("Place with etcd down: %v; want ErrUnavailable naming %s", err, etcd.Endpoint())
 	}
 }
+
+func TestAssignRecordsTheMembersGiven(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	c := connect(t, etcd.Endpoints())
+	for i := uint64(1); i <= 4; i++ {
+		register(t, c, i, "a", fmt.Sprint(i), 0)
+	}
+	ctx := context.Background()
+	if _, err := c.Assign(ctx, id(1), id(1), []uint64{1, 2, 9}); !errors.Is(err, fleet.ErrNotMembers) || !strings.Contains(err.Error(), "node 9") {
+		t.Fatalf("Assign with a node never registered: %v, want ErrNotMembers naming node 9", err)
+	}
+	p, err := c.Assign(ctx, id(1), id(1), []uint64{4, 2, 3})
+	if err != nil || !p.Created || !slices.Equal(p.Config.Members, []uint64{4, 2, 3}) || p.Config.Generation != 1 {
+		t.Fatalf("Assign = %+v, %v; want members [4 2 3] at generation 1", p, err)
+	}
+	if p, err := c.Assign(ctx, id(1), id(1), []uint64{4, 2, 3}); err != nil || p.Created {
+		t.Errorf("Assign again: %+v, %v; want the same, not created", p, err)
+	}
+	if _, err := c.Assign(ctx, id(1), id(1), []uint64{1, 2, 3}); !errors.Is(err, fleet.ErrNotMembers) {
+		t.Errorf("Assign of other members: %v, want ErrNotMembers", err)
+	}
+}

@@ -97,6 +97,41 @@ var ErrFenced = errors.New("fenced: no longer the leader")
 // read, plus fence (a controller's leadership); it is retried when another
 // placement came between.
 func (c *Client) Place(ctx context.Context, tenant, timeline proto.ID, replicas int, fence ...clientv3.Cmp) (Placement, error) {
+	return c.place(ctx, tenant, timeline, func(cands []Candidate, _ map[uint64]NodeView) ([]uint64, int, error) {
+		return Choose(cands, replicas)
+	}, replicas, fence)
+}
+
+// ErrNotMembers: an explicit placement names nodes that never registered,
+// or the timeline is placed on other members already.
+var ErrNotMembers = errors.New("not the timeline's members")
+
+// Assign is Place with the members given (an existing timeline brought
+// into the fleet on the nodes that hold it, or an operator's choice):
+// each must have registered (live or not). A timeline placed on these
+// members already answers Created false; on others, ErrNotMembers.
+func (c *Client) Assign(ctx context.Context, tenant, timeline proto.ID, members []uint64, fence ...clientv3.Cmp) (Placement, error) {
+	if err := (Config{Generation: 1, Members: members}).Validate(); err != nil {
+		return Placement{}, fmt.Errorf("fleet: members: %w", err)
+	}
+	p, err := c.place(ctx, tenant, timeline, func(_ []Candidate, byID map[uint64]NodeView) ([]uint64, int, error) {
+		zones := map[string]bool{}
+		for _, id := range members {
+			n, ok := byID[id]
+			if !ok {
+				return nil, 0, fmt.Errorf("%w: node %d has never registered in etcd", ErrNotMembers, id)
+			}
+			zones[n.Zone] = true
+		}
+		return slices.Clone(members), len(zones), nil
+	}, len(members), fence)
+	if err == nil && !p.Created && !slices.Equal(p.Config.Members, members) {
+		return p, fmt.Errorf("%w: %s/%s is placed on %s already, not on %v", ErrNotMembers, tenant, timeline, p.Config, members)
+	}
+	return p, err
+}
+
+func (c *Client) place(ctx context.Context, tenant, timeline proto.ID, choose func([]Candidate, map[uint64]NodeView) ([]uint64, int, error), replicas int, fence []clientv3.Cmp) (Placement, error) {
 	key := c.TimelineKey(tenant, timeline)
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -140,7 +175,7 @@ func (c *Client) Place(ctx context.Context, tenant, timeline proto.ID, replicas 
 				cands = append(cands, Candidate{ID: n.ID, Zone: n.Zone, Held: held[n.ID], MaxTimelines: n.Status.MaxTimelines, DiskFree: n.Status.DiskFreeBytes})
 			}
 		}
-		ids, zones, err := Choose(cands, replicas)
+		ids, zones, err := choose(cands, byID)
 		if err != nil {
 			return Placement{}, err
 		}

@@ -228,6 +228,8 @@ func placementExit(err error) error {
 	switch {
 	case errors.Is(err, fleet.ErrBadConfig):
 		return cli.Exit(fmt.Sprintf("%v; nothing was placed: fix or delete the key", err), exitPermanent)
+	case errors.Is(err, fleet.ErrNotMembers):
+		return cli.Exit(err.Error(), exitPermanent)
 	case errors.Is(err, fleet.ErrUnavailable):
 		return fmt.Errorf("placement waits for etcd: %w", err)
 	}

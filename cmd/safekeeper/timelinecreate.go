@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,7 +31,9 @@ func timelineCreateCommand() *cli.Command {
 			"With --etcd-endpoints the members are chosen first: --replicas live safekeepers registered in\n" +
 			"etcd, in distinct zones while there are, the least loaded first; the configuration\n" +
 			"(generation 1, the member ids) is written to etcd once, and a timeline placed before keeps its\n" +
-			"members. Then the members are greeted as above.\n" +
+			"members. --members 1,2,3 records those node ids instead (each must have registered): the way\n" +
+			"to bring a timeline created with --safekeepers into the fleet. Then the members are greeted as\n" +
+			"above.\n" +
 			"Prints one line per safekeeper. Exit codes: 0 when a quorum holds the timeline (the others get\n" +
 			"it at the proposer's first greeting), 1 otherwise (nothing to undo: start it again once they are\n" +
 			"up), 2 usage, 4 a safekeeper holds the timeline for another cluster.",
@@ -39,7 +43,8 @@ func timelineCreateCommand() *cli.Command {
 			[]cli.Flag{&cli.StringFlag{Name: "upstream", Usage: "libpq connection string of the primary, to read its system id, version, segment size and timeline from (or --system-id)"}},
 			timelineDescFlags("the primary's database system identifier (SELECT system_identifier FROM pg_control_system()), instead of --upstream"),
 			[]cli.Flag{&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up on a safekeeper that has not answered within this time"},
-				&cli.IntFlag{Name: "replicas", Value: fleet.DefaultReplicas, Usage: "with --etcd-endpoints: how many safekeepers the timeline is placed on, in distinct zones while there are"}},
+				&cli.IntFlag{Name: "replicas", Value: fleet.DefaultReplicas, Usage: "with --etcd-endpoints: how many safekeepers the timeline is placed on, in distinct zones while there are"},
+				&cli.StringFlag{Name: "members", Usage: "with --etcd-endpoints: the members' node ids (e.g. 1,2,3) instead of a placement: a timeline the static setup created, brought into the fleet on the safekeepers holding it"}},
 			securityFlags()),
 		Action: func(c *cli.Context) error {
 			log, tl, err := timelineArgsFor(c, false)
@@ -48,8 +53,21 @@ func timelineCreateCommand() *cli.Command {
 			}
 			if tl.etcd != nil {
 				defer tl.etcd.Close()
-			} else if c.IsSet("replicas") {
-				return usagef("--replicas goes with --etcd-endpoints: with --safekeepers the list is the members")
+			} else if c.IsSet("replicas") || c.IsSet("members") {
+				return usagef("--replicas and --members go with --etcd-endpoints: with --safekeepers the list is the members")
+			}
+			var members []uint64
+			if c.IsSet("members") {
+				if c.IsSet("replicas") {
+					return usagef("--members and --replicas exclude each other: the members given are the replicas")
+				}
+				for _, f := range strings.Split(c.String("members"), ",") {
+					id, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+					if err != nil || id == 0 {
+						return usagef("--members %q: want node ids such as 1,2,3", c.String("members"))
+					}
+					members = append(members, id)
+				}
 			}
 			if err := checkTimelineFlags(c); err != nil {
 				return err
@@ -88,7 +106,12 @@ func timelineCreateCommand() *cli.Command {
 			defer cancel()
 			var placed *fleet.Placement
 			if tl.etcd != nil {
-				p, err := tl.etcd.Place(ctx, tl.tenant, tl.timeline, c.Int("replicas"))
+				var p fleet.Placement
+				if members != nil {
+					p, err = tl.etcd.Assign(ctx, tl.tenant, tl.timeline, members)
+				} else {
+					p, err = tl.etcd.Place(ctx, tl.tenant, tl.timeline, c.Int("replicas"))
+				}
 				if err != nil {
 					return placementExit(err)
 				}

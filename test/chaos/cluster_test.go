@@ -388,3 +388,21 @@ func (c *cluster) startStandby(sk *harness.Safekeeper) *pgtest.Cluster {
 }
 
 func TestMain(m *testing.M) { harness.Main(m) }
+
+// fleetArgs are the flags that register a safekeeper in etcd (a fleet:
+// docs/operations.md), every one in one zone.
+func fleetArgs(etcd []string) []string {
+	return []string{"--etcd-endpoints", strings.Join(etcd, ","), "--zone", "z1"}
+}
+
+// adoptInto records the cluster's timeline in etcd on its three
+// safekeepers (timeline create --members), so that commands can find them
+// with --etcd-endpoints alone.
+func (c *cluster) adoptInto(etcd []string) {
+	c.t.Helper()
+	code, out, stderr := harness.Run(c.t, "timeline", "create", "--etcd-endpoints", strings.Join(etcd, ","), "--members", "1,2,3",
+		"--upstream", c.pg.ConnString(), "--tenant-id", tenantID.String(), "--timeline-id", timelineID.String())
+	if code != 0 {
+		c.t.Fatalf("timeline create --members 1,2,3: exit %d\n%s%s", code, out, stderr)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/test/etcdtest"
 	"github.com/safekeeper/safekeeper/test/harness"
 	"github.com/safekeeper/safekeeper/test/pgtest"
 )
@@ -28,7 +29,9 @@ import (
 func TestFailoverPromoteAndReprotect(t *testing.T) {
 	skipShort(t)
 	rng := newRand(t)
-	c := startCluster(t, options{})
+	etcd := etcdtest.Start(t).Endpoints()
+	c := startCluster(t, options{skArgs: fleetArgs(etcd)})
+	c.adoptInto(etcd) // sync finds the safekeepers through etcd too, below
 	b := newBank(t, c.pg)
 	next := c.startStandby(c.sks[0])     // to be promoted
 	follower := c.startStandby(c.sks[1]) // follows through timeline 2
@@ -61,6 +64,12 @@ func TestFailoverPromoteAndReprotect(t *testing.T) {
 	end, err := proto.ParseLSN(strings.TrimSpace(out))
 	if err != nil {
 		t.Fatalf("sync printed %q", out)
+	}
+	// The same through etcd: the same end (sync is idempotent).
+	code, out, stderr = harness.Run(t, "sync", "--etcd-endpoints", strings.Join(etcd, ","),
+		"--tenant-id", tenantID.String(), "--timeline-id", timelineID.String(), "--timeout", "60s")
+	if code != 0 || strings.TrimSpace(out) != end.String() {
+		t.Fatalf("sync --etcd-endpoints: exit %d, %q (want %s): %s", code, out, end, stderr)
 	}
 
 	// The standby replays to it and is promoted.

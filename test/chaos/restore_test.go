@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/test/etcdtest"
 	"github.com/safekeeper/safekeeper/test/harness"
 	"github.com/safekeeper/safekeeper/test/pgtest"
 )
@@ -20,14 +21,17 @@ import (
 // primary and the proposer together (a lost host: commit_lsn on the
 // safekeepers may lag what the primary acknowledged). The backup is
 // restored into a new data directory whose only WAL source is
-// `restore_command = 'safekeeper wal fetch ... %f %p'`, and promoted at the
+// `restore_command = 'safekeeper wal fetch ... %f %p'` (finding the
+// safekeepers through etcd, as in a fleet), and promoted at the
 // end of recovery: every acknowledged transfer is there, the total balance
 // is 0, the last segment came zero-padded, and the server is on a new
 // PostgreSQL timeline.
 func TestRestoreFromSafekeepersLosesNothing(t *testing.T) {
 	skipShort(t)
 	rng := newRand(t)
-	c := startCluster(t, options{})
+	etcd := etcdtest.Start(t).Endpoints()
+	c := startCluster(t, options{skArgs: fleetArgs(etcd)})
+	c.adoptInto(etcd) // wal fetch finds the safekeepers through etcd
 	b := newBank(t, c.pg)
 
 	// The restore: wal fetch will be the only WAL source. PostgreSQL runs
@@ -37,13 +41,9 @@ func TestRestoreFromSafekeepersLosesNothing(t *testing.T) {
 	bin := filepath.Join(restore, "safekeeper")
 	copyExecutable(t, harness.Binary(t), bin)
 	logFile := filepath.Join(restore, "fetch.log")
-	var addrs []string
-	for _, sk := range c.sks {
-		addrs = append(addrs, sk.Addr)
-	}
 	restored := c.pg.BaseBackup(t, pgtest.BackupOptions{Signal: pgtest.RecoverySignal, NoWAL: true, Conf: []string{
-		fmt.Sprintf("restore_command = '%s --log-level debug wal fetch --safekeepers %s --tenant-id %s --timeline-id %s %%f %%p 2>>%s'",
-			bin, strings.Join(addrs, ","), tenantID, timelineID, logFile)}})
+		fmt.Sprintf("restore_command = '%s --log-level debug wal fetch --etcd-endpoints %s --tenant-id %s --timeline-id %s %%f %%p 2>>%s'",
+			bin, strings.Join(etcd, ","), tenantID, timelineID, logFile)}})
 	backupEnd := c.flushLSN()
 	// -X none leaves pg_wal empty: recovery can only read what it fetches.
 	if ents, _ := os.ReadDir(filepath.Join(restored.DataDir, "pg_wal")); len(ents) > 1 { // archive_status/
