@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/safekeeper/safekeeper/fleet"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/test/etcdtest"
+	"github.com/safekeeper/safekeeper/test/tlstest"
 )
 
 func connect(t *testing.T, endpoints []string) *fleet.Client {
@@ -364,5 +366,102 @@ func TestAssignRecordsTheMembersGiven(t *testing.T) {
 	}
 	if _, err := c.Assign(ctx, id(1), id(1), []uint64{1, 2, 3}); !errors.Is(err, fleet.ErrNotMembers) {
 		t.Errorf("Assign of other members: %v, want ErrNotMembers", err)
+	}
+}
+
+// TestConnectOverTLSWithAClientCertificate: etcd serving TLS and
+// requiring client certificates (--client-cert-auth) is reached with
+// --etcd-cacert, --etcd-cert and --etcd-key; without the client
+// certificate, or trusting another CA, it is not.
+func TestConnectOverTLSWithAClientCertificate(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir)
+	srvCert, srvKey := filepath.Join(dir, "etcd.crt"), filepath.Join(dir, "etcd.key")
+	cliCert, cliKey := filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
+	ca.Issue(t, "etcd", srvCert, srvKey)
+	ca.Issue(t, "safekeeper", cliCert, cliKey)
+	etcd := etcdtest.StartTLS(t, etcdtest.TLS{CertFile: srvCert, KeyFile: srvKey, CAFile: ca.CertFile, ClientCertFile: cliCert, ClientKeyFile: cliKey})
+	other := tlstest.NewCA(t, t.TempDir())
+	for _, tc := range []struct {
+		name string
+		cfg  fleet.ClientConfig
+		ok   bool
+	}{
+		{"CA and client certificate", fleet.ClientConfig{CACert: ca.CertFile, Cert: cliCert, Key: cliKey}, true},
+		{"no client certificate", fleet.ClientConfig{CACert: ca.CertFile}, false},
+		{"another CA", fleet.ClientConfig{CACert: other.CertFile, Cert: cliCert, Key: cliKey}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Endpoints, tc.cfg.Prefix = etcd.Endpoints(), "/tls"
+			c, err := fleet.Connect(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, _, _, err = c.Nodes(ctx)
+			if tc.ok && err != nil {
+				t.Fatalf("Nodes over TLS: %v", err)
+			}
+			if !tc.ok && !errors.Is(err, fleet.ErrUnavailable) {
+				t.Fatalf("Nodes over TLS with %s: %v, want refused (ErrUnavailable)", tc.name, err)
+			}
+		})
+	}
+	if _, err := fleet.Connect(fleet.ClientConfig{Endpoints: etcd.Endpoints(), Cert: cliCert}); err == nil {
+		t.Errorf("Connect with a certificate and no key: no error")
+	}
+}
+
+// TestConnectWithEtcdAuthentication: with etcd's own authentication on, a
+// user whose role grants the fleet's prefix registers and places; a wrong
+// password is refused naming etcd.
+func TestConnectWithEtcdAuthentication(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	root := connect(t, etcd.Endpoints()).Etcd()
+	ctx := context.Background()
+	for _, step := range []func() error{
+		func() error { _, err := root.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := root.RoleAdd(ctx, "fleet"); return err },
+		func() error {
+			_, err := root.RoleGrantPermission(ctx, "fleet", "/auth/", clientv3.GetPrefixRangeEnd("/auth/"), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := root.UserAdd(ctx, "safekeeper", "s3cret"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "safekeeper", "fleet"); return err },
+		func() error { _, err := root.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatalf("setting up etcd auth: %v", err)
+		}
+	}
+	c, err := fleet.Connect(fleet.ClientConfig{Endpoints: etcd.Endpoints(), Prefix: "/auth", User: "safekeeper", Password: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := uint64(1); i <= 3; i++ {
+		r, err := c.Register(ctx, fleet.RegisterConfig{Node: fleet.Node{ID: i, Zone: fmt.Sprint(i), PG: "h:1"}, Instance: fmt.Sprint(i)})
+		if err != nil {
+			t.Fatalf("register as an authenticated user: %v", err)
+		}
+		defer r.Close()
+	}
+	if _, err := c.Place(ctx, id(1), id(1), 3); err != nil {
+		t.Fatalf("place as an authenticated user: %v", err)
+	}
+	_, err = fleet.Connect(fleet.ClientConfig{Endpoints: etcd.Endpoints(), Prefix: "/auth", User: "safekeeper", Password: "wrong"})
+	if err == nil {
+		// clientv3 authenticates at its first request, not at New.
+		c2, _ := fleet.Connect(fleet.ClientConfig{Endpoints: etcd.Endpoints(), Prefix: "/auth", User: "safekeeper", Password: "wrong"})
+		defer c2.Close()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, _, _, err = c2.Nodes(cctx)
+	}
+	if err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("a wrong password: %v, want etcd's authentication failure", err)
 	}
 }

@@ -51,7 +51,14 @@
 // can commit. Server.Start returns once the member listens, which can be
 // before it has a quorum; WaitHealthy waits for that.
 //
-// The methods that fail the test (StartCluster, Start, WaitHealthy) are
-// for the test's goroutine only. It imports nothing from this module but
-// test/procnet.
+// # TLS
+//
+// StartTLS serves the client URLs over TLS (https://) with the given
+// certificate and requires client certificates of the given CA (etcd's
+// --client-cert-auth); the harness's /health requests present the client
+// certificate it is given.
+//
+// The methods that fail the test (StartCluster, Start, StartTLS,
+// WaitHealthy) are for the test's goroutine only. It imports nothing from
+// this module but test/procnet and test/harness (its log helpers).
 package etcdtest

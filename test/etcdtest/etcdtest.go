@@ -2,6 +2,8 @@ package etcdtest
 
 import (
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -66,6 +68,14 @@ type Cluster struct {
 	bin     string
 	initial string // --initial-cluster
 	members []*Server
+	tls     *TLS // nil: plain HTTP
+}
+
+func (c *Cluster) scheme() string {
+	if c.tls != nil {
+		return "https://"
+	}
+	return "http://"
 }
 
 // Server is one etcd member.
@@ -97,11 +107,32 @@ func Start(t testing.TB) *Server {
 	return StartCluster(t, 1).Member(0)
 }
 
+// TLS serves a cluster's client URLs over TLS (https://) with the
+// member's certificate, and requires clients to present a certificate of
+// CAFile (etcd's --client-cert-auth). The harness's own requests (/health)
+// present ClientCert.
+type TLS struct {
+	CertFile, KeyFile             string // the members' certificate
+	CAFile                        string // verifies clients, and the members for the harness
+	ClientCertFile, ClientKeyFile string
+}
+
+// StartTLS is Start with t's client URLs over TLS.
+func StartTLS(t testing.TB, tc TLS) *Server {
+	t.Helper()
+	return startCluster(t, 1, &tc).Member(0)
+}
+
 // StartCluster starts an n-member cluster on 127.0.0.1 and returns once
 // every member is healthy. Its cleanup kills every member and removes its
 // directory, logging each member's log tail if t failed. Any failure fails
 // t.
 func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	return startCluster(t, n, nil)
+}
+
+func startCluster(t testing.TB, n int, tc *TLS) *Cluster {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("etcdtest: a cluster of %d members", n)
@@ -110,7 +141,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{Dir: t.TempDir(), Token: "etcdtest-" + randomHex(8), t: t, bin: bin}
+	c := &Cluster{Dir: t.TempDir(), Token: "etcdtest-" + randomHex(8), t: t, bin: bin, tls: tc}
 	var initial []string
 	for i := range n {
 		s := &Server{
@@ -220,7 +251,7 @@ func (c *Cluster) cleanup() {
 
 // Endpoint is the member's client URL, http://127.0.0.1:PORT: the same
 // before a stop and after a start.
-func (s *Server) Endpoint() string { return "http://" + s.addr }
+func (s *Server) Endpoint() string { return s.c.scheme() + s.addr }
 
 // Endpoints is []string{Endpoint()}, for a client of a one-member
 // cluster.
@@ -268,7 +299,15 @@ func (s *Server) PID() int {
 
 // Healthy asks the member's /health once: nil when it answers true.
 func (s *Server) Healthy() error {
-	client := &http.Client{Timeout: healthTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	tr := &http.Transport{DisableKeepAlives: true}
+	if tc := s.c.tls; tc != nil {
+		cfg, err := tc.clientConfig()
+		if err != nil {
+			return err
+		}
+		tr.TLSClientConfig = cfg
+	}
+	client := &http.Client{Timeout: healthTimeout, Transport: tr}
 	resp, err := client.Get(s.Endpoint() + "/health")
 	if err != nil {
 		return err
@@ -372,11 +411,11 @@ func (s *Server) launch(listen string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(s.c.bin,
+	args := []string{
 		"--name", s.Name,
 		"--data-dir", s.DataDir,
-		"--listen-client-urls", "http://"+listen,
-		"--advertise-client-urls", "http://127.0.0.1:0",
+		"--listen-client-urls", s.c.scheme() + listen,
+		"--advertise-client-urls", s.c.scheme() + "127.0.0.1:0",
 		"--listen-peer-urls", s.PeerURL,
 		"--initial-advertise-peer-urls", s.PeerURL,
 		"--initial-cluster", s.c.initial,
@@ -384,7 +423,11 @@ func (s *Server) launch(listen string) {
 		"--initial-cluster-token", s.c.Token,
 		"--enable-grpc-gateway=false",
 		"--logger", "zap", "--log-outputs", "stderr",
-	)
+	}
+	if tc := s.c.tls; tc != nil {
+		args = append(args, "--cert-file", tc.CertFile, "--key-file", tc.KeyFile, "--trusted-ca-file", tc.CAFile, "--client-cert-auth")
+	}
+	cmd := exec.Command(s.c.bin, args...)
 	cmd.Dir = s.c.Dir // where the peer sockets are
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -524,4 +567,22 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// clientConfig is the harness's TLS client: the members verified against
+// CAFile, ClientCert presented.
+func (tc *TLS) clientConfig() (*tls.Config, error) {
+	pem, err := os.ReadFile(tc.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("etcdtest: no certificate in %s", tc.CAFile)
+	}
+	pair, err := tls.LoadX509KeyPair(tc.ClientCertFile, tc.ClientKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }
