@@ -299,6 +299,23 @@ func TestFleetProposerFindsItsSafekeepers(t *testing.T) {
 	spare.Start()
 	pg.Exec(t, "SET statement_timeout = '60s'; INSERT INTO ledger VALUES (1006, 'quorum of the new members')")
 	byID[cfg.Members[1]].Start()
+	// A hand-edited key that does not parse: the proposer keeps the last
+	// valid configuration (commits go on), and says which key is wrong.
+	key := ec.TimelineKey(mustID(t, tenant), mustID(t, timeline))
+	good, err := ec.Etcd().Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ec.Etcd().Put(context.Background(), key, `{"generation": 3, "members": [1, 2], "membres": [4]}`); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 30*time.Second, "the proposer to report the bad configuration", func() bool {
+		return strings.Contains(prop.Log(), "timeline configuration not readable from etcd") && strings.Contains(prop.Log(), key)
+	})
+	pg.Exec(t, "SET statement_timeout = '60s'; INSERT INTO ledger VALUES (1008, 'after the bad key')")
+	if _, err := ec.Etcd().Put(context.Background(), key, string(good.Kvs[0].Value)); err != nil {
+		t.Fatal(err)
+	}
 	if exited, code := prop.Exited(); exited {
 		t.Fatalf("the proposer exited (%d): a configuration change must not need a restart", code)
 	}
@@ -308,8 +325,8 @@ func TestFleetProposerFindsItsSafekeepers(t *testing.T) {
 	// The two commits that waited and were cancelled are there too: a
 	// cancelled wait for synchronous replication leaves the transaction
 	// committed locally (PostgreSQL warns so).
-	if got := pg.Exec(t, "SELECT count(*) FROM ledger"); got != "1007" {
-		t.Errorf("ledger holds %s rows, want 1007", got)
+	if got := pg.Exec(t, "SELECT count(*) FROM ledger"); got != "1008" {
+		t.Errorf("ledger holds %s rows, want 1008", got)
 	}
 	// sync finds the new members through etcd too (the proposer stopped:
 	// sync would depose it).
