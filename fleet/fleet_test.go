@@ -465,3 +465,34 @@ func TestConnectWithEtcdAuthentication(t *testing.T) {
 		t.Fatalf("a wrong password: %v, want etcd's authentication failure", err)
 	}
 }
+
+// TestRegisterAgainWritesTheNodeRecordOnlyWhenItChanged: a restart at the
+// same addresses leaves nodes/<id> alone (proposers watch it); new
+// addresses rewrite it.
+func TestRegisterAgainWritesTheNodeRecordOnlyWhenItChanged(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	c := connect(t, etcd.Endpoints())
+	ctx := context.Background()
+	modRev := func() int64 {
+		resp, err := c.Etcd().Get(ctx, c.Prefix()+"/nodes/5")
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("nodes/5: %v %v", resp, err)
+		}
+		return resp.Kvs[0].ModRevision
+	}
+	r := register(t, c, 5, "a", "same", 0)
+	first := modRev()
+	r.Close()
+	register(t, c, 5, "a", "same", 0)
+	if got := modRev(); got != first {
+		t.Errorf("registered again at the same addresses: nodes/5 rewritten (revision %d, was %d)", got, first)
+	}
+	r2, err := c.Register(ctx, fleet.RegisterConfig{Node: fleet.Node{ID: 5, Zone: "a", PG: "10.9.9.9:1"}, Instance: "same"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	if got := modRev(); got == first {
+		t.Errorf("registered at a new address: nodes/5 not rewritten")
+	}
+}

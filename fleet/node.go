@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -158,7 +159,18 @@ func (r *Registration) register(ctx context.Context) error {
 		st := Status{ID: id, Instance: r.cfg.Instance, PG: r.cfg.Node.PG, RegisteredAt: time.Now().UTC().Truncate(time.Millisecond),
 			Version: r.cfg.Version, Capacity: r.cfg.Capacity()}
 		val, _ := json.Marshal(st)
-		put := []clientv3.Op{clientv3.OpPut(c.aliveKey(id), string(val), clientv3.WithLease(lease.ID)), clientv3.OpPut(c.nodeKey(id), string(node))}
+		put := []clientv3.Op{clientv3.OpPut(c.aliveKey(id), string(val), clientv3.WithLease(lease.ID))}
+		// The node's record only when it changed: proposers watch it.
+		octx, cancel = opCtx(ctx)
+		cur, err := c.cli.Get(octx, c.nodeKey(id))
+		cancel()
+		if err != nil {
+			c.revoke(lease.ID)
+			return c.unavailable(err)
+		}
+		if len(cur.Kvs) == 0 || !bytes.Equal(cur.Kvs[0].Value, node) {
+			put = append(put, clientv3.OpPut(c.nodeKey(id), string(node)))
+		}
 		octx, cancel = opCtx(ctx)
 		resp, err := c.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(c.aliveKey(id)), "=", 0)).
 			Then(put...).Else(clientv3.OpGet(c.aliveKey(id))).Commit()
