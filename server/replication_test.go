@@ -59,6 +59,17 @@ func startHookedServer(t *testing.T, dir string, tweak func(*Config), h hooks) *
 	if tweak != nil {
 		tweak(&cfg)
 	}
+	if cfg.Logger == nil {
+		// The server's log, shown when the test fails: what a rare
+		// failure needs to be understood.
+		log := &testLog{}
+		cfg.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the server's log, last 80 lines:\n%s", log.tail(80))
+			}
+		})
+	}
 	s, err := newServer(cfg, h)
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +83,25 @@ func startHookedServer(t *testing.T, dir string, tweak func(*Config), h hooks) *
 		<-served
 	})
 	return s
+}
+
+// testLog is a server's log kept in memory.
+type testLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *testLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *testLog) tail(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lines := strings.Split(strings.TrimRight(l.buf.String(), "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
 
 func testCtx(t *testing.T) context.Context {
