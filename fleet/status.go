@@ -5,8 +5,6 @@ import (
 	"slices"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/safekeeper/safekeeper/proto"
 )
 
 // NodeStatus is one node as `safekeeper cluster status` shows it.
@@ -34,8 +32,8 @@ type ZoneStatus struct {
 // members (or, while it changes, of its new members): no proposer can
 // commit on it until members come back.
 type QuorumLoss struct {
-	Tenant     proto.ID `json:"tenant_id"`
-	Timeline   proto.ID `json:"timeline_id"`
+	Tenant     string   `json:"tenant_id"` // 32 hex digits
+	Timeline   string   `json:"timeline_id"`
 	Generation uint64   `json:"generation"`
 	Members    []uint64 `json:"members"`
 	NewMembers []uint64 `json:"new_members,omitempty"`
@@ -154,7 +152,7 @@ func (c *Client) Status(ctx context.Context) (ClusterStatus, error) {
 		if !BelowQuorum(e.Config, live) {
 			continue
 		}
-		q := QuorumLoss{Tenant: e.Tenant, Timeline: e.Timeline, Generation: e.Config.Generation,
+		q := QuorumLoss{Tenant: e.Tenant.String(), Timeline: e.Timeline.String(), Generation: e.Config.Generation,
 			Members: e.Config.Members, NewMembers: e.Config.NewMembers, Live: []uint64{}}
 		for _, id := range e.Config.All() {
 			if live[id] {

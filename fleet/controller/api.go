@@ -35,8 +35,8 @@ type PlaceRequest struct {
 
 // PlaceAnswer is a placement's answer: the timeline's configuration.
 type PlaceAnswer struct {
-	Tenant     proto.ID `json:"tenant_id"`
-	Timeline   proto.ID `json:"timeline_id"`
+	Tenant     string   `json:"tenant_id"` // 32 hex digits
+	Timeline   string   `json:"timeline_id"`
 	Generation uint64   `json:"generation"`
 	Members    []uint64 `json:"members"`
 	NewMembers []uint64 `json:"new_members,omitempty"`
@@ -146,7 +146,7 @@ func (c *Controller) place(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, ae.status, body)
 		return
 	}
-	ans := PlaceAnswer{Tenant: tenant, Timeline: timeline, Generation: p.Config.Generation, Members: p.Config.Members,
+	ans := PlaceAnswer{Tenant: tenant.String(), Timeline: timeline.String(), Generation: p.Config.Generation, Members: p.Config.Members,
 		NewMembers: p.Config.NewMembers, Placed: p.Created, Zones: p.Zones, Spread: p.Spread}
 	if !p.Created {
 		zones := map[string]bool{}
