@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safekeeper/safekeeper/fleet"
 	"github.com/safekeeper/safekeeper/proto"
@@ -120,18 +119,32 @@ func allowed(mux *http.ServeMux, r *http.Request) []string {
 
 // place is POST /v1/tenant/{tenant_id}/timeline/{timeline_id}.
 func (c *Controller) place(w http.ResponseWriter, r *http.Request) {
-	tenant, timeline, replicas, err := c.placeArgs(r)
+	tenant, timeline, err := placeIDs(r)
 	if err != nil {
 		c.m.placeErrors.WithLabelValues("bad_request").Inc()
 		writeJSON(w, http.StatusBadRequest, ErrorBody{Error: err.Error(), Code: "bad_request"})
 		return
 	}
 	var p fleet.Placement
-	err = c.Lead(r.Context(), func(ctx context.Context, fence clientv3.Cmp) error {
-		var err error
-		p, err = c.cfg.Client.Place(ctx, tenant, timeline, replicas, fence)
+	var badRequest error
+	// The term is taken when the request comes in; the body is read, the
+	// fleet read and the configuration written under it, each write
+	// fenced by it, however long that takes.
+	err = c.Lead(r.Context(), func(ctx context.Context, t Term) error {
+		c.log.Debug("placing as the leader", "tenant_id", tenant, "timeline_id", timeline, "election_rev", t.Rev)
+		replicas, err := c.placeBody(r)
+		if err != nil {
+			badRequest = err
+			return nil
+		}
+		p, err = c.cfg.Client.Place(ctx, tenant, timeline, replicas, t.Fence())
 		return err
 	})
+	if badRequest != nil {
+		c.m.placeErrors.WithLabelValues("bad_request").Inc()
+		writeJSON(w, http.StatusBadRequest, ErrorBody{Error: badRequest.Error(), Code: "bad_request"})
+		return
+	}
 	if err != nil {
 		ae := c.placeError(r.Context(), err)
 		c.m.placeErrors.WithLabelValues(ae.code).Inc()
@@ -166,19 +179,24 @@ func (c *Controller) place(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, ans)
 }
 
-func (c *Controller) placeArgs(r *http.Request) (tenant, timeline proto.ID, replicas int, err error) {
+func placeIDs(r *http.Request) (tenant, timeline proto.ID, err error) {
 	if tenant, err = proto.ParseID(r.PathValue("tenant_id")); err != nil {
-		return tenant, timeline, 0, fmt.Errorf("tenant_id: %v", err)
+		return tenant, timeline, fmt.Errorf("tenant_id: %v", err)
 	}
 	if timeline, err = proto.ParseID(r.PathValue("timeline_id")); err != nil {
-		return tenant, timeline, 0, fmt.Errorf("timeline_id: %v", err)
+		return tenant, timeline, fmt.Errorf("timeline_id: %v", err)
 	}
+	return tenant, timeline, nil
+}
+
+// placeBody reads the optional {"replicas": N}.
+func (c *Controller) placeBody(r *http.Request) (replicas int, err error) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, 4097))
 	if err != nil {
-		return tenant, timeline, 0, fmt.Errorf("reading the body: %v", err)
+		return 0, fmt.Errorf("reading the body: %v", err)
 	}
 	if len(b) > 4096 {
-		return tenant, timeline, 0, errors.New("body over 4 KiB: want {\"replicas\": N} or nothing")
+		return 0, errors.New("body over 4 KiB: want {\"replicas\": N} or nothing")
 	}
 	replicas = c.cfg.Replicas
 	if strings.TrimSpace(string(b)) != "" {
@@ -186,19 +204,19 @@ func (c *Controller) placeArgs(r *http.Request) (tenant, timeline proto.ID, repl
 		d := json.NewDecoder(strings.NewReader(string(b)))
 		d.DisallowUnknownFields()
 		if err := d.Decode(&req); err != nil {
-			return tenant, timeline, 0, fmt.Errorf("body: want {\"replicas\": N}: %v", err)
+			return 0, fmt.Errorf("body: want {\"replicas\": N}: %v", err)
 		}
 		if d.More() {
-			return tenant, timeline, 0, errors.New("body: data after the JSON value")
+			return 0, errors.New("body: data after the JSON value")
 		}
 		if req.Replicas != 0 {
 			replicas = req.Replicas
 		}
 		if replicas < 1 || replicas > MaxReplicas {
-			return tenant, timeline, 0, fmt.Errorf("replicas %d: want 1 to %d", replicas, MaxReplicas)
+			return 0, fmt.Errorf("replicas %d: want 1 to %d", replicas, MaxReplicas)
 		}
 	}
-	return tenant, timeline, replicas, nil
+	return replicas, nil
 }
 
 func (c *Controller) placeError(ctx context.Context, err error) *apiError {
@@ -207,7 +225,7 @@ func (c *Controller) placeError(ctx context.Context, err error) *apiError {
 		return &apiError{http.StatusServiceUnavailable, "fenced",
 			"this controller is not the leader any more (its election key is gone or newer): the write was refused by the fence and nothing was written; send placements to the leader"}
 	case errors.Is(err, ErrNotLeader):
-		return &apiError{http.StatusServiceUnavailable, "not_leader", "this controller is not the leader; send placements to the leader (" + err.Error() + ")"}
+		return &apiError{http.StatusServiceUnavailable, "not_leader", "this controller is not the leader; send placements to the leader"}
 	case errors.Is(err, fleet.ErrUnavailable):
 		return &apiError{http.StatusServiceUnavailable, "etcd_unavailable", err.Error()}
 	case errors.Is(err, fleet.ErrNoRoom):

@@ -103,10 +103,27 @@ type leadership struct {
 	abdicate context.CancelFunc
 }
 
-// fence is the compare every write of this leadership carries.
-func (l *leadership) fence() clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)
+// Term is one term of this controller as the leader, as Lead hands it to
+// the work only the leader may do.
+type Term struct {
+	// Key and Rev are the election key this controller won with and its
+	// create revision.
+	Key string
+	Rev int64
+	l   *leadership
 }
+
+// Fence is the compare every write of the term must carry in its
+// transaction: it fails once the key is gone (the session's lease
+// expired) or is another's.
+func (t Term) Fence() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(t.Key), "=", t.Rev)
+}
+
+// Done is closed when the controller knows the term has ended. Work that
+// spans several writes checks it between them; it is no guard by itself
+// (a paused process learns late): the fence is.
+func (t Term) Done() <-chan struct{} { return t.l.ctx.Done() }
 
 // New makes a controller of cfg; Run starts it.
 func New(cfg Config) (*Controller, error) {
@@ -149,31 +166,26 @@ func (c *Controller) setLeader(l *leadership) {
 	}
 }
 
-// Lead runs fn as the leader, or fails with ErrNotLeader. fence is the
-// compare every write fn makes to etcd must carry in its transaction (a
-// write refused by it: fleet.ErrFenced); fn's context ends when the
-// leadership does. A fenced error from fn ends the leadership: the
-// controller campaigns again. This is where work only the leader may do
-// goes: placement now, moving timelines between nodes next.
-func (c *Controller) Lead(ctx context.Context, fn func(ctx context.Context, fence clientv3.Cmp) error) error {
+// Lead runs fn in the current term as the leader, or fails with
+// ErrNotLeader. Every write fn makes to etcd must carry t.Fence() in its
+// transaction; a write refused by it is fleet.ErrFenced, and fn returning
+// an error that wraps it ends the term (the controller campaigns again).
+// The term may end while fn runs (the process paused past the election
+// TTL): fn's context is the caller's all the same, and its writes are
+// refused by the fence, which is what keeps a deposed leader from
+// writing, not what the controller believes. This is where the leader's
+// work goes: placement now, moving timelines between nodes next (a move
+// is several fenced writes, checking t.Done() between them).
+func (c *Controller) Lead(ctx context.Context, fn func(ctx context.Context, t Term) error) error {
 	l := c.leader()
 	if l == nil {
 		return ErrNotLeader
 	}
-	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(l.ctx, cancel)
-	defer stop()
-	err := fn(fctx, l.fence())
-	switch {
-	case errors.Is(err, fleet.ErrFenced):
-		c.log.Warn("a write was refused by the election fence: this controller is no longer the leader; campaigning again",
+	err := fn(ctx, Term{Key: l.key, Rev: l.rev, l: l})
+	if errors.Is(err, fleet.ErrFenced) {
+		c.log.Warn("a write was refused by the election fence: this controller is no longer the leader",
 			"election_key", l.key, "election_rev", l.rev)
 		l.abdicate()
-	case err != nil && l.ctx.Err() != nil && ctx.Err() == nil:
-		// The leadership ended under fn: whatever fn wrote carried the
-		// fence, so nothing was written without it.
-		err = fmt.Errorf("%w: the leadership was lost during the request (%v)", ErrNotLeader, err)
 	}
 	return err
 }
