@@ -261,10 +261,8 @@ func (c *Controller) term(ctx context.Context) error {
 	// another controller lead at once (at worst it expires by itself).
 	defer func() { sess.Orphan(); c.revoke(lease.ID) }()
 	el := concurrency.NewElection(sess, c.cfg.Client.ElectionPrefix())
-	cctx, ccancel := context.WithCancel(ctx)
+	cctx, ccancel := context.WithCancel(ctx) // ends with the session too
 	defer ccancel()
-	stop := context.AfterFunc(ctx, ccancel)
-	defer stop()
 	go func() {
 		select {
 		case <-sess.Done():

@@ -33,8 +33,9 @@ func connect(t *testing.T, endpoints []string) *fleet.Client {
 }
 
 // nodes registers n nodes, node i in zone z<i%zones>.
-func nodes(t *testing.T, c *fleet.Client, n, zones int) {
+func nodes(t *testing.T, c *fleet.Client, n, zones int) []*fleet.Registration {
 	t.Helper()
+	var regs []*fleet.Registration
 	for i := 1; i <= n; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		r, err := c.Register(ctx, fleet.RegisterConfig{
@@ -46,7 +47,9 @@ func nodes(t *testing.T, c *fleet.Client, n, zones int) {
 			t.Fatalf("register node %d: %v", i, err)
 		}
 		t.Cleanup(r.Close)
+		regs = append(regs, r)
 	}
+	return regs
 }
 
 type ctl struct {
@@ -187,13 +190,14 @@ func TestControllerFencedWrite(t *testing.T) {
 // answers placements 503 not_leader naming the leader. Bad ids and bodies
 // are 400, more replicas than nodes 409 no_room, a garbage configuration
 // key 409 naming it (and GET /v1/cluster lists it); the metrics count the
-// fleet; the leader stopped, the other leads; etcd stopped, a placement is
-// 503 naming etcd.
+// fleet; the leader stopped, the other leads; two nodes gone, its metrics
+// show two down and both timelines below quorum; etcd stopped, a placement
+// is 503 naming etcd.
 func TestControllerFollowerAndErrors(t *testing.T) {
 	srv := etcdtest.Start(t)
 	etcd := srv.Endpoints()
 	c := connect(t, etcd)
-	nodes(t, c, 3, 2)
+	regs := nodes(t, c, 3, 2)
 	a := start(t, c, 30*time.Second)
 	harness.WaitFor(t, 20*time.Second, "a to lead", a.IsLeader)
 	b := start(t, c, 30*time.Second)
@@ -262,6 +266,17 @@ func TestControllerFollowerAndErrors(t *testing.T) {
 	if code, m := post(t, b.url, tenant, tl(2), ""); code != http.StatusCreated {
 		t.Fatalf("placement on the new leader: %d %v", code, m)
 	}
+
+	// Two of the three nodes go: both timelines are below quorum.
+	regs[1].Close()
+	regs[2].Close()
+	harness.WaitFor(t, 10*time.Second, "the fleet metrics to see two nodes down", func() bool {
+		live, _ := metric(t, b.url, `safekeeper_fleet_nodes{state="live"}`)
+		down, _ := metric(t, b.url, `safekeeper_fleet_nodes{state="down"}`)
+		tls, _ := metric(t, b.url, "safekeeper_fleet_timelines")
+		below, _ := metric(t, b.url, "safekeeper_fleet_timelines_below_quorum")
+		return live == 1 && down == 2 && tls == 2 && below == 2
+	})
 
 	srv.Stop()
 	code, m = post(t, b.url, tenant, tl(3), "")
