@@ -140,6 +140,16 @@ func TestControllerFencedWrite(t *testing.T) {
 		v, ok := metric(t, k.url, "safekeeper_controller_is_leader")
 		return ok && v == 1
 	})
+	if resp, err := http.Get(k.url + "/healthz"); err != nil {
+		t.Fatal(err)
+	} else {
+		var h map[string]any
+		json.NewDecoder(resp.Body).Decode(&h)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || h["status"] != "ok" || h["leader"] != true {
+			t.Errorf("GET /healthz: %d %v; want 200, ok, leader true", resp.StatusCode, h)
+		}
+	}
 	code, m := post(t, k.url, tenant, tl(1), "")
 	if code != http.StatusCreated || m["tenant_id"] != tenant || m["timeline_id"] != tl(1) || m["placed"] != true || m["zones"] != 3.0 || len(m["members"].([]any)) != 3 {
 		t.Fatalf("first placement: %d %v; want 201, placed, 3 members in 3 zones", code, m)
