@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -260,7 +261,8 @@ func (c *Controller) term(ctx context.Context) error {
 	// The lease is revoked however the term ends: a resignation that lets
 	// another controller lead at once (at worst it expires by itself).
 	defer func() { sess.Orphan(); c.revoke(lease.ID) }()
-	el := concurrency.NewElection(sess, c.cfg.Client.ElectionPrefix())
+	// NewElection adds the "/" ElectionPrefix ends with.
+	el := concurrency.NewElection(sess, strings.TrimSuffix(c.cfg.Client.ElectionPrefix(), "/"))
 	cctx, ccancel := context.WithCancel(ctx) // ends with the session too
 	defer ccancel()
 	go func() {
