@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -158,7 +159,9 @@ func printCluster(w io.Writer, s fleet.ClusterStatus) {
 	}
 	fmt.Fprintf(w, "safekeepers: %d live, %d down; timelines: %d; below quorum: %d; controller leader: %s\n",
 		live, down, s.Timelines, len(s.BelowQuorum), leader)
-	fmt.Fprintln(w, "\nSAFEKEEPER  ZONE  STATE  TIMELINES  CAPACITY  PG  HTTP")
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SAFEKEEPER\tZONE\tSTATE\tTIMELINES\tCAPACITY\tPG\tHTTP")
 	for _, n := range s.Nodes {
 		state, capacity := "down", "-"
 		if n.Live {
@@ -174,12 +177,16 @@ func printCluster(w io.Writer, s fleet.ClusterStatus) {
 		if http == "" {
 			http = "-"
 		}
-		fmt.Fprintf(w, "%d  %s  %s  %d  %s  %s  %s\n", n.ID, n.Zone, state, n.Timelines, capacity, n.AdvertisePG, http)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", n.ID, n.Zone, state, n.Timelines, capacity, n.AdvertisePG, http)
 	}
-	fmt.Fprintln(w, "\nZONE  SAFEKEEPERS  LIVE")
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ZONE\tSAFEKEEPERS\tLIVE")
 	for _, z := range s.Zones {
-		fmt.Fprintf(w, "%s  %d  %d\n", z.Zone, z.Nodes, z.Live)
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", z.Zone, z.Nodes, z.Live)
 	}
+	tw.Flush()
 	if len(s.BelowQuorum) > 0 {
 		fmt.Fprintln(w, "\ntimelines below quorum (fewer live members than a majority: no commit until members return):")
 		for _, q := range s.BelowQuorum {
