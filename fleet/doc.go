@@ -16,7 +16,7 @@
 //	<prefix>/alive/<id>                      Status: capacity and instance, under the node's lease
 //	<prefix>/timelines/<tenant>/<timeline>   Config: generation, members (new_members while one changes)
 //	<prefix>/placement                       bumped by every placement (their serialization point)
-//	<prefix>/controller/                     the controllers' election (concurrency.Election)
+//	<prefix>/controller/                     the controllers' election (concurrency.Election; fleet/controller)
 //
 // A node's record outlives its process, so that a proposer can still dial
 // a member that is down (it retries, as with static addresses) and a

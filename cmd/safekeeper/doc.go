@@ -17,6 +17,9 @@
 //	                        HTTP API
 //	safekeeper archive      ls|verify|prune a timeline's WAL archive in --remote-storage
 //	                        (storage/archive: Scan, Verify, Prune; archive.go)
+//	safekeeper controller   the fleet's controller: placement over HTTP, one leader by etcd election
+//	                        (package fleet/controller)
+//	safekeeper cluster status the fleet as etcd holds it (fleet.Client.Status)
 //	safekeeper token        Ed25519 key pairs (keygen) and the JWTs they sign (issue) (package server/auth)
 //	safekeeper help         the commands, or one command's help
 //
