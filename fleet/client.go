@@ -106,6 +106,12 @@ func Connect(cfg ClientConfig) (*Client, error) {
 	return &Client{cli: cli, prefix: prefix, endpoints: strings.Join(cfg.Endpoints, ",")}, nil
 }
 
+// Ping reports whether etcd answers a read within ctx.
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.cli.Get(ctx, c.prefix+"/", clientv3.WithCountOnly())
+	return c.unavailable(err)
+}
+
 // Close closes the connection.
 func (c *Client) Close() error { return c.cli.Close() }
 

@@ -404,3 +404,30 @@ func fileSHA(t *testing.T, path string) [32]byte {
 	}
 	return sha256.Sum256(b)
 }
+
+// TestFleetSafekeeperStartsWhileEtcdIsDown: a safekeeper started while
+// etcd does not answer serves at once (its timelines' proposers know its
+// address) and registers once etcd is back, without a restart.
+func TestFleetSafekeeperStartsWhileEtcdIsDown(t *testing.T) {
+	srv := etcdtest.Start(t)
+	etcd := srv.Endpoints()
+	ec, err := fleet.Connect(fleet.ClientConfig{Endpoints: etcd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ec.Close() })
+	srv.Stop()
+	sk := harness.StartSafekeeper(t, 1, "--etcd-endpoints", strings.Join(etcd, ","), "--zone", "z0", "--etcd-lease-ttl", "2s")
+	if !strings.Contains(sk.Log(), "etcd unavailable at start; serving") {
+		t.Errorf("the safekeeper's log does not say it serves without etcd:\n%s", harness.Tail(sk.Log(), 10))
+	}
+	if code, _, errOut := harness.Run(t, "status", "--http", sk.HTTPAddr); code != 0 {
+		t.Fatalf("status of the safekeeper started without etcd: exit %d %s", code, errOut)
+	}
+	srv.Start()
+	srv.WaitHealthy()
+	nodes := waitLive(t, ec, 1)
+	if nodes[0].PG != sk.Addr {
+		t.Errorf("registered %+v, want advertise_pg %s", nodes[0].Node, sk.Addr)
+	}
+}

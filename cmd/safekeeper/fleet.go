@@ -177,9 +177,18 @@ func register(c *cli.Context, srv *server.Server, cfg server.Config, log *slog.L
 		log.Info("registered in etcd", "node_id", node.ID, "zone", node.Zone, "advertise_pg", node.PG, "advertise_http", node.HTTP,
 			"etcd_endpoints", ec.Endpoints(), "etcd_prefix", ec.Prefix())
 	}
-	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
-	reg, err := ec.Register(ctx, rc)
+	// A short look first: with etcd down the server starts serving at
+	// once; with it up, the registration may wait out a dead process's
+	// lease (up to its TTL).
+	pctx, cancel := context.WithTimeout(c.Context, 2*time.Second)
+	err = ec.Ping(pctx)
 	cancel()
+	var reg *fleet.Registration
+	if err == nil {
+		ctx, cancel := context.WithTimeout(c.Context, time.Minute)
+		reg, err = ec.Register(ctx, rc)
+		cancel()
+	}
 	var dup *fleet.DuplicateError
 	switch {
 	case errors.As(err, &dup):
