@@ -128,6 +128,7 @@ type tlState struct {
 	pendingSeg   proto.LSN // the lowest segment not archived...
 	pendingSince time.Time // ...complete since
 	active       bool      // this safekeeper uploaded the last segments it found missing
+	othersAt     time.Time // when a pass last found segments another safekeeper stored
 	seenPartial  proto.LSN // the newest partial's end, as last listed...
 	seenAt       time.Time // ...first seen then
 	ownPartial   proto.LSN // the end of the partial this safekeeper wrote last
@@ -443,15 +444,26 @@ func (u *Uploader) pass(s *tlState) (time.Duration, error) {
 		// (the one working goes on without waiting), or its delay passed.
 		mine := s.active || time.Since(s.pendingSince) >= s.delay
 		direct := s.active
-		if !mine && first+2*proto.LSN(seg) <= commit {
+		if !mine && first+2*proto.LSN(seg) <= commit && time.Since(s.othersAt) > othersWindow {
 			// A backlog (more than the segment just completed) and nobody
-			// else at work (no partial object stored lately), as after a
-			// restart: it need not wait for a turn, nor look for each
-			// segment before storing it. One segment alone waits: after a
-			// quiet spell the partial is old because nothing changed, not
-			// because its uploader is gone, and the turn keeps the others
-			// from storing that segment with it.
-			idle, err := u.archiveIdle(ar)
+			// else at work (no partial object stored lately, nor the
+			// segment before the backlog), as after a restart: it need not
+			// wait for a turn, nor look for each segment before storing
+			// it. One segment alone waits: after a quiet spell the partial
+			// is old because nothing changed, not because its uploader is
+			// gone, and the turn keeps the others from storing that
+			// segment with it. So do segments that complete together
+			// after a stall of the WAL, while another safekeeper has been
+			// seen storing them (within othersWindow): its partials and
+			// segments stopped with the WAL, not because it is gone, and
+			// the turn lets it go on alone (if it is gone, the turn hands
+			// them over all the same, a few seconds later). The shortcut
+			// is for a backlog found at start or after a long silence.
+			prev := ""
+			if first >= st.TimelineStartLSN.SegmentStart(seg)+proto.LSN(seg) {
+				prev = ar.SegmentName(proto.SegmentFileName(tliOf(first-proto.LSN(seg)), first-proto.LSN(seg), seg))
+			}
+			idle, err := u.archiveIdle(ar, prev)
 			if err != nil {
 				return 0, err
 			}
@@ -463,6 +475,7 @@ func (u *Uploader) pass(s *tlState) (time.Duration, error) {
 			s.active = true
 		case done > 0:
 			s.active = false // another safekeeper stored them
+			s.othersAt = time.Now()
 		}
 		first += proto.LSN(uint64(done) * seg)
 		if done > 0 {
@@ -731,19 +744,35 @@ func (u *Uploader) retain(s *tlState, ar *archive.Archive) {
 	}
 }
 
+// othersWindow is how long after finding segments another safekeeper
+// stored a pass does not take the archive for idle (see pass).
+const othersWindow = time.Minute
+
 // archiveIdle reports whether no safekeeper has stored a partial object
-// of the timeline lately (within a partial interval and a turn): then no
-// uploader is at work and this one need not wait for its turn. Clocks: the
-// store's modification time against this machine's, with that margin.
-func (u *Uploader) archiveIdle(ar *archive.Archive) (bool, error) {
+// of the timeline, nor the segment prev ("": none), lately (within a
+// partial interval and a turn): then no uploader is at work and this one
+// need not wait for its turn. Clocks: the store's modification time
+// against this machine's, with that margin.
+func (u *Uploader) archiveIdle(ar *archive.Archive, prev string) (bool, error) {
 	ctx, cancel := context.WithTimeout(u.ctx, opTimeout)
 	defer cancel()
+	recent := func(m time.Time) bool { return time.Since(m) < u.cfg.PartialInterval+u.cfg.Takeover }
 	parts, err := ar.Partials(ctx)
 	if err != nil {
 		return false, err
 	}
 	for _, p := range parts {
-		if time.Since(p.Modified) < u.cfg.PartialInterval+u.cfg.Takeover {
+		if recent(p.Modified) {
+			return false, nil
+		}
+	}
+	if prev != "" {
+		o, err := u.cfg.Store.Stat(ctx, prev)
+		switch {
+		case errors.Is(err, remote.ErrNotFound): // pruned, or never stored
+		case err != nil:
+			return false, err
+		case recent(o.Modified):
 			return false, nil
 		}
 	}

@@ -16,9 +16,12 @@
 // segment before the others look for it); one that just uploaded the
 // segments before goes on without waiting (and without looking first:
 // the store refuses a name that exists), so a backlog drains at the
-// store's pace and the active uploader adds no delay; one that finds no
-// partial object stored lately (nobody at work, as after a restart) does
-// not wait either. The partial object is written
+// store's pace and the active uploader adds no delay; one with a backlog
+// of more than one segment that finds no partial object, nor the segment
+// before the backlog, stored lately (nobody at work, as after a restart)
+// does not wait either, unless it found segments another stored within
+// the last minute (the WAL stalled, then several segments completed at
+// once: their uploader goes on). The partial object is written
 // by whoever finds the newest one unchanged for PartialInterval plus its
 // delay: the one writing keeps it fresh, and when it dies or lags another
 // takes over within seconds. Two writers at once are harmless: objects
