@@ -118,10 +118,10 @@ bench-archive: build
 # (the same at BENCH_CLIENTS_LOW clients): etcd's writes, Raft proposals
 # and lease keepalives per second from its /metrics (and in an idle window
 # of BENCH_IDLE s), TPS etcd/static (median of per-cycle ratios). Knobs:
-# BENCH_ROUNDS (4 cycles), BENCH_SECONDS (20), BENCH_CLIENTS (8),
+# BENCH_ROUNDS (6 cycles), BENCH_SECONDS (20), BENCH_CLIENTS (8),
 # BENCH_CLIENTS_LOW (1), BENCH_JOBS (2), BENCH_SCALE (10), BENCH_IDLE (20),
 # BENCH_WARMUP (5 s per configuration, 0: none). Writes docs/performance.md's
-# bench-fleet section unless BENCH_WRITE_DOC=0. About 7 minutes; short:
+# bench-fleet section unless BENCH_WRITE_DOC=0. About 9 minutes; short:
 # BENCH_TIMELINES=50 BENCH_ROUNDS=1 BENCH_SECONDS=5 BENCH_IDLE=5 BENCH_WARMUP=0.
 .PHONY: bench-fleet
 bench-fleet: build

@@ -34,7 +34,7 @@ var (
 	flagSKs        = flag.Int("bench.safekeepers", envInt("BENCH_SAFEKEEPERS", 3), "safekeepers registered in etcd (env BENCH_SAFEKEEPERS)")
 	flagZones      = flag.Int("bench.zones", envInt("BENCH_ZONES", 3), "zones they are spread over (env BENCH_ZONES)")
 	flagLeaseTTL   = flag.Int("bench.lease-ttl", envInt("BENCH_LEASE_TTL", 10), "the safekeepers' --etcd-lease-ttl in seconds (env BENCH_LEASE_TTL)")
-	flagRounds     = flag.Int("bench.rounds", envInt("BENCH_ROUNDS", 4), "cycles of the three configurations (env BENCH_ROUNDS)")
+	flagRounds     = flag.Int("bench.rounds", envInt("BENCH_ROUNDS", 6), "cycles of the three configurations (env BENCH_ROUNDS)")
 	flagSeconds    = flag.Int("bench.seconds", envInt("BENCH_SECONDS", 20), "pgbench -T of each round (env BENCH_SECONDS)")
 	flagClients    = flag.Int("bench.clients", envInt("BENCH_CLIENTS", 8), "pgbench -c of the static and etcd rounds (env BENCH_CLIENTS)")
 	flagClientsLow = flag.Int("bench.clients-low", envInt("BENCH_CLIENTS_LOW", 1), "pgbench -c of the etcd-low rounds (env BENCH_CLIENTS_LOW)")
@@ -133,7 +133,12 @@ type round struct {
 	clients int
 	secs    float64 // wall time between the two metric reads
 	tps     float64
+	txns    int64
 	rates   map[string]float64 // per second, by metricNames' label
+	// propTicks and allTicks are the CPU time over the pgbench run, in
+	// clock ticks, of the proposer and of all the servers (the primary's
+	// process tree, the proposer, the safekeepers).
+	propTicks, allTicks uint64
 }
 
 // TestBenchFleet is make bench-fleet: see the package comment.
@@ -186,7 +191,7 @@ func (b *bench) setup() {
 		return err == nil && live == b.p.sks
 	})
 	b.pg = pgtest.Start(t, pgtest.Options{Conf: []string{"wal_sender_timeout = '60s'",
-		"max_wal_size = '8GB'", "checkpoint_timeout = '30min'"}})
+		"max_wal_size = '8GB'", "checkpoint_timeout = '30min'"}, TCP: true})
 	b.machine = fmt.Sprintf("%d CPUs (nproc), %s, %.1f GiB memory; PostgreSQL %s, etcd %s (one member), %s",
 		runtime.NumCPU(), harness.CPUModel(), float64(harness.MemTotal())/(1<<30), b.pg.Exec(t, "SHOW server_version"), etcdVersion(), runtime.Version())
 	b.say("etcd at %s, %d safekeepers in %d zones, primary in %s", eps, b.p.sks, b.p.zones, b.pg.Dir)
@@ -289,7 +294,7 @@ func (b *bench) placeTimelines() {
 		b.placeOps["proposals"]/float64(max(b.placed, 1)), b.placeOps["puts"]/float64(max(b.placed, 1)), b.placeOps["ranges"]/float64(max(b.placed, 1)))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := b.place(ctx, loadTL, proposer.CreateConfig{Upstream: b.pg.ConnString()}); err != nil {
+	if _, err := b.place(ctx, loadTL, proposer.CreateConfig{Upstream: b.pg.TCPConnString()}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := b.ec.Resolve(ctx, tenantID, loadTL)
@@ -376,7 +381,9 @@ func rates(before, after map[string]float64, secs float64) map[string]float64 {
 
 // proposerArgs are the proposer's flags in configuration c.
 func (b *bench) proposerArgs(c string) []string {
-	args := []string{"propose", "--upstream", b.pg.ConnString(), "--tenant-id", tenantID.String(), "--timeline-id", loadTL.String(),
+	// Over TCP: the client backends on the unix socket are pgbench's
+	// (WaitNoLocalClients).
+	args := []string{"propose", "--upstream", b.pg.TCPConnString(), "--tenant-id", tenantID.String(), "--timeline-id", loadTL.String(),
 		"--slot", "proposer", "--application-name", "proposer", "--proposer-lease", "0"}
 	if c == cfgStatic {
 		return append(args, "--safekeepers", strings.Join(b.addrs, ","))
@@ -421,7 +428,43 @@ func (b *bench) stopProposer(p *harness.Process) {
 	}
 }
 
-var tpsRe = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+var (
+	tpsRe  = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+	txnsRe = regexp.MustCompile(`number of transactions actually processed: ([0-9]+)`)
+)
+
+// ticks is the CPU time so far of the proposer and of all the servers
+// (the primary's process tree, the proposer, the safekeepers).
+func (b *bench) ticks(pgPID int, prop *harness.Process) (propTicks, all uint64) {
+	pt, err := harness.ReadProcs()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	pids := []int{prop.PID(), pgPID}
+	for _, sk := range b.sks {
+		pids = append(pids, sk.PID())
+	}
+	for i, pid := range pids {
+		n, err := pt.TreeTicks(pid)
+		if err != nil {
+			b.t.Fatalf("CPU of the servers: %v", err)
+		}
+		if i == 0 {
+			propTicks = n
+		}
+		all += n
+	}
+	return propTicks, all
+}
+
+// cpuPerTxn is ticks per transaction of r, in µs.
+func cpuPerTxn(ticks uint64, r round) float64 {
+	hz, err := harness.ClockTicks()
+	if err != nil || r.txns == 0 {
+		return math.NaN()
+	}
+	return float64(ticks) * 1e6 / float64(hz) / float64(r.txns)
+}
 
 // round runs one pgbench round under configuration c with a fresh proposer.
 func (b *bench) round(c string, cycle, secs int) round {
@@ -436,15 +479,26 @@ func (b *bench) round(c string, cycle, secs int) round {
 	if c == cfgEtcdLow {
 		clients = b.p.clientsLow
 	}
+	pgPID, err := b.pg.Pid()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prop0, all0 := b.ticks(pgPID, prop)
 	before, from := b.metrics(), time.Now()
 	out := b.pgbench("-n", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(b.p.jobs, clients)), "-T", strconv.Itoa(secs))
 	elapsed := time.Since(from).Seconds()
 	r := round{cfg: c, cycle: cycle, clients: clients, secs: elapsed, rates: rates(before, b.metrics(), elapsed)}
+	// pgbench's backends reaped, their CPU time is the postmaster's.
+	harness.WaitNoLocalClients(t, pgPID, 30*time.Second)
+	prop1, all1 := b.ticks(pgPID, prop)
+	r.propTicks, r.allTicks = prop1-prop0, all1-all0
 	m := tpsRe.FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("%s round %d: no tps in pgbench's output:\n%s", c, cycle, out)
+	n := txnsRe.FindStringSubmatch(out)
+	if m == nil || n == nil {
+		t.Fatalf("%s round %d: no tps or transactions in pgbench's output:\n%s", c, cycle, out)
 	}
 	r.tps, _ = strconv.ParseFloat(m[1], 64)
+	r.txns, _ = strconv.ParseInt(n[1], 10, 64)
 	prop.CheckRunning()
 	return r
 }
@@ -461,7 +515,8 @@ func (b *bench) sayRound(r round) {
 	for _, m := range metricNames {
 		parts = append(parts, fmt.Sprintf("%s %.2f", m.label, r.rates[m.label]))
 	}
-	b.say("%-10s %-8s -c %d  tps %7.1f  etcd per second: %s", label, r.cfg, r.clients, r.tps, strings.Join(parts, ", "))
+	b.say("%-10s %-8s -c %d  tps %7.1f  proposer %s µs/txn, servers %s µs/txn  etcd per second: %s", label, r.cfg, r.clients, r.tps,
+		fnum(cpuPerTxn(r.propTicks, r), 0), fnum(cpuPerTxn(r.allTicks, r), 0), strings.Join(parts, ", "))
 }
 
 func median(xs []float64) float64 {
@@ -489,14 +544,17 @@ func (b *bench) figure(c string, f func(round) float64) float64 {
 }
 
 // tpsRatios are etcd's TPS over static's, cycle by cycle.
-func (b *bench) tpsRatios() []float64 {
+func (b *bench) tpsRatios() []float64 { return b.ratios(func(r round) float64 { return r.tps }) }
+
+// ratios are etcd's figure over static's, cycle by cycle.
+func (b *bench) ratios(f func(round) float64) []float64 {
 	by := map[int]map[string]float64{}
 	for _, r := range b.rounds {
 		if r.cycle > 0 {
 			if by[r.cycle] == nil {
 				by[r.cycle] = map[string]float64{}
 			}
-			by[r.cycle][r.cfg] = r.tps
+			by[r.cycle][r.cfg] = f(r)
 		}
 	}
 	var xs []float64
@@ -564,19 +622,35 @@ func (b *bench) results() string {
 	ratio := median(ratios)
 	fmt.Fprintf(&sb, "\n**TPS, the proposer finding its safekeepers through etcd against static addresses** (pgbench -c %d -j %d, %d s rounds): etcd/static %s, the median of the per-cycle ratios %s. Goal ≥ 0.98×: %s.\n\n",
 		b.p.clients, min(b.p.jobs, b.p.clients), b.p.seconds, fnum(ratio, 3), list(ratios, 3), verdict(ratio >= 0.98))
+	propCPU := func(r round) float64 { return cpuPerTxn(r.propTicks, r) }
+	allCPU := func(r round) float64 { return cpuPerTxn(r.allTicks, r) }
+	sb.WriteString(mdRow("configuration", "pgbench -c", "TPS", "proposer CPU µs/txn", "servers' CPU µs/txn"))
+	sb.WriteString("|---|---|---|---|---|\n")
+	for _, c := range configs {
+		clients := b.p.clients
+		if c == cfgEtcdLow {
+			clients = b.p.clientsLow
+		}
+		sb.WriteString(mdRow(c, strconv.Itoa(clients), fnum(b.figure(c, func(r round) float64 { return r.tps }), 1),
+			fnum(b.figure(c, propCPU), 0), fnum(b.figure(c, allCPU), 0)))
+	}
+	pr, ar := b.ratios(propCPU), b.ratios(allCPU)
+	fmt.Fprintf(&sb, "\nCPU per transaction, etcd/static (medians of the per-cycle ratios; the figure the machine's noise moves least): the proposer %s (%s), the servers %s (%s).\n\n",
+		fnum(median(pr), 3), list(pr, 3), fnum(median(ar), 3), list(ar, 3))
 	hi := max(b.figure(cfgEtcd, writesPerSec), b.figure(cfgEtcdLow, writesPerSec), b.figure(cfgStatic, writesPerSec))
 	fmt.Fprintf(&sb, "**etcd writes under load**: at most %s per second in any configuration (idle %s), at %s and %s TPS. Goal a handful per second, independent of the commit rate: %s.\n\n",
 		fnum(hi, 2), fnum(b.figure(cfgIdle, writesPerSec), 2), fnum(b.figure(cfgEtcdLow, func(r round) float64 { return r.tps }), 0),
 		fnum(b.figure(cfgEtcd, func(r round) float64 { return r.tps }), 0), verdict(hi <= 5))
 	sb.WriteString("Every round:\n\n")
-	head = []string{"cycle", "configuration", "pgbench -c", "seconds", "TPS", "writes/s"}
+	head = []string{"cycle", "configuration", "pgbench -c", "seconds", "TPS", "proposer µs/txn", "servers µs/txn", "writes/s"}
 	for _, m := range metricNames {
 		head = append(head, m.label+"/s")
 	}
 	sb.WriteString(mdRow(head...))
 	sb.WriteString("|" + strings.Repeat("---|", len(head)) + "\n")
 	for _, r := range b.rounds {
-		row := []string{strconv.Itoa(r.cycle), r.cfg, strconv.Itoa(r.clients), fnum(r.secs, 1), fnum(r.tps, 1), fnum(writesPerSec(r), 2)}
+		row := []string{strconv.Itoa(r.cycle), r.cfg, strconv.Itoa(r.clients), fnum(r.secs, 1), fnum(r.tps, 1),
+			fnum(cpuPerTxn(r.propTicks, r), 0), fnum(cpuPerTxn(r.allTicks, r), 0), fnum(writesPerSec(r), 2)}
 		for _, m := range metricNames {
 			row = append(row, fnum(r.rates[m.label], 2))
 		}
