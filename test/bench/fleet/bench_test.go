@@ -153,7 +153,8 @@ func TestBenchFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := &bench{t: t, p: p, started: time.Now(), zoneSpan: map[int]int{}, held: map[uint64]int{}}
-	est := 60 + float64(p.timelines)*0.05 + float64(p.idle) + float64(3*(p.rounds*(p.seconds+12)+p.warmup+12))
+	// About 30 s to start, 20 ms per timeline placed, 4 s around each round.
+	est := 30 + float64(p.timelines)*0.02 + float64(p.idle+10) + float64(3*(p.rounds*(p.seconds+4)+p.warmup+4))
 	b.say("%s: about %.0f minutes", p.command(), math.Ceil(est/60))
 	b.setup()
 	b.placeTimelines()
