@@ -91,6 +91,12 @@ func requireFlags(c *cli.Context, names ...string) error {
 			missing = append(missing, n)
 		}
 	}
+	return missingFlags(missing)
+}
+
+// missingFlags is the usage error naming the required flags missing (nil
+// when none is).
+func missingFlags(missing []string) error {
 	switch len(missing) {
 	case 0:
 		return nil

@@ -298,13 +298,7 @@ func requireTimelineFlags(first ...string) cli.BeforeFunc {
 				missing = append(missing, n)
 			}
 		}
-		switch len(missing) {
-		case 0:
-			return nil
-		case 1:
-			return usagef("Required flag %q not set", missing[0])
-		}
-		return usagef("Required flags %q not set", strings.Join(missing, ", "))
+		return missingFlags(missing)
 	}
 }
 
