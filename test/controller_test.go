@@ -2,12 +2,14 @@ package test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"syscall"
@@ -132,6 +134,10 @@ func TestControllerPausedLeaderIsFenced(t *testing.T) {
 	if err := syscall.Kill(a.PID(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// kill returns before every thread has stopped: a request sent at
+	// once could still be served (and written, as the leader it still
+	// is) before the stop takes hold.
+	harness.WaitFor(t, 10*time.Second, "every thread of controller a to be stopped", func() bool { return allStopped(a.PID()) })
 	resumed := false
 	resume := func() {
 		if !resumed {
@@ -326,4 +332,25 @@ func TestClusterStatus(t *testing.T) {
 	if code, _, stderr := harness.Run(t, "cluster", "status", "--etcd-endpoints", dead); code != 1 || !strings.Contains(stderr, dead) {
 		t.Errorf("cluster status with etcd unreachable: exit %d %q; want 1 naming %s", code, stderr, dead)
 	}
+}
+
+// allStopped reports whether every thread of process pid is stopped by a
+// signal (state T in /proc/PID/task/TID/stat).
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// The state follows the command's closing parenthesis.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
