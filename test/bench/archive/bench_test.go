@@ -6,12 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -32,32 +30,17 @@ import (
 // that of three shows it.
 var (
 	flagRun      = flag.Bool("bench.archive", false, "run the archive benchmark (make bench-archive); without it TestBenchArchive skips")
-	flagRounds   = flag.Int("bench.rounds", envInt("BENCH_ROUNDS", 5), "rounds per side and measurement (env BENCH_ROUNDS)")
-	flagSegments = flag.Int("bench.segments", envInt("BENCH_SEGMENTS", 32), "16 MiB segments uploaded and restored per round (env BENCH_SEGMENTS)")
-	flagSeconds  = flag.Int("bench.seconds", envInt("BENCH_SECONDS", 20), "pgbench -T of each round under load (env BENCH_SECONDS)")
-	flagClients  = flag.Int("bench.clients", envInt("BENCH_CLIENTS", 8), "pgbench -c (env BENCH_CLIENTS)")
-	flagJobs     = flag.Int("bench.jobs", envInt("BENCH_JOBS", 2), "pgbench -j (env BENCH_JOBS)")
-	flagScale    = flag.Int("bench.scale", envInt("BENCH_SCALE", 10), "pgbench -i -s (env BENCH_SCALE)")
-	flagWarmup   = flag.Int("bench.warmup", envInt("BENCH_WARMUP", 10), "seconds of one unreported round per configuration under load before the measured ones, 0 for none (env BENCH_WARMUP)")
-	flagDoc      = flag.Bool("bench.doc", envInt("BENCH_WRITE_DOC", 1) != 0, "rewrite the bench-archive section of docs/performance.md (env BENCH_WRITE_DOC=0: leave it)")
+	flagRounds   = flag.Int("bench.rounds", knobs.Int("BENCH_ROUNDS", 5), "rounds per side and measurement (env BENCH_ROUNDS)")
+	flagSegments = flag.Int("bench.segments", knobs.Int("BENCH_SEGMENTS", 32), "16 MiB segments uploaded and restored per round (env BENCH_SEGMENTS)")
+	flagSeconds  = flag.Int("bench.seconds", knobs.Int("BENCH_SECONDS", 20), "pgbench -T of each round under load (env BENCH_SECONDS)")
+	flagClients  = flag.Int("bench.clients", knobs.Int("BENCH_CLIENTS", 8), "pgbench -c (env BENCH_CLIENTS)")
+	flagJobs     = flag.Int("bench.jobs", knobs.Int("BENCH_JOBS", 2), "pgbench -j (env BENCH_JOBS)")
+	flagScale    = flag.Int("bench.scale", knobs.Int("BENCH_SCALE", 10), "pgbench -i -s (env BENCH_SCALE)")
+	flagWarmup   = flag.Int("bench.warmup", knobs.Int("BENCH_WARMUP", 10), "seconds of one unreported round per configuration under load before the measured ones, 0 for none (env BENCH_WARMUP)")
+	flagDoc      = flag.Bool("bench.doc", knobs.Int("BENCH_WRITE_DOC", 1) != 0, "rewrite the bench-archive section of docs/performance.md (env BENCH_WRITE_DOC=0: leave it)")
 )
 
-// envErrs are the environment variables that did not parse;
-// TestBenchArchive fails on them (a flag default cannot).
-var envErrs []error
-
-func envInt(name string, def int) int {
-	v := strings.TrimSpace(os.Getenv(name))
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		envErrs = append(envErrs, fmt.Errorf("%s=%q is not an integer", name, v))
-		return def
-	}
-	return n
-}
+var knobs harness.Knobs // the flags' defaults from BENCH_* (TestBench* fails on a bad one)
 
 type params struct {
 	rounds, segments, seconds, clients, jobs, scale, warmup int
@@ -144,7 +127,7 @@ func TestBenchArchive(t *testing.T) {
 	}
 	p := params{rounds: *flagRounds, segments: *flagSegments, seconds: *flagSeconds, clients: *flagClients,
 		jobs: *flagJobs, scale: *flagScale, warmup: *flagWarmup, writeDoc: *flagDoc}
-	if err := errors.Join(append(slices.Clone(envErrs), p.validate())...); err != nil {
+	if err := errors.Join(knobs.Err(), p.validate()); err != nil {
 		t.Fatal(err)
 	}
 	b := setup(t, p)

@@ -26,33 +26,18 @@ import (
 // make bench-e2e passes through.
 var (
 	flagRun     = flag.Bool("bench.e2e", false, "run the end-to-end benchmark (make bench-e2e); without it TestBenchE2E skips")
-	flagRounds  = flag.Int("bench.rounds", envInt("BENCH_ROUNDS", 3), "measured rounds per configuration (env BENCH_ROUNDS)")
-	flagSeconds = flag.Int("bench.seconds", envInt("BENCH_SECONDS", 15), "pgbench -T of each round (env BENCH_SECONDS)")
-	flagClients = flag.Int("bench.clients", envInt("BENCH_CLIENTS", 8), "pgbench -c (env BENCH_CLIENTS)")
-	flagJobs    = flag.Int("bench.jobs", envInt("BENCH_JOBS", 2), "pgbench -j (env BENCH_JOBS)")
-	flagLow     = flag.Int("bench.clients-low", envInt("BENCH_CLIENTS_LOW", 1), "pgbench -c of the second pass (-j 1 for 1 client), 0 for no second pass (env BENCH_CLIENTS_LOW)")
-	flagScale   = flag.Int("bench.scale", envInt("BENCH_SCALE", 10), "pgbench -i -s (env BENCH_SCALE)")
-	flagWarmup  = flag.Int("bench.warmup", envInt("BENCH_WARMUP", 3), "seconds of one unreported warm-up round per configuration, 0 for none (env BENCH_WARMUP)")
-	flagPerf    = flag.Bool("bench.perf", envInt("BENCH_PERF", 1) != 0, "attach perf stat to one node of each kind in the main pass's last round of each configuration (env BENCH_PERF=0: not)")
-	flagDoc     = flag.Bool("bench.doc", envInt("BENCH_WRITE_DOC", 1) != 0, "rewrite the bench-e2e section of docs/performance.md (env BENCH_WRITE_DOC=0: leave it)")
+	flagRounds  = flag.Int("bench.rounds", knobs.Int("BENCH_ROUNDS", 3), "measured rounds per configuration (env BENCH_ROUNDS)")
+	flagSeconds = flag.Int("bench.seconds", knobs.Int("BENCH_SECONDS", 15), "pgbench -T of each round (env BENCH_SECONDS)")
+	flagClients = flag.Int("bench.clients", knobs.Int("BENCH_CLIENTS", 8), "pgbench -c (env BENCH_CLIENTS)")
+	flagJobs    = flag.Int("bench.jobs", knobs.Int("BENCH_JOBS", 2), "pgbench -j (env BENCH_JOBS)")
+	flagLow     = flag.Int("bench.clients-low", knobs.Int("BENCH_CLIENTS_LOW", 1), "pgbench -c of the second pass (-j 1 for 1 client), 0 for no second pass (env BENCH_CLIENTS_LOW)")
+	flagScale   = flag.Int("bench.scale", knobs.Int("BENCH_SCALE", 10), "pgbench -i -s (env BENCH_SCALE)")
+	flagWarmup  = flag.Int("bench.warmup", knobs.Int("BENCH_WARMUP", 3), "seconds of one unreported warm-up round per configuration, 0 for none (env BENCH_WARMUP)")
+	flagPerf    = flag.Bool("bench.perf", knobs.Int("BENCH_PERF", 1) != 0, "attach perf stat to one node of each kind in the main pass's last round of each configuration (env BENCH_PERF=0: not)")
+	flagDoc     = flag.Bool("bench.doc", knobs.Int("BENCH_WRITE_DOC", 1) != 0, "rewrite the bench-e2e section of docs/performance.md (env BENCH_WRITE_DOC=0: leave it)")
 )
 
-// envErrs are the environment variables that did not parse; TestBenchE2E
-// fails on them (a flag default cannot).
-var envErrs []error
-
-func envInt(name string, def int) int {
-	v := strings.TrimSpace(os.Getenv(name))
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		envErrs = append(envErrs, fmt.Errorf("%s=%q is not an integer", name, v))
-		return def
-	}
-	return n
-}
+var knobs harness.Knobs // the flags' defaults from BENCH_* (TestBench* fails on a bad one)
 
 type params struct {
 	rounds, seconds, clients, jobs, scale, warmup int
@@ -183,7 +168,7 @@ func TestBenchE2E(t *testing.T) {
 	}
 	p := params{rounds: *flagRounds, seconds: *flagSeconds, clients: *flagClients, jobs: *flagJobs,
 		clientsLow: *flagLow, scale: *flagScale, warmup: *flagWarmup, perf: *flagPerf, writeDoc: *flagDoc}
-	if err := errors.Join(append(slices.Clone(envErrs), p.validate())...); err != nil {
+	if err := errors.Join(knobs.Err(), p.validate()); err != nil {
 		t.Fatal(err)
 	}
 	b := setup(t, p)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"os"
 	"os/exec"
 	"regexp"
 	"runtime"
@@ -30,35 +29,22 @@ import (
 
 var (
 	flagRun        = flag.Bool("bench.fleet", false, "run the fleet benchmark (make bench-fleet); without it TestBenchFleet skips")
-	flagTimelines  = flag.Int("bench.timelines", envInt("BENCH_TIMELINES", 1000), "timelines placed through etcd before the load (env BENCH_TIMELINES)")
-	flagSKs        = flag.Int("bench.safekeepers", envInt("BENCH_SAFEKEEPERS", 3), "safekeepers registered in etcd (env BENCH_SAFEKEEPERS)")
-	flagZones      = flag.Int("bench.zones", envInt("BENCH_ZONES", 3), "zones they are spread over (env BENCH_ZONES)")
-	flagLeaseTTL   = flag.Int("bench.lease-ttl", envInt("BENCH_LEASE_TTL", 10), "the safekeepers' --etcd-lease-ttl in seconds (env BENCH_LEASE_TTL)")
-	flagRounds     = flag.Int("bench.rounds", envInt("BENCH_ROUNDS", 6), "cycles of the three configurations (env BENCH_ROUNDS)")
-	flagSeconds    = flag.Int("bench.seconds", envInt("BENCH_SECONDS", 20), "pgbench -T of each round (env BENCH_SECONDS)")
-	flagClients    = flag.Int("bench.clients", envInt("BENCH_CLIENTS", 8), "pgbench -c of the static and etcd rounds (env BENCH_CLIENTS)")
-	flagClientsLow = flag.Int("bench.clients-low", envInt("BENCH_CLIENTS_LOW", 1), "pgbench -c of the etcd-low rounds (env BENCH_CLIENTS_LOW)")
-	flagJobs       = flag.Int("bench.jobs", envInt("BENCH_JOBS", 2), "pgbench -j, at most the clients of a round (env BENCH_JOBS)")
-	flagScale      = flag.Int("bench.scale", envInt("BENCH_SCALE", 10), "pgbench -i -s (env BENCH_SCALE)")
-	flagIdle       = flag.Int("bench.idle", envInt("BENCH_IDLE", 20), "seconds of the idle window measured before the rounds (env BENCH_IDLE)")
-	flagWarmup     = flag.Int("bench.warmup", envInt("BENCH_WARMUP", 5), "seconds of one unreported round per configuration, 0 for none (env BENCH_WARMUP)")
-	flagDoc        = flag.Bool("bench.doc", envInt("BENCH_WRITE_DOC", 1) != 0, "rewrite the bench-fleet section of docs/performance.md (env BENCH_WRITE_DOC=0: leave it)")
+	flagTimelines  = flag.Int("bench.timelines", knobs.Int("BENCH_TIMELINES", 1000), "timelines placed through etcd before the load (env BENCH_TIMELINES)")
+	flagSKs        = flag.Int("bench.safekeepers", knobs.Int("BENCH_SAFEKEEPERS", 3), "safekeepers registered in etcd (env BENCH_SAFEKEEPERS)")
+	flagZones      = flag.Int("bench.zones", knobs.Int("BENCH_ZONES", 3), "zones they are spread over (env BENCH_ZONES)")
+	flagLeaseTTL   = flag.Int("bench.lease-ttl", knobs.Int("BENCH_LEASE_TTL", 10), "the safekeepers' --etcd-lease-ttl in seconds (env BENCH_LEASE_TTL)")
+	flagRounds     = flag.Int("bench.rounds", knobs.Int("BENCH_ROUNDS", 6), "cycles of the three configurations (env BENCH_ROUNDS)")
+	flagSeconds    = flag.Int("bench.seconds", knobs.Int("BENCH_SECONDS", 20), "pgbench -T of each round (env BENCH_SECONDS)")
+	flagClients    = flag.Int("bench.clients", knobs.Int("BENCH_CLIENTS", 8), "pgbench -c of the static and etcd rounds (env BENCH_CLIENTS)")
+	flagClientsLow = flag.Int("bench.clients-low", knobs.Int("BENCH_CLIENTS_LOW", 1), "pgbench -c of the etcd-low rounds (env BENCH_CLIENTS_LOW)")
+	flagJobs       = flag.Int("bench.jobs", knobs.Int("BENCH_JOBS", 2), "pgbench -j, at most the clients of a round (env BENCH_JOBS)")
+	flagScale      = flag.Int("bench.scale", knobs.Int("BENCH_SCALE", 10), "pgbench -i -s (env BENCH_SCALE)")
+	flagIdle       = flag.Int("bench.idle", knobs.Int("BENCH_IDLE", 20), "seconds of the idle window measured before the rounds (env BENCH_IDLE)")
+	flagWarmup     = flag.Int("bench.warmup", knobs.Int("BENCH_WARMUP", 5), "seconds of one unreported round per configuration, 0 for none (env BENCH_WARMUP)")
+	flagDoc        = flag.Bool("bench.doc", knobs.Int("BENCH_WRITE_DOC", 1) != 0, "rewrite the bench-fleet section of docs/performance.md (env BENCH_WRITE_DOC=0: leave it)")
 )
 
-var envErrs []error
-
-func envInt(name string, def int) int {
-	v := strings.TrimSpace(os.Getenv(name))
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		envErrs = append(envErrs, fmt.Errorf("%s=%q is not an integer", name, v))
-		return def
-	}
-	return n
-}
+var knobs harness.Knobs // the flags' defaults from BENCH_* (TestBench* fails on a bad one)
 
 type params struct {
 	timelines, sks, zones, leaseTTL, rounds, seconds, clients, clientsLow, jobs, scale, idle, warmup int
@@ -149,7 +135,7 @@ func TestBenchFleet(t *testing.T) {
 	p := params{timelines: *flagTimelines, sks: *flagSKs, zones: *flagZones, leaseTTL: *flagLeaseTTL, rounds: *flagRounds,
 		seconds: *flagSeconds, clients: *flagClients, clientsLow: *flagClientsLow, jobs: *flagJobs, scale: *flagScale,
 		idle: *flagIdle, warmup: *flagWarmup, writeDoc: *flagDoc}
-	if err := errors.Join(append(slices.Clone(envErrs), p.validate())...); err != nil {
+	if err := errors.Join(knobs.Err(), p.validate()); err != nil {
 		t.Fatal(err)
 	}
 	b := &bench{t: t, p: p, started: time.Now(), zoneSpan: map[int]int{}, held: map[uint64]int{}}
