@@ -110,19 +110,20 @@ bench-archive: build
 	SAFEKEEPER_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/bench/archive -run '^TestBenchArchive$$' -count=1 -timeout 0 -v -args -bench.archive
 
 # The fleet in etcd (test/bench/fleet TestBenchFleet): one etcd member,
-# BENCH_SAFEKEEPERS (3) safekeepers in BENCH_ZONES (3) zones registered
+# BENCH_SAFEKEEPERS (6) safekeepers in BENCH_ZONES (3) zones registered
 # with --etcd-lease-ttl BENCH_LEASE_TTL (10), BENCH_TIMELINES (1000)
 # timelines placed through etcd (in-process: Place, then CreateTimeline on
-# the members), then a primary under pgbench through a proposer, rounds
-# alternating static (--safekeepers), etcd (--etcd-endpoints) and etcd-low
-# (the same at BENCH_CLIENTS_LOW clients): etcd's writes, Raft proposals
-# and lease keepalives per second from its /metrics (and in an idle window
-# of BENCH_IDLE s), TPS etcd/static (median of per-cycle ratios). Knobs:
-# BENCH_ROUNDS (6 cycles), BENCH_SECONDS (20), BENCH_CLIENTS (8),
-# BENCH_CLIENTS_LOW (1), BENCH_JOBS (2), BENCH_SCALE (10), BENCH_IDLE (20),
-# BENCH_WARMUP (5 s per configuration, 0: none). Writes docs/performance.md's
+# the members), then two primaries under pgbench at once, each through a
+# proposer to three safekeepers of its own: one proposer with
+# --etcd-endpoints, the other with --safekeepers, swapped each cycle; then
+# etcd-low (one primary through etcd at BENCH_CLIENTS_LOW clients): etcd's
+# writes, Raft proposals and lease keepalives per second from its /metrics
+# (and in an idle window of BENCH_IDLE s), TPS etcd/static side by side.
+# Knobs: BENCH_ROUNDS (8 cycles, even), BENCH_SECONDS (20), BENCH_CLIENTS
+# (4 per primary), BENCH_CLIENTS_LOW (1), BENCH_JOBS (2), BENCH_SCALE (10),
+# BENCH_IDLE (20), BENCH_WARMUP (5 s, 0: none). Writes docs/performance.md's
 # bench-fleet section unless BENCH_WRITE_DOC=0. About 9 minutes; short:
-# BENCH_TIMELINES=50 BENCH_ROUNDS=1 BENCH_SECONDS=5 BENCH_IDLE=5 BENCH_WARMUP=0.
+# BENCH_TIMELINES=50 BENCH_ROUNDS=2 BENCH_SECONDS=5 BENCH_IDLE=5 BENCH_WARMUP=0.
 .PHONY: bench-fleet
 bench-fleet: build
 	SAFEKEEPER_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/bench/fleet -run '^TestBenchFleet$$' -count=1 -timeout 0 -v -args -bench.fleet

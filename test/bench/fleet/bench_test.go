@@ -30,17 +30,17 @@ import (
 var (
 	flagRun        = flag.Bool("bench.fleet", false, "run the fleet benchmark (make bench-fleet); without it TestBenchFleet skips")
 	flagTimelines  = flag.Int("bench.timelines", knobs.Int("BENCH_TIMELINES", 1000), "timelines placed through etcd before the load (env BENCH_TIMELINES)")
-	flagSKs        = flag.Int("bench.safekeepers", knobs.Int("BENCH_SAFEKEEPERS", 3), "safekeepers registered in etcd (env BENCH_SAFEKEEPERS)")
+	flagSKs        = flag.Int("bench.safekeepers", knobs.Int("BENCH_SAFEKEEPERS", 6), "safekeepers registered in etcd, at least 6: each primary has three of its own (env BENCH_SAFEKEEPERS)")
 	flagZones      = flag.Int("bench.zones", knobs.Int("BENCH_ZONES", 3), "zones they are spread over (env BENCH_ZONES)")
 	flagLeaseTTL   = flag.Int("bench.lease-ttl", knobs.Int("BENCH_LEASE_TTL", 10), "the safekeepers' --etcd-lease-ttl in seconds (env BENCH_LEASE_TTL)")
-	flagRounds     = flag.Int("bench.rounds", knobs.Int("BENCH_ROUNDS", 6), "cycles of the three configurations (env BENCH_ROUNDS)")
+	flagRounds     = flag.Int("bench.rounds", knobs.Int("BENCH_ROUNDS", 8), "cycles, an even number: a paired round and an etcd-low round each (env BENCH_ROUNDS)")
 	flagSeconds    = flag.Int("bench.seconds", knobs.Int("BENCH_SECONDS", 20), "pgbench -T of each round (env BENCH_SECONDS)")
-	flagClients    = flag.Int("bench.clients", knobs.Int("BENCH_CLIENTS", 8), "pgbench -c of the static and etcd rounds (env BENCH_CLIENTS)")
+	flagClients    = flag.Int("bench.clients", knobs.Int("BENCH_CLIENTS", 4), "pgbench -c on each primary in the paired rounds (env BENCH_CLIENTS)")
 	flagClientsLow = flag.Int("bench.clients-low", knobs.Int("BENCH_CLIENTS_LOW", 1), "pgbench -c of the etcd-low rounds (env BENCH_CLIENTS_LOW)")
 	flagJobs       = flag.Int("bench.jobs", knobs.Int("BENCH_JOBS", 2), "pgbench -j, at most the clients of a round (env BENCH_JOBS)")
 	flagScale      = flag.Int("bench.scale", knobs.Int("BENCH_SCALE", 10), "pgbench -i -s (env BENCH_SCALE)")
 	flagIdle       = flag.Int("bench.idle", knobs.Int("BENCH_IDLE", 20), "seconds of the idle window measured before the rounds (env BENCH_IDLE)")
-	flagWarmup     = flag.Int("bench.warmup", knobs.Int("BENCH_WARMUP", 5), "seconds of one unreported round per configuration, 0 for none (env BENCH_WARMUP)")
+	flagWarmup     = flag.Int("bench.warmup", knobs.Int("BENCH_WARMUP", 5), "seconds of one unreported paired round, 0 for none (env BENCH_WARMUP)")
 	flagDoc        = flag.Bool("bench.doc", knobs.Int("BENCH_WRITE_DOC", 1) != 0, "rewrite the bench-fleet section of docs/performance.md (env BENCH_WRITE_DOC=0: leave it)")
 )
 
@@ -56,12 +56,15 @@ func (p params) validate() error {
 	for _, c := range []struct {
 		name   string
 		v, min int
-	}{{"BENCH_TIMELINES", p.timelines, 0}, {"BENCH_SAFEKEEPERS", p.sks, 3}, {"BENCH_ZONES", p.zones, 1}, {"BENCH_LEASE_TTL", p.leaseTTL, 2},
+	}{{"BENCH_TIMELINES", p.timelines, 0}, {"BENCH_SAFEKEEPERS", p.sks, 6}, {"BENCH_ZONES", p.zones, 1}, {"BENCH_LEASE_TTL", p.leaseTTL, 2},
 		{"BENCH_ROUNDS", p.rounds, 1}, {"BENCH_SECONDS", p.seconds, 1}, {"BENCH_CLIENTS", p.clients, 1}, {"BENCH_CLIENTS_LOW", p.clientsLow, 1},
 		{"BENCH_JOBS", p.jobs, 1}, {"BENCH_SCALE", p.scale, 1}, {"BENCH_IDLE", p.idle, 1}, {"BENCH_WARMUP", p.warmup, 0}} {
 		if c.v < c.min {
 			errs = append(errs, fmt.Errorf("%s = %d, want at least %d", c.name, c.v, c.min))
 		}
+	}
+	if p.rounds%2 != 0 {
+		errs = append(errs, fmt.Errorf("BENCH_ROUNDS = %d, want an even number (each primary runs etcd as often as static)", p.rounds))
 	}
 	return errors.Join(errs...)
 }
@@ -83,10 +86,18 @@ const (
 
 var configs = []string{cfgStatic, cfgEtcd, cfgEtcdLow}
 
-var (
-	tenantID = proto.ID{0xf1, 0xee, 0x7b}
-	loadTL   = proto.ID{0xf1, 0xee, 0x7b, 0xff}
-)
+var tenantID = proto.ID{0xf1, 0xee, 0x7b}
+
+// primary is one of the two primaries under load, its timeline and that
+// timeline's members: three safekeepers of its own, so that neither
+// primary's commits wait on the other's fsyncs.
+type primary struct {
+	name    string // A or B
+	pg      *pgtest.Cluster
+	tl      proto.ID
+	members []uint64
+	addrs   []string // the members' addresses, as etcd resolves them
+}
 
 // benchSystemID is the system id of the timelines no primary writes to.
 const benchSystemID = 7312345678901234567
@@ -96,11 +107,10 @@ type bench struct {
 	p       params
 	started time.Time
 
-	etcd  *etcdtest.Server
-	ec    *fleet.Client
-	sks   []*harness.Safekeeper
-	pg    *pgtest.Cluster
-	addrs []string // the load timeline's members
+	etcd *etcdtest.Server
+	ec   *fleet.Client
+	sks  []*harness.Safekeeper
+	pri  [2]*primary
 
 	placeTook time.Duration
 	placed    int
@@ -115,7 +125,8 @@ type bench struct {
 // round is one measured window: a pgbench round, or the idle window.
 type round struct {
 	cfg     string
-	cycle   int // 1..rounds; 0: warm-up or idle
+	primary string // A or B; "" in the idle window
+	cycle   int    // 1..rounds; 0: warm-up or idle
 	clients int
 	secs    float64 // wall time between the two metric reads
 	tps     float64
@@ -139,8 +150,8 @@ func TestBenchFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := &bench{t: t, p: p, started: time.Now(), zoneSpan: map[int]int{}, held: map[uint64]int{}}
-	// About 30 s to start, 20 ms per timeline placed, 4 s around each round.
-	est := 30 + float64(p.timelines)*0.02 + float64(p.idle+10) + float64(3*(p.rounds*(p.seconds+4)+p.warmup+4))
+	// About 40 s to start, 20 ms per timeline placed, 6 s around each round.
+	est := 40 + float64(p.timelines)*0.02 + float64(p.idle+10) + float64(2*(p.rounds*(p.seconds+6)+p.warmup+6))
 	b.say("%s: about %.0f minutes", p.command(), math.Ceil(est/60))
 	b.setup()
 	b.placeTimelines()
@@ -177,15 +188,19 @@ func (b *bench) setup() {
 		}
 		return err == nil && live == b.p.sks
 	})
-	b.pg = pgtest.Start(t, pgtest.Options{Conf: []string{"wal_sender_timeout = '60s'",
-		"max_wal_size = '8GB'", "checkpoint_timeout = '30min'"}, TCP: true})
+	for i, name := range []string{"A", "B"} {
+		pr := &primary{name: name, tl: proto.ID{0xf1, 0xee, 0x7b, 0xff, byte(i)}, members: []uint64{uint64(3*i + 1), uint64(3*i + 2), uint64(3*i + 3)}}
+		pr.pg = pgtest.Start(t, pgtest.Options{Conf: []string{"wal_sender_timeout = '60s'",
+			"max_wal_size = '8GB'", "checkpoint_timeout = '30min'"}, TCP: true})
+		b.pri[i] = pr
+		b.pgbench(pr, "-i", "-s", strconv.Itoa(b.p.scale), "-q")
+		// From now on every commit waits for the proposer.
+		pr.pg.Exec(t, "ALTER SYSTEM SET synchronous_standby_names = 'proposer'")
+		pr.pg.Exec(t, "SELECT pg_reload_conf()")
+	}
 	b.machine = fmt.Sprintf("%d CPUs (nproc), %s, %.1f GiB memory; PostgreSQL %s, etcd %s (one member), %s",
-		runtime.NumCPU(), harness.CPUModel(), float64(harness.MemTotal())/(1<<30), b.pg.Exec(t, "SHOW server_version"), etcdVersion(), runtime.Version())
-	b.say("etcd at %s, %d safekeepers in %d zones, primary in %s", eps, b.p.sks, b.p.zones, b.pg.Dir)
-	b.pgbench("-i", "-s", strconv.Itoa(b.p.scale), "-q")
-	// From now on every commit waits for the proposer.
-	b.pg.Exec(t, "ALTER SYSTEM SET synchronous_standby_names = 'proposer'")
-	b.pg.Exec(t, "SELECT pg_reload_conf()")
+		runtime.NumCPU(), harness.CPUModel(), float64(harness.MemTotal())/(1<<30), b.pri[0].pg.Exec(t, "SHOW server_version"), etcdVersion(), runtime.Version())
+	b.say("etcd at %s, %d safekeepers in %d zones, primaries in %s and %s", eps, b.p.sks, b.p.zones, b.pri[0].pg.Dir, b.pri[1].pg.Dir)
 }
 
 func etcdVersion() string {
@@ -201,14 +216,24 @@ func etcdVersion() string {
 	return strings.TrimSpace(strings.TrimPrefix(first, "etcd Version:"))
 }
 
-func (b *bench) pgbench(args ...string) string {
-	return b.pg.Run(b.t, "pgbench", append(append([]string{"-h", b.pg.SocketDir, "-p", strconv.Itoa(b.pg.Port), "-U", "postgres"}, args...), "postgres")...)
+func (b *bench) pgbench(pr *primary, args ...string) string {
+	return pr.pg.Run(b.t, "pgbench", pgbenchArgs(pr, args...)...)
+}
+
+func pgbenchArgs(pr *primary, args ...string) []string {
+	return append(append([]string{"-h", pr.pg.SocketDir, "-p", strconv.Itoa(pr.pg.Port), "-U", "postgres"}, args...), "postgres")
 }
 
 // place places one timeline and creates it on its members, as timeline
-// create --etcd-endpoints does.
-func (b *bench) place(ctx context.Context, tl proto.ID, cc proposer.CreateConfig) (fleet.Placement, error) {
-	p, err := b.ec.Place(ctx, tenantID, tl, fleet.DefaultReplicas)
+// create --etcd-endpoints does (with members: --members).
+func (b *bench) place(ctx context.Context, tl proto.ID, cc proposer.CreateConfig, members ...uint64) (fleet.Placement, error) {
+	var p fleet.Placement
+	var err error
+	if members == nil {
+		p, err = b.ec.Place(ctx, tenantID, tl, fleet.DefaultReplicas)
+	} else {
+		p, err = b.ec.Assign(ctx, tenantID, tl, members)
+	}
 	if err != nil {
 		return p, fmt.Errorf("place %s: %w", tl, err)
 	}
@@ -281,17 +306,19 @@ func (b *bench) placeTimelines() {
 		b.placeOps["proposals"]/float64(max(b.placed, 1)), b.placeOps["puts"]/float64(max(b.placed, 1)), b.placeOps["ranges"]/float64(max(b.placed, 1)))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := b.place(ctx, loadTL, proposer.CreateConfig{Upstream: b.pg.TCPConnString()}); err != nil {
-		t.Fatal(err)
+	for _, pr := range b.pri {
+		if _, err := b.place(ctx, pr.tl, proposer.CreateConfig{Upstream: pr.pg.TCPConnString()}, pr.members...); err != nil {
+			t.Fatal(err)
+		}
+		r, err := b.ec.Resolve(ctx, tenantID, pr.tl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pr.addrs, err = r.Addrs(); err != nil {
+			t.Fatal(err)
+		}
+		b.say("primary %s: timeline %s/%s on %s", pr.name, tenantID, pr.tl, r.Config)
 	}
-	r, err := b.ec.Resolve(ctx, tenantID, loadTL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.addrs, err = r.Addrs(); err != nil {
-		t.Fatal(err)
-	}
-	b.say("load timeline %s/%s on %s", tenantID, loadTL, r.Config)
 }
 
 // metricNames are the series read from etcd's /metrics, by label.
@@ -366,14 +393,14 @@ func rates(before, after map[string]float64, secs float64) map[string]float64 {
 	return out
 }
 
-// proposerArgs are the proposer's flags in configuration c.
-func (b *bench) proposerArgs(c string) []string {
+// proposerArgs are the flags of pr's proposer in configuration c.
+func (b *bench) proposerArgs(pr *primary, c string) []string {
 	// Over TCP: the client backends on the unix socket are pgbench's
 	// (WaitNoLocalClients).
-	args := []string{"propose", "--upstream", b.pg.TCPConnString(), "--tenant-id", tenantID.String(), "--timeline-id", loadTL.String(),
+	args := []string{"propose", "--upstream", pr.pg.TCPConnString(), "--tenant-id", tenantID.String(), "--timeline-id", pr.tl.String(),
 		"--slot", "proposer", "--application-name", "proposer", "--proposer-lease", "0"}
 	if c == cfgStatic {
-		return append(args, "--safekeepers", strings.Join(b.addrs, ","))
+		return append(args, "--safekeepers", strings.Join(pr.addrs, ","))
 	}
 	return append(args, "--etcd-endpoints", strings.Join(b.etcd.Endpoints(), ","))
 }
@@ -383,9 +410,13 @@ const settle = 3 * time.Second
 
 func (b *bench) load() {
 	t := b.t
-	// The idle window: the proposer (etcd) running, no pgbench.
-	prop := harness.StartProcess(t, "proposer-idle", b.proposerArgs(cfgEtcd)...)
-	harness.WaitSyncStandby(t, b.pg, prop, "proposer", 90*time.Second)
+	// The idle window: both proposers (etcd) running, no pgbench.
+	var props []*harness.Process
+	for _, pr := range b.pri {
+		prop := harness.StartProcess(t, "proposer-idle-"+pr.name, b.proposerArgs(pr, cfgEtcd)...)
+		harness.WaitSyncStandby(t, pr.pg, prop, "proposer", 90*time.Second)
+		props = append(props, prop)
+	}
 	time.Sleep(settle)
 	before, from := b.metrics(), time.Now()
 	time.Sleep(time.Duration(b.p.idle) * time.Second)
@@ -393,21 +424,28 @@ func (b *bench) load() {
 	idle := round{cfg: cfgIdle, secs: secs, rates: rates(before, b.metrics(), secs)}
 	b.sayRound(idle)
 	b.rounds = append(b.rounds, idle)
-	b.stopProposer(prop)
+	for _, prop := range props {
+		b.stopProposer(prop)
+	}
 	if b.p.warmup > 0 {
-		for _, c := range configs {
-			b.sayRound(b.round(c, 0, b.p.warmup))
+		for _, r := range b.pairRound(0, b.p.warmup) {
+			b.sayRound(r)
 		}
 	}
 	for cycle := 1; cycle <= b.p.rounds; cycle++ {
-		k := (cycle - 1) % len(configs)
-		for _, c := range append(slices.Clone(configs[k:]), configs[:k]...) {
-			r := b.round(c, cycle, b.p.seconds)
+		for _, r := range b.pairRound(cycle, b.p.seconds) {
 			b.sayRound(r)
 			b.rounds = append(b.rounds, r)
 		}
+		r := b.lowRound(b.pri[cycle%2], cycle, b.p.seconds)
+		b.sayRound(r)
+		b.rounds = append(b.rounds, r)
 	}
 }
+
+// etcdPrimary is the primary whose proposer finds its safekeepers through
+// etcd in cycle's paired round: A in odd cycles, B in even ones.
+func (b *bench) etcdPrimary(cycle int) int { return 1 - cycle%2 }
 
 func (b *bench) stopProposer(p *harness.Process) {
 	if err := p.Stop(60 * time.Second); err != nil {
@@ -420,16 +458,18 @@ var (
 	txnsRe = regexp.MustCompile(`number of transactions actually processed: ([0-9]+)`)
 )
 
-// ticks is the CPU time so far of the proposer and of all the servers
-// (the primary's process tree, the proposer, the safekeepers).
-func (b *bench) ticks(pgPID int, prop *harness.Process) (propTicks, all uint64) {
+// ticks is the CPU time so far of pr's proposer and of all pr's servers
+// (its primary's process tree, the proposer, its members).
+func (b *bench) ticks(pr *primary, pgPID int, prop *harness.Process) (propTicks, all uint64) {
 	pt, err := harness.ReadProcs()
 	if err != nil {
 		b.t.Fatal(err)
 	}
 	pids := []int{prop.PID(), pgPID}
 	for _, sk := range b.sks {
-		pids = append(pids, sk.PID())
+		if slices.Contains(pr.members, sk.ID) {
+			pids = append(pids, sk.PID())
+		}
 	}
 	for i, pid := range pids {
 		n, err := pt.TreeTicks(pid)
@@ -453,41 +493,96 @@ func cpuPerTxn(ticks uint64, r round) float64 {
 	return float64(ticks) * 1e6 / float64(hz) / float64(r.txns)
 }
 
-// round runs one pgbench round under configuration c with a fresh proposer.
-func (b *bench) round(c string, cycle, secs int) round {
+// run is one primary's part of a round.
+type run struct {
+	pr      *primary
+	cfg     string
+	clients int
+	prop    *harness.Process
+	pgPID   int
+	prop0   uint64
+	all0    uint64
+	out     []byte
+	err     error
+}
+
+// measure runs pgbench on every primary of runs at once, each with its
+// proposer in its configuration started fresh: the rounds of one window.
+func (b *bench) measure(cycle, secs int, runs []*run) []round {
 	t := b.t
-	prop := harness.StartProcess(t, fmt.Sprintf("proposer-%s-%d", c, cycle), b.proposerArgs(c)...)
-	defer b.stopProposer(prop)
-	harness.WaitSyncStandby(t, b.pg, prop, "proposer", 90*time.Second)
-	b.pg.Exec(t, "TRUNCATE pgbench_history")
-	b.pg.Exec(t, "CHECKPOINT")
+	for _, r := range runs {
+		r.prop = harness.StartProcess(t, fmt.Sprintf("proposer-%s-%s-%d", r.pr.name, r.cfg, cycle), b.proposerArgs(r.pr, r.cfg)...)
+		defer b.stopProposer(r.prop)
+	}
+	for _, r := range runs {
+		harness.WaitSyncStandby(t, r.pr.pg, r.prop, "proposer", 90*time.Second)
+		r.pr.pg.Exec(t, "TRUNCATE pgbench_history")
+		r.pr.pg.Exec(t, "CHECKPOINT")
+		var err error
+		if r.pgPID, err = r.pr.pg.Pid(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	time.Sleep(settle)
-	clients := b.p.clients
-	if c == cfgEtcdLow {
-		clients = b.p.clientsLow
+	for _, r := range runs {
+		r.prop0, r.all0 = b.ticks(r.pr, r.pgPID, r.prop)
 	}
-	pgPID, err := b.pg.Pid()
-	if err != nil {
-		t.Fatal(err)
-	}
-	prop0, all0 := b.ticks(pgPID, prop)
 	before, from := b.metrics(), time.Now()
-	out := b.pgbench("-n", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(b.p.jobs, clients)), "-T", strconv.Itoa(secs))
-	elapsed := time.Since(from).Seconds()
-	r := round{cfg: c, cycle: cycle, clients: clients, secs: elapsed, rates: rates(before, b.metrics(), elapsed)}
-	// pgbench's backends reaped, their CPU time is the postmaster's.
-	harness.WaitNoLocalClients(t, pgPID, 30*time.Second)
-	prop1, all1 := b.ticks(pgPID, prop)
-	r.propTicks, r.allTicks = prop1-prop0, all1-all0
-	m := tpsRe.FindStringSubmatch(out)
-	n := txnsRe.FindStringSubmatch(out)
-	if m == nil || n == nil {
-		t.Fatalf("%s round %d: no tps or transactions in pgbench's output:\n%s", c, cycle, out)
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs)*time.Second+2*time.Minute)
+			defer cancel()
+			r.out, r.err = r.pr.pg.Cmd(ctx, "pgbench", pgbenchArgs(r.pr, "-n", "-c", strconv.Itoa(r.clients),
+				"-j", strconv.Itoa(min(b.p.jobs, r.clients)), "-T", strconv.Itoa(secs))...).CombinedOutput()
+		}()
 	}
-	r.tps, _ = strconv.ParseFloat(m[1], 64)
-	r.txns, _ = strconv.ParseInt(n[1], 10, 64)
-	prop.CheckRunning()
-	return r
+	wg.Wait()
+	elapsed := time.Since(from).Seconds()
+	windowRates := rates(before, b.metrics(), elapsed)
+	var out []round
+	for _, r := range runs {
+		if r.err != nil {
+			t.Fatalf("primary %s, %s round %d: pgbench: %v\n%s", r.pr.name, r.cfg, cycle, r.err, r.out)
+		}
+		// pgbench's backends reaped, their CPU time is the postmaster's.
+		harness.WaitNoLocalClients(t, r.pgPID, 30*time.Second)
+		prop1, all1 := b.ticks(r.pr, r.pgPID, r.prop)
+		rd := round{cfg: r.cfg, primary: r.pr.name, cycle: cycle, clients: r.clients, secs: elapsed, rates: windowRates,
+			propTicks: prop1 - r.prop0, allTicks: all1 - r.all0}
+		m := tpsRe.FindSubmatch(r.out)
+		n := txnsRe.FindSubmatch(r.out)
+		if m == nil || n == nil {
+			t.Fatalf("primary %s, %s round %d: no tps or transactions in pgbench's output:\n%s", r.pr.name, r.cfg, cycle, r.out)
+		}
+		rd.tps, _ = strconv.ParseFloat(string(m[1]), 64)
+		rd.txns, _ = strconv.ParseInt(string(n[1]), 10, 64)
+		r.prop.CheckRunning()
+		out = append(out, rd)
+	}
+	return out
+}
+
+// pairRound runs both primaries at once, one proposer through etcd, the
+// other with static addresses (etcdPrimary says which).
+func (b *bench) pairRound(cycle, secs int) []round {
+	e := b.etcdPrimary(cycle)
+	runs := make([]*run, 2)
+	for i, pr := range b.pri {
+		runs[i] = &run{pr: pr, cfg: cfgStatic, clients: b.p.clients}
+		if i == e {
+			runs[i].cfg = cfgEtcd
+		}
+	}
+	return b.measure(cycle, secs, runs)
+}
+
+// lowRound runs pr alone through etcd at BENCH_CLIENTS_LOW clients: a
+// second commit rate for etcd's writes.
+func (b *bench) lowRound(pr *primary, cycle, secs int) round {
+	return b.measure(cycle, secs, []*run{{pr: pr, cfg: cfgEtcdLow, clients: b.p.clientsLow}})[0]
 }
 
 func (b *bench) sayRound(r round) {
@@ -502,7 +597,7 @@ func (b *bench) sayRound(r round) {
 	for _, m := range metricNames {
 		parts = append(parts, fmt.Sprintf("%s %.2f", m.label, r.rates[m.label]))
 	}
-	b.say("%-10s %-8s -c %d  tps %7.1f  proposer %s µs/txn, servers %s µs/txn  etcd per second: %s", label, r.cfg, r.clients, r.tps,
+	b.say("%-10s %-1s %-8s -c %d  tps %7.1f  proposer %s µs/txn, servers %s µs/txn  etcd per second: %s", label, r.primary, r.cfg, r.clients, r.tps,
 		fnum(cpuPerTxn(r.propTicks, r), 0), fnum(cpuPerTxn(r.allTicks, r), 0), strings.Join(parts, ", "))
 }
 
@@ -533,7 +628,8 @@ func (b *bench) figure(c string, f func(round) float64) float64 {
 // tpsRatios are etcd's TPS over static's, cycle by cycle.
 func (b *bench) tpsRatios() []float64 { return b.ratios(func(r round) float64 { return r.tps }) }
 
-// ratios are etcd's figure over static's, cycle by cycle.
+// ratios are etcd's figure over static's in each cycle's paired round
+// (both primaries under load at once), cycle by cycle.
 func (b *bench) ratios(f func(round) float64) []float64 {
 	by := map[int]map[string]float64{}
 	for _, r := range b.rounds {
@@ -553,6 +649,18 @@ func (b *bench) ratios(f func(round) float64) []float64 {
 		}
 	}
 	return xs
+}
+
+// pairs are the geometric means of the ratios of cycles 2k-1 and 2k.
+// Primary A ran through etcd in one and B in the other, so whatever makes
+// one primary faster than the other (where its files landed, its
+// safekeepers) cancels: (Ae/Bs · Be/As)^½.
+func pairs(xs []float64) []float64 {
+	var out []float64
+	for i := 0; i+1 < len(xs); i += 2 {
+		out = append(out, math.Sqrt(xs[i]*xs[i+1]))
+	}
+	return out
 }
 
 func fnum(x float64, prec int) string {
@@ -595,7 +703,7 @@ func (b *bench) results() string {
 		clients := "0"
 		switch c {
 		case cfgStatic, cfgEtcd:
-			clients = strconv.Itoa(b.p.clients)
+			clients = fmt.Sprintf("%d + %d", b.p.clients, b.p.clients)
 		case cfgEtcdLow:
 			clients = strconv.Itoa(b.p.clientsLow)
 		}
@@ -606,9 +714,9 @@ func (b *bench) results() string {
 		sb.WriteString(mdRow(row...))
 	}
 	ratios := b.tpsRatios()
-	ratio := median(ratios)
-	fmt.Fprintf(&sb, "\n**TPS, the proposer finding its safekeepers through etcd against static addresses** (pgbench -c %d -j %d, %d s rounds): etcd/static %s, the median of the per-cycle ratios %s. Goal ≥ 0.98×: %s.\n\n",
-		b.p.clients, min(b.p.jobs, b.p.clients), b.p.seconds, fnum(ratio, 3), list(ratios, 3), verdict(ratio >= 0.98))
+	ratio := median(pairs(ratios))
+	fmt.Fprintf(&sb, "\n**TPS, the proposer finding its safekeepers through etcd against static addresses**, side by side (two primaries at once, pgbench -c %d -j %d on each, %d s rounds): etcd/static **%s**, the median over pairs of cycles (%s; each the geometric mean of a cycle with A through etcd and one with B); per cycle %s. Goal ≥ 0.98×: %s.\n\n",
+		b.p.clients, min(b.p.jobs, b.p.clients), b.p.seconds, fnum(ratio, 3), list(pairs(ratios), 3), list(ratios, 3), verdict(ratio >= 0.98))
 	propCPU := func(r round) float64 { return cpuPerTxn(r.propTicks, r) }
 	allCPU := func(r round) float64 { return cpuPerTxn(r.allTicks, r) }
 	sb.WriteString(mdRow("configuration", "pgbench -c", "TPS", "proposer CPU µs/txn", "servers' CPU µs/txn"))
@@ -622,21 +730,21 @@ func (b *bench) results() string {
 			fnum(b.figure(c, propCPU), 0), fnum(b.figure(c, allCPU), 0)))
 	}
 	pr, ar := b.ratios(propCPU), b.ratios(allCPU)
-	fmt.Fprintf(&sb, "\nCPU per transaction, etcd/static (medians of the per-cycle ratios; the figure the machine's noise moves least): the proposer %s (%s), the servers %s (%s).\n\n",
-		fnum(median(pr), 3), list(pr, 3), fnum(median(ar), 3), list(ar, 3))
+	fmt.Fprintf(&sb, "\nCPU per transaction, etcd/static (the same pairs of paired rounds; a primary's servers are its postmaster tree, its proposer and its three safekeepers): the proposer %s (pairs %s), the servers %s (pairs %s).\n\n",
+		fnum(median(pairs(pr)), 3), list(pairs(pr), 3), fnum(median(pairs(ar)), 3), list(pairs(ar), 3))
 	hi := max(b.figure(cfgEtcd, writesPerSec), b.figure(cfgEtcdLow, writesPerSec), b.figure(cfgStatic, writesPerSec))
 	fmt.Fprintf(&sb, "**etcd writes under load**: at most %s per second in any configuration (idle %s), at %s and %s TPS. Goal a handful per second, independent of the commit rate: %s.\n\n",
 		fnum(hi, 2), fnum(b.figure(cfgIdle, writesPerSec), 2), fnum(b.figure(cfgEtcdLow, func(r round) float64 { return r.tps }), 0),
 		fnum(b.figure(cfgEtcd, func(r round) float64 { return r.tps }), 0), verdict(hi <= 5))
 	sb.WriteString("Every round:\n\n")
-	head = []string{"cycle", "configuration", "pgbench -c", "seconds", "TPS", "proposer µs/txn", "servers µs/txn", "writes/s"}
+	head = []string{"cycle", "primary", "configuration", "pgbench -c", "seconds", "TPS", "proposer µs/txn", "servers µs/txn", "writes/s"}
 	for _, m := range metricNames {
 		head = append(head, m.label+"/s")
 	}
 	sb.WriteString(mdRow(head...))
 	sb.WriteString("|" + strings.Repeat("---|", len(head)) + "\n")
 	for _, r := range b.rounds {
-		row := []string{strconv.Itoa(r.cycle), r.cfg, strconv.Itoa(r.clients), fnum(r.secs, 1), fnum(r.tps, 1),
+		row := []string{strconv.Itoa(r.cycle), r.primary, r.cfg, strconv.Itoa(r.clients), fnum(r.secs, 1), fnum(r.tps, 1),
 			fnum(cpuPerTxn(r.propTicks, r), 0), fnum(cpuPerTxn(r.allTicks, r), 0), fnum(writesPerSec(r), 2)}
 		for _, m := range metricNames {
 			row = append(row, fnum(r.rates[m.label], 2))
@@ -672,11 +780,11 @@ func (b *bench) report() {
 	fmt.Fprintf(&sb, "Command:\n\n    %s\n\nwhich runs `go test ./test/bench/fleet -run '^TestBenchFleet$' -count=1 -timeout 0 -v -args -bench.fleet` (BENCH_WRITE_DOC=0 leaves this file alone).\n\n", b.p.command())
 	fmt.Fprintf(&sb, "Machine: %s; shared with other work: load average %s at the start, %s at the end.\n\n", b.machine, b.loadStart, harness.LoadAvg())
 	fmt.Fprintf(&sb, "Method (test/bench/fleet/doc.go has it in full): one etcd member; %d safekeepers in %d zones registered with --etcd-lease-ttl %ds; "+
-		"the timelines placed, then a PostgreSQL primary (pgbench scale %d, synchronous_standby_names = 'proposer') whose timeline was placed the same way. "+
-		"Rounds of %d s alternate, the order rotated each cycle, %d cycles after a %d s warm-up round per configuration: static (the proposer with --safekeepers, the members' addresses), "+
-		"etcd (the proposer with --etcd-endpoints only, watching the configuration), etcd-low (the same at pgbench -c %d). Each round starts a fresh proposer, truncates pgbench_history, checkpoints and waits %v. "+
+		"the timelines placed, then two PostgreSQL primaries A and B (pgbench scale %d each, synchronous_standby_names = 'proposer'), each with a timeline on three safekeepers of its own (1, 2, 3 and 4, 5, 6, assigned through etcd). "+
+		"Each of %d cycles (after a %d s warm-up) has two rounds of %d s: a paired round, pgbench on both primaries at once, one proposer with --etcd-endpoints only (watching the configuration), the other with --safekeepers (the members' addresses), A through etcd in odd cycles and B in even ones; "+
+		"then etcd-low, one primary alone through etcd at pgbench -c %d (a second commit rate for etcd's writes). Each round starts fresh proposers, truncates pgbench_history, checkpoints and waits %v. "+
 		"etcd's counters are read from its /metrics before and after each pgbench run and divided by the wall time between; in etcd 3.4 a lease keepalive is no Raft proposal (the leader renews it in memory), so those are counted apart, as lease renewals and as messages on the LeaseKeepAlive streams.\n\n",
-		b.p.sks, b.p.zones, b.p.leaseTTL, b.p.scale, b.p.seconds, b.p.rounds, b.p.warmup, b.p.clientsLow, settle)
+		b.p.sks, b.p.zones, b.p.leaseTTL, b.p.scale, b.p.rounds, b.p.warmup, b.p.seconds, b.p.clientsLow, settle)
 	sb.WriteString(res)
 	path, err := harness.WriteDocSection("docs/performance.md", "bench-fleet", sb.String())
 	if err != nil {
