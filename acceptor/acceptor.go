@@ -69,6 +69,9 @@ func NewState(m *proto.ServerInfo) State {
 		PgVersion:  m.PgVersion,
 		WalSegSize: m.WalSegSize,
 		PgTimeline: m.PgTimeline,
+		// The configuration the timeline is created in (generation 0
+		// when the proposer knows none).
+		Configuration: m.Configuration.Clone(),
 	}
 }
 
@@ -151,12 +154,16 @@ func (a *Acceptor) Info() *proto.SafeKeeperInfo {
 		TruncateLSN:      a.st.TruncateLSN,
 		TimelineStartLSN: a.st.TimelineStartLSN,
 		History:          a.st.History.Upto(a.st.FlushLSN).Clone(),
+		Configuration:    a.st.Configuration.Clone(),
 	}
 }
 
 // ServerInfo handles a proposer's greeting (rule 1): it checks that m matches
 // the timeline and answers with the current state. The timeline itself is
-// created by the caller (see NewState) before the acceptor exists.
+// created by the caller (see NewState) before the acceptor exists. A
+// configuration of a higher generation than the stored one is adopted,
+// durably, before the answer (rule 9); a lower one is answered with the
+// stored configuration, which the proposer adopts.
 func (a *Acceptor) ServerInfo(m *proto.ServerInfo) (*proto.SafeKeeperInfo, error) {
 	if err := a.flushStaged(); err != nil {
 		return nil, err
@@ -164,7 +171,61 @@ func (a *Acceptor) ServerInfo(m *proto.ServerInfo) (*proto.SafeKeeperInfo, error
 	if err := a.CheckServerInfo(m); err != nil {
 		return nil, err
 	}
+	if _, err := a.SetConfiguration(m.Configuration); err != nil {
+		return nil, err
+	}
 	return a.Info(), nil
+}
+
+// Configuration is the timeline's configuration as stored.
+func (a *Acceptor) Configuration() proto.Configuration { return a.st.Configuration.Clone() }
+
+// SetConfiguration adopts c if its generation is above the stored one,
+// durably (rule 9): a safekeeper never goes back to an older generation,
+// and a lower one is ignored (switched false). The same generation with
+// other members is refused (ErrIncompatible in a *ConfigurationError): a
+// generation names one configuration.
+func (a *Acceptor) SetConfiguration(c proto.Configuration) (switched bool, err error) {
+	if err := a.flushStaged(); err != nil {
+		return false, err
+	}
+	if err := c.Validate(); err != nil {
+		return false, fmt.Errorf("%w: configuration: %v", ErrProtocol, err)
+	}
+	cur := a.st.Configuration
+	switch {
+	case c.Generation < cur.Generation && !a.hooks.acceptOlderGeneration:
+		return false, nil
+	case c.Generation == cur.Generation:
+		if !c.Equal(cur) {
+			return false, &ConfigurationError{Err: ErrIncompatible, Configuration: cur.Clone(),
+				Msg: fmt.Sprintf("configuration %s differs from the stored %s of the same generation", c, cur)}
+		}
+		return false, nil
+	}
+	next := a.inmem.Clone()
+	next.Configuration = c.Clone()
+	if err := a.commit(next); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// CheckGeneration reports whether a connection greeted in generation gen
+// may still act on the timeline (rule 9): not when the stored generation is
+// higher (ErrStaleGeneration), nor when this safekeeper is not a member of
+// the stored configuration (ErrNotMember). Both are *ConfigurationError.
+func (a *Acceptor) CheckGeneration(gen uint64) error {
+	cur := &a.st.Configuration
+	switch {
+	case gen < cur.Generation && !a.hooks.acceptOlderGeneration:
+		return &ConfigurationError{Err: ErrStaleGeneration, Configuration: cur.Clone(),
+			Msg: fmt.Sprintf("the connection greeted in generation %d, the timeline is in %s", gen, cur)}
+	case cur.Generation > 0 && !cur.IsMember(a.cfg.NodeID):
+		return &ConfigurationError{Err: ErrNotMember, Configuration: cur.Clone(),
+			Msg: fmt.Sprintf("safekeeper %d is not a member of %s", a.cfg.NodeID, cur)}
+	}
+	return nil
 }
 
 // CheckServerInfo reports whether m describes this timeline: same tenant and

@@ -15,7 +15,7 @@ const segSize = 1 << 20
 const tlStart = proto.LSN(0x1000000)
 
 var testInfo = proto.ServerInfo{
-	ProtocolVersion: 1, PgVersion: 150018, SystemID: 7, PgTimeline: 1, WalSegSize: segSize,
+	ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018, SystemID: 7, PgTimeline: 1, WalSegSize: segSize,
 	TenantID: proto.ID{1}, TimelineID: proto.ID{2},
 }
 

@@ -1,6 +1,10 @@
 package acceptor
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/safekeeper/safekeeper/proto"
+)
 
 // Sentinel errors of the acceptor. Every error the acceptor returns wraps
 // exactly one of them; the server maps each to its SQLSTATE (README_PROTO.md).
@@ -23,7 +27,33 @@ var (
 	// ErrTruncateCommitted: ProposerElected would truncate WAL below
 	// commit_lsn (55000).
 	ErrTruncateCommitted = errors.New("acceptor: would truncate committed WAL")
+	// ErrStaleGeneration: the connection's greeting named an older
+	// generation of the timeline's configuration than this safekeeper holds
+	// now: a proposer that has not seen a membership change (SQLSTATE
+	// SK001). The error is a *ConfigurationError carrying the
+	// configuration.
+	ErrStaleGeneration = errors.New("acceptor: stale configuration generation")
+	// ErrNotMember: this safekeeper is not a member of the timeline's
+	// configuration (it was removed, or never added): it takes no part in
+	// elections or commits (SK002). A *ConfigurationError.
+	ErrNotMember = errors.New("acceptor: not a member of the configuration")
 	// ErrStorage: the storage failed; the acceptor refuses every further
 	// message and must be rebuilt from what is durable (58030).
 	ErrStorage = errors.New("acceptor: storage failure")
 )
+
+// ConfigurationError is a refusal for the timeline's configuration
+// (ErrStaleGeneration, ErrNotMember, or ErrIncompatible for two different
+// configurations of one generation): Configuration is the one this
+// safekeeper holds, which the server sends along (README_PROTO.md) so that
+// the proposer can adopt it.
+type ConfigurationError struct {
+	Err           error // the sentinel
+	Configuration proto.Configuration
+	Msg           string
+}
+
+func (e *ConfigurationError) Error() string { return e.Err.Error() + ": " + e.Msg }
+
+// Unwrap returns the sentinel.
+func (e *ConfigurationError) Unwrap() error { return e.Err }

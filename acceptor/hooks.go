@@ -19,6 +19,12 @@ type hooks struct {
 	// group commit makes it durable (rule 6 says: fsync, then reply). A
 	// crash before the commit loses WAL the proposer counted as durable.
 	replyBeforeFlush bool
+	// acceptOlderGeneration: the acceptor takes a configuration of a lower
+	// generation than the stored one (moving back to it), and a connection
+	// greeted in an older generation keeps voting and appending (rule 9).
+	// A proposer that missed a membership change then commits with a
+	// quorum of the old members alone.
+	acceptOlderGeneration bool
 }
 
 // stagedResponse is the planted bug replyBeforeFlush: the response the

@@ -102,6 +102,10 @@ type sessionConn struct {
 	pgTLI   uint32
 	history bool
 	sw      *pgSwitch
+	// gen is the generation its ServerInfo named: the connection acts in
+	// it, and is refused once the timeline's configuration is newer
+	// (rule 9).
+	gen uint64
 }
 
 // NewSession starts the session of a timeline from its durable state st:
@@ -222,6 +226,7 @@ func (s *Session) step(r *Ready, c ConnID, sc *sessionConn, m proto.Message) {
 			return
 		}
 		sc.pgTLI = m.PgTimeline
+		sc.gen = m.Configuration.Generation
 		s.reply(r, c, info)
 	case *proto.TimelineHistory:
 		if sc.history {
@@ -235,6 +240,10 @@ func (s *Session) step(r *Ready, c ConnID, sc *sessionConn, m proto.Message) {
 		}
 		sc.history, sc.sw = true, sw
 	case *proto.RequestVote:
+		if err := s.acc.CheckGeneration(sc.gen); err != nil {
+			s.refuse(r, c, err)
+			return
+		}
 		if stored := s.acc.st.PgTimeline; sc.pgTLI > stored && sc.sw == nil {
 			s.refuse(r, c, fmt.Errorf("%w: ServerInfo named PostgreSQL timeline %d, newer than this timeline's %d: its TimelineHistory must come before RequestVote",
 				ErrIncompatible, sc.pgTLI, stored))
@@ -252,10 +261,18 @@ func (s *Session) step(r *Ready, c ConnID, sc *sessionConn, m proto.Message) {
 		sc.sw.view(info)
 		s.reply(r, c, info)
 	case *proto.ProposerElected:
+		if err := s.acc.CheckGeneration(sc.gen); err != nil {
+			s.refuse(r, c, err)
+			return
+		}
 		if err := s.acc.proposerElected(sc.ballot, m, sc.sw); err != nil {
 			s.refuse(r, c, err)
 		}
 	case *proto.SafeKeeperRequest:
+		if err := s.acc.CheckGeneration(sc.gen); err != nil {
+			s.refuse(r, c, err)
+			return
+		}
 		if err := s.acc.Append(m); err != nil {
 			s.refuse(r, c, err)
 			return
@@ -266,6 +283,25 @@ func (s *Session) step(r *Ready, c ConnID, sc *sessionConn, m proto.Message) {
 		}
 		s.waiting = append(s.waiting, c)
 	}
+}
+
+// SetConfiguration adopts configuration c if its generation is above the
+// stored one (Acceptor.SetConfiguration): what a membership change pushes
+// to a safekeeper. What is staged is made durable and answered first.
+// Connections greeted in an older generation are refused from their next
+// message on. It returns the configuration now stored.
+func (s *Session) SetConfiguration(c proto.Configuration) (Ready, proto.Configuration, error) {
+	var r Ready
+	s.flush(&r)
+	if s.broken != nil {
+		return r, s.st.Configuration.Clone(), s.broken
+	}
+	_, err := s.acc.SetConfiguration(c)
+	if errors.Is(err, ErrStorage) {
+		s.storageFailed(&r, err)
+	}
+	s.noteState(&r)
+	return r, s.acc.Configuration(), err
 }
 
 // Flush is the group commit: it makes every staged request durable in one

@@ -43,12 +43,18 @@ type State struct {
 	// "PostgreSQL timeline switches"). Its lines give where each ancestor
 	// timeline ended.
 	PgHistory []byte
+	// Configuration is the timeline's membership as this safekeeper knows
+	// it (README_PROTO.md, "Membership and generations"): stored with the
+	// vote, replaced only by one of a higher generation. Generation 0: none
+	// (a timeline of a fixed address list).
+	Configuration proto.Configuration
 }
 
 // Clone returns a deep copy of s.
 func (s State) Clone() State {
 	s.History = s.History.Clone()
 	s.PgHistory = slices.Clone(s.PgHistory)
+	s.Configuration = s.Configuration.Clone()
 	return s
 }
 

@@ -25,6 +25,16 @@ type Config struct {
 	Safekeepers []string
 	// TenantID and TimelineID name the timeline on the safekeepers.
 	TenantID, TimelineID proto.ID
+	// Configuration is the timeline's configuration (README_PROTO.md,
+	// "Membership and generations"): an election and a commit need a
+	// majority of its members and, during a change, of its new members,
+	// by safekeeper_id. Generation 0 (the zero value): none, a quorum is a
+	// majority of Safekeepers. A safekeeper that holds a newer one makes
+	// Run propose in that one, to the same addresses.
+	Configuration proto.Configuration
+	// SafekeeperIDs, when set, are the safekeeper_id expected at each of
+	// Safekeepers (0: any): another answering there does not count.
+	SafekeeperIDs []uint64
 	// Create lets the greetings create the timeline on safekeepers that do
 	// not hold it: set it for a new timeline's first start only. Without it
 	// a greeting creates the timeline on a safekeeper only after another
@@ -153,6 +163,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("proposer: Config.MaxInFlightBytes %d is below 1", c.MaxInFlightBytes)
 	case c.HeartbeatInterval < 0 || c.StatusInterval < 0 || c.ReconnectMin < 0 || c.ReconnectMax < c.ReconnectMin:
 		return c, errors.New("proposer: negative or inverted intervals in Config")
+	case c.Configuration.Validate() != nil:
+		return c, fmt.Errorf("proposer: Config.Configuration: %v", c.Configuration.Validate())
+	case c.SafekeeperIDs != nil && len(c.SafekeeperIDs) != len(c.Safekeepers):
+		return c, fmt.Errorf("proposer: Config.SafekeeperIDs lists %d ids for %d safekeepers", len(c.SafekeeperIDs), len(c.Safekeepers))
 	case c.Stats != nil && len(c.Stats.links) != len(c.Safekeepers):
 		return c, fmt.Errorf("proposer: Config.Stats is for %d safekeepers, Config.Safekeepers lists %d", len(c.Stats.links), len(c.Safekeepers))
 	}

@@ -21,6 +21,10 @@ type CreateConfig struct {
 	Safekeepers []string
 	// TenantID and TimelineID name the new timeline.
 	TenantID, TimelineID proto.ID
+	// Configuration is the configuration the timeline is created in
+	// (generation 1 and its members, when placed through etcd; generation
+	// 0: none). Each safekeeper stores it with the timeline.
+	Configuration proto.Configuration
 	// Upstream, when set, is the primary's libpq connection string: the
 	// system id, PostgreSQL version, segment size and PostgreSQL timeline
 	// are read from it (IDENTIFY_SYSTEM, SHOW), and the fields below must
@@ -66,6 +70,7 @@ func CreateTimeline(ctx context.Context, cfg CreateConfig) ([]CreateResult, erro
 	si := proto.ServerInfo{
 		ProtocolVersion: proto.ProtocolVersion, TenantID: cfg.TenantID, TimelineID: cfg.TimelineID,
 		SystemID: cfg.SystemID, PgVersion: cfg.PgVersion, WalSegSize: cfg.WalSegSize, PgTimeline: cfg.PgTimeline,
+		Configuration: cfg.Configuration.Clone(),
 	}
 	if cfg.Upstream != "" {
 		if cfg.SystemID != 0 || cfg.PgVersion != 0 || cfg.WalSegSize != 0 || cfg.PgTimeline != 0 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -53,6 +52,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
+	cfg.Stats.configuration(cfg.Configuration)
 	bo := backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax}
 	var lastTerm, ownTerm uint64
 	createWarned := new(atomic.Bool)
@@ -81,6 +81,21 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		if errors.Is(err, ErrIncompatible) || errors.Is(err, ErrNoTimeline) {
 			return err
+		}
+		var ce *session.ConfigurationError
+		if errors.As(err, &ce) {
+			// A membership change (README_PROTO.md, rule 9): the next
+			// session proposes in the newer configuration at once, to the
+			// same addresses (a member whose address is not among them
+			// does not count; the caller that knows addresses, as propose
+			// --etcd-endpoints does, restarts Run with them).
+			ce.Addr = cfg.Safekeepers[ce.Safekeeper]
+			log.Info("a safekeeper holds a newer configuration; proposing in it", "safekeeper", ce.Addr,
+				"generation", ce.Configuration.Generation, "members", ce.Configuration.Members, "new_members", ce.Configuration.NewMembers,
+				"was", cfg.Configuration.Generation)
+			cfg.Configuration, cfg.SafekeeperIDs = ce.Configuration.Clone(), nil
+			cfg.Stats.configuration(cfg.Configuration)
+			continue
 		}
 		if permanentUpstreamError(err) {
 			return &RejectedError{Err: err}
@@ -222,6 +237,7 @@ func newDriver(cfg Config, lastTerm uint64) *driver {
 	s.sess = session.New(session.Config{
 		N: len(cfg.Safekeepers), UUID: cfg.ProposerUUID, LastTerm: lastTerm,
 		MaxInFlight: cfg.MaxInFlight, MaxInFlightBytes: cfg.MaxInFlightBytes, HeartbeatInterval: session.Duration(cfg.HeartbeatInterval),
+		Configuration: cfg.Configuration, IDs: cfg.SafekeeperIDs,
 	}, s)
 	for i := range cfg.Safekeepers {
 		s.sks = append(s.sks, &skState{i: i, cuBackoff: backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax}})
@@ -330,6 +346,7 @@ func (s *driver) connectPrimary(ctx context.Context) error {
 		ProtocolVersion: proto.ProtocolVersion, PgVersion: s.ui.PgVersion, SystemID: s.ui.SystemID,
 		TenantID: s.cfg.TenantID, TimelineID: s.cfg.TimelineID, PgTimeline: s.ui.Timeline,
 		WalSegSize: s.ui.SegSize, ProposerUUID: s.cfg.ProposerUUID, WalEnd: s.ui.XLogPos,
+		Configuration: s.cfg.Configuration.Clone(),
 	}
 	return nil
 }
@@ -504,6 +521,9 @@ func (s *driver) onSafekeeper(ctx context.Context, ev skEvent) error {
 		return nil // a dropped connection's leftovers
 	}
 	if ev.err != nil {
+		if ce := newerConfiguration(ev.err, ev.sk, s.cfg.Configuration.Generation); ce != nil {
+			return ce // the safekeeper switched to it under a running connection
+		}
 		// The link warns about it (skLinks.loop, rate-limited per reason).
 		s.log.Debug("safekeeper disconnected", "safekeeper", s.cfg.Safekeepers[ev.sk], "err", ev.err)
 		s.disconnect(sk)
@@ -704,16 +724,11 @@ func (s *driver) trim() {
 		}
 	}
 	if s.buf.end-need > proto.LSN(s.cfg.BufferSize) {
-		var sent []proto.LSN
-		for _, sk := range s.sks {
-			if s.sess.Streaming(sk.i) && sk.cu == nil {
-				sent = append(sent, s.sess.Sent(sk.i))
-			}
-		}
 		q := s.buf.start
-		if len(sent) >= core.Quorum() {
-			slices.Sort(sent)
-			q = sent[len(sent)-core.Quorum()]
+		if l, ok := core.QuorumLSN(func(i int) (proto.LSN, bool) {
+			return s.sess.Sent(i), s.sess.Streaming(i) && s.sks[i].cu == nil
+		}); ok {
+			q = l
 		}
 		need = max(need, min(s.buf.end-proto.LSN(s.cfg.BufferSize), q))
 	}
@@ -792,4 +807,20 @@ func (s *driver) publishLinks() {
 		s.publishLink(i)
 	}
 	s.stats.term.Store(s.sess.Core().Ballot().Term)
+}
+
+// newerConfiguration is the configuration a safekeeper's refusal for the
+// timeline's configuration carries (SQLSTATE SK001 or SK002, with it as
+// JSON in Detail; README_PROTO.md, rule 9), as a *session.ConfigurationError
+// if it is newer than generation ours; nil otherwise.
+func newerConfiguration(err error, i int, ours uint64) *session.ConfigurationError {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || (pe.Code != sqlstateStaleGeneration && pe.Code != sqlstateNotMember) {
+		return nil
+	}
+	c, perr := proto.ParseConfigurationDetail(pe.Detail)
+	if perr != nil || c.Generation <= ours {
+		return nil
+	}
+	return &session.ConfigurationError{Safekeeper: i, Configuration: c, Ours: ours}
 }

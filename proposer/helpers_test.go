@@ -13,7 +13,7 @@ var us = proto.ID{0xcc}
 // flush_lsn and commit_lsn.
 func info(voted uint64, flush, commit proto.LSN, h proto.TermHistory) *proto.SafeKeeperInfo {
 	i := &proto.SafeKeeperInfo{
-		ProtocolVersion: 1, VotedFor: proto.Ballot{Term: voted, UUID: proto.ID{0xdd}},
+		ProtocolVersion: proto.ProtocolVersion, VotedFor: proto.Ballot{Term: voted, UUID: proto.ID{0xdd}},
 		FlushLSN: flush, CommitLSN: commit, History: h.Upto(flush),
 	}
 	i.LastLogTerm = i.History.LastTerm()

@@ -37,6 +37,15 @@ var ErrIncompatible = errors.New("proposer: the safekeepers' timeline does not m
 // that does not match the timeline it holds (rule 1).
 const sqlstateInvalidParameterValue = "22023"
 
+// The SQLSTATEs of a safekeeper's refusals for the timeline's
+// configuration (README_PROTO.md, rule 9): the connection greeted in an
+// older generation; the safekeeper is not a member. Detail carries the
+// configuration it holds.
+const (
+	sqlstateStaleGeneration = "SK001"
+	sqlstateNotMember       = "SK002"
+)
+
 // incompatible reports whether err is a safekeeper's refusal of our
 // ServerInfo (rule 1) or TimelineHistory, which reconnecting cannot fix.
 func incompatible(err error) bool {

@@ -36,6 +36,7 @@ type Stats struct {
 	links  []linkStats
 
 	term       atomic.Uint64
+	generation atomic.Uint64 // of the configuration Run proposes in
 	commit     atomic.Uint64 // the term's commit_lsn (Core)
 	truncate   atomic.Uint64
 	flush      atomic.Uint64 // flush reported to the primary (its pg_stat_replication.flush_lsn)
@@ -160,7 +161,10 @@ type Status struct {
 	// Reason says why the state is not StateStreaming ("" when it is).
 	Reason string
 	Term   uint64
-	Quorum int // safekeepers a quorum needs, ⌊n/2⌋+1
+	// Generation is the generation of the configuration the proposer
+	// proposes in (0: none).
+	Generation uint64
+	Quorum     int // safekeepers a quorum needs, ⌊n/2⌋+1
 	// CommitLSN and TruncateLSN are the term's commit_lsn and truncate_lsn,
 	// sent to the safekeepers (their commit_lsn follows).
 	CommitLSN, TruncateLSN proto.LSN
@@ -208,7 +212,7 @@ type LinkStatus struct {
 // against.
 func (s *Stats) Snapshot(now time.Time) Status {
 	st := Status{
-		Term: s.term.Load(), Quorum: s.quorum,
+		Term: s.term.Load(), Generation: s.generation.Load(), Quorum: s.quorum,
 		CommitLSN: proto.LSN(s.commit.Load()), TruncateLSN: proto.LSN(s.truncate.Load()),
 		FlushLSN: proto.LSN(s.flush.Load()), WriteLSN: proto.LSN(s.write.Load()),
 		PrimaryFlushLSN: proto.LSN(s.primaryEnd.Load()),
@@ -495,3 +499,6 @@ func (s *Stats) publishWait(at time.Time) {
 	}
 	s.oldestWait.Store(at.UnixNano())
 }
+
+// configuration records the configuration Run proposes in.
+func (s *Stats) configuration(c proto.Configuration) { s.generation.Store(c.Generation) }

@@ -32,6 +32,11 @@ type SyncConfig struct {
 	Safekeepers []string
 	// TenantID and TimelineID name the timeline.
 	TenantID, TimelineID proto.ID
+	// Configuration and SafekeeperIDs are the timeline's configuration
+	// and the ids expected at the addresses, as in Config. A safekeeper
+	// holding a newer configuration makes Sync start over in it.
+	Configuration proto.Configuration
+	SafekeeperIDs []uint64
 	// SystemID is the primary's database system identifier. 0: read it,
 	// with PgVersion, WalSegSize and PgTimeline, from the first safekeeper
 	// that holds the timeline (TIMELINE_STATUS).
@@ -81,14 +86,28 @@ type SyncConfig struct {
 // whole run with ctx: no quorum in time is ErrNoQuorum, a quorum that did not
 // finish is ErrSyncIncomplete.
 func Sync(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
-	lsn, err := syncTimeline(ctx, cfg)
-	return lsn, nameDeposed(err, cfg.Safekeepers)
-}
-
-func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if err := cfg.Configuration.Validate(); err != nil {
+		return 0, fmt.Errorf("proposer: SyncConfig.Configuration: %w", err)
+	}
+	for {
+		lsn, err := syncTimeline(ctx, cfg)
+		var ce *session.ConfigurationError
+		if errors.As(err, &ce) && ce.Configuration.Generation > cfg.Configuration.Generation {
+			// A membership change (rule 9): the same sync in the newer
+			// configuration.
+			cfg.Logger.Info("a safekeeper holds a newer configuration; syncing in it", "safekeeper", cfg.Safekeepers[ce.Safekeeper],
+				"generation", ce.Configuration.Generation, "was", cfg.Configuration.Generation)
+			cfg.Configuration, cfg.SafekeeperIDs = ce.Configuration.Clone(), nil
+			continue
+		}
+		return lsn, nameDeposed(err, cfg.Safekeepers)
+	}
+}
+
+func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 	switch {
 	case cfg.Create && cfg.SystemID == 0:
 		return 0, errors.New("proposer: SyncConfig.Create needs SystemID: a new timeline cannot be described by the safekeepers")
@@ -128,7 +147,7 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 	si := proto.ServerInfo{
 		ProtocolVersion: proto.ProtocolVersion, PgVersion: cfg.PgVersion, SystemID: cfg.SystemID,
 		TenantID: cfg.TenantID, TimelineID: cfg.TimelineID, PgTimeline: cfg.PgTimeline,
-		WalSegSize: cfg.WalSegSize, ProposerUUID: cfg.ProposerUUID,
+		WalSegSize: cfg.WalSegSize, ProposerUUID: cfg.ProposerUUID, Configuration: cfg.Configuration.Clone(),
 	}
 	if err := si.Validate(); err != nil {
 		return 0, err
@@ -152,6 +171,7 @@ func syncTimeline(ctx context.Context, cfg SyncConfig) (proto.LSN, error) {
 	y.sess = session.New(session.Config{
 		N: len(cfg.Safekeepers), UUID: cfg.ProposerUUID, MaxInFlight: copyWindow,
 		HeartbeatInterval: session.Duration(200 * time.Millisecond),
+		Configuration:     cfg.Configuration, IDs: cfg.SafekeeperIDs,
 	}, y)
 	defer func() {
 		cancel()
@@ -320,7 +340,7 @@ func (y *syncer) done() bool {
 			open++
 		}
 	}
-	return n >= y.sess.Core().Quorum() && open == 0
+	return y.sess.Core().HasQuorum(func(i int) bool { return y.sess.Streaming(i) && y.sess.Acked(i) >= y.target }) && open == 0
 }
 
 func (y *syncer) timeoutError() error {

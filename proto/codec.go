@@ -11,8 +11,10 @@ import (
 // protocol violation (SQLSTATE 08P01).
 var ErrMalformed = errors.New("proto: malformed message")
 
-// ProtocolVersion is the WAL push protocol version this package speaks.
-const ProtocolVersion = 1
+// ProtocolVersion is the WAL push protocol version this package speaks:
+// 2 added the timeline's configuration to ServerInfo and SafeKeeperInfo
+// (README_PROTO.md, "Membership and generations").
+const ProtocolVersion = 2
 
 // MaxWALPerRequest is the largest WAL payload of one SafeKeeperRequest (128 KiB).
 const MaxWALPerRequest = 128 * 1024

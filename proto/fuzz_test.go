@@ -7,7 +7,7 @@ import (
 
 func seedMessages() [][]byte {
 	return [][]byte{
-		(&ServerInfo{ProtocolVersion: 1, PgVersion: 150018, SystemID: 9, PgTimeline: 1, WalSegSize: 16 << 20}).Encode(nil),
+		(&ServerInfo{ProtocolVersion: 2, PgVersion: 150018, SystemID: 9, PgTimeline: 1, WalSegSize: 16 << 20}).Encode(nil),
 		(&RequestVote{Candidate: Ballot{Term: 1}}).Encode(nil),
 		(&ProposerElected{Term: 2, History: TermHistory{{1, 10}, {2, 20}}}).Encode(nil),
 		(&SafeKeeperRequest{BeginLSN: 1, EndLSN: 3, WAL: []byte{1, 2}}).Encode(nil),

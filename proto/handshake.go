@@ -16,6 +16,11 @@ type ServerInfo struct {
 	WalSegSize      uint32 // WAL segment size in bytes: power of two, 1 MiB..1 GiB
 	ProposerUUID    ID
 	WalEnd          LSN // proposer's current end of WAL; informational
+	// Configuration is the timeline's membership as the proposer knows it
+	// (generation 0: it knows none). A safekeeper on an older generation
+	// switches to it; the connection acts in its generation
+	// (README_PROTO.md, "Membership and generations").
+	Configuration Configuration
 }
 
 func (*ServerInfo) Tag() byte { return TagServerInfo }
@@ -30,12 +35,17 @@ func (m *ServerInfo) Encode(b []byte) []byte {
 	b = putU32(b, m.PgTimeline)
 	b = putU32(b, m.WalSegSize)
 	b = putID(b, m.ProposerUUID)
-	return putLSN(b, m.WalEnd)
+	b = putLSN(b, m.WalEnd)
+	return putConfiguration(b, m.Configuration)
 }
 
 func (m *ServerInfo) Decode(src []byte) error {
 	r := newReader(src, TagServerInfo, "ServerInfo")
 	m.ProtocolVersion = r.u32()
+	if r.err == nil && m.ProtocolVersion != ProtocolVersion {
+		// Checked first: an older proposer's greeting has another layout.
+		return m.versionError()
+	}
 	m.PgVersion = r.u32()
 	m.SystemID = r.u64()
 	m.TenantID = r.id()
@@ -44,16 +54,24 @@ func (m *ServerInfo) Decode(src []byte) error {
 	m.WalSegSize = r.u32()
 	m.ProposerUUID = r.id()
 	m.WalEnd = r.lsn()
+	m.Configuration = r.configuration()
 	if err := r.done(); err != nil {
 		return err
 	}
 	return m.Validate()
 }
 
+func (m *ServerInfo) versionError() error {
+	return fmt.Errorf("%w: ServerInfo: protocol_version %d, this safekeeper speaks %d (README_PROTO.md): upgrade the proposer", ErrMalformed, m.ProtocolVersion, ProtocolVersion)
+}
+
 // Validate checks the field values a safekeeper relies on.
 func (m *ServerInfo) Validate() error {
 	if m.ProtocolVersion != ProtocolVersion {
-		return fmt.Errorf("%w: ServerInfo: protocol_version %d, this safekeeper speaks %d", ErrMalformed, m.ProtocolVersion, ProtocolVersion)
+		return m.versionError()
+	}
+	if err := m.Configuration.Validate(); err != nil {
+		return fmt.Errorf("%w: ServerInfo: configuration: %v", ErrMalformed, err)
 	}
 	if !ValidSegSize(m.WalSegSize) {
 		return fmt.Errorf("%w: ServerInfo: wal_seg_size %d is not a power of two from 1 MiB to 1 GiB", ErrMalformed, m.WalSegSize)
@@ -82,6 +100,9 @@ type SafeKeeperInfo struct {
 	TruncateLSN      LSN
 	TimelineStartLSN LSN         // 0: the timeline has no WAL yet
 	History          TermHistory // cut at FlushLSN
+	// Configuration is the timeline's membership as this safekeeper holds
+	// it (generation 0: none).
+	Configuration Configuration
 }
 
 func (*SafeKeeperInfo) Tag() byte { return TagSafeKeeperInfo }
@@ -96,7 +117,8 @@ func (m *SafeKeeperInfo) Encode(b []byte) []byte {
 	b = putLSN(b, m.CommitLSN)
 	b = putLSN(b, m.TruncateLSN)
 	b = putLSN(b, m.TimelineStartLSN)
-	return putHistory(b, m.History)
+	b = putHistory(b, m.History)
+	return putConfiguration(b, m.Configuration)
 }
 
 func (m *SafeKeeperInfo) Decode(src []byte) error {
@@ -110,5 +132,6 @@ func (m *SafeKeeperInfo) Decode(src []byte) error {
 	m.TruncateLSN = r.lsn()
 	m.TimelineStartLSN = r.lsn()
 	m.History = r.history()
+	m.Configuration = r.configuration()
 	return r.done()
 }

@@ -32,17 +32,28 @@ func TestGoldenBytes(t *testing.T) {
 		msg  Message
 		hex  string
 	}{
-		{"ServerInfo", &ServerInfo{ProtocolVersion: 1, PgVersion: 150018, SystemID: 0x0102030405060708,
-			TenantID: id(0x10), TimelineID: id(0x20), PgTimeline: 1, WalSegSize: 16 << 20, ProposerUUID: id(0x30), WalEnd: 0x16B374D848},
-			`69 00000001 00024a02 0102030405060708
+		{"ServerInfo", &ServerInfo{ProtocolVersion: 2, PgVersion: 150018, SystemID: 0x0102030405060708,
+			TenantID: id(0x10), TimelineID: id(0x20), PgTimeline: 1, WalSegSize: 16 << 20, ProposerUUID: id(0x30), WalEnd: 0x16B374D848,
+			Configuration: Configuration{Generation: 3, Members: []uint64{1, 2, 3}, NewMembers: []uint64{1, 2, 4}}},
+			`69 00000002 00024a02 0102030405060708
 			 101112131415161718191a1b1c1d1e1f 202122232425262728292a2b2c2d2e2f
-			 00000001 01000000 303132333435363738393a3b3c3d3e3f 00000016b374d848`},
-		{"SafeKeeperInfo", &SafeKeeperInfo{ProtocolVersion: 1, SafekeeperID: 7, VotedFor: Ballot{Term: 3, UUID: id(0x30)},
+			 00000001 01000000 303132333435363738393a3b3c3d3e3f 00000016b374d848
+			 0000000000000003 00000003 0000000000000001 0000000000000002 0000000000000003
+			 00000003 0000000000000001 0000000000000002 0000000000000004`},
+		{"ServerInfo without a configuration", &ServerInfo{ProtocolVersion: 2, PgVersion: 150018, SystemID: 1, TenantID: id(0x10), TimelineID: id(0x20),
+			PgTimeline: 1, WalSegSize: 16 << 20, ProposerUUID: id(0x30)},
+			`69 00000002 00024a02 0000000000000001
+			 101112131415161718191a1b1c1d1e1f 202122232425262728292a2b2c2d2e2f
+			 00000001 01000000 303132333435363738393a3b3c3d3e3f 0000000000000000
+			 0000000000000000 00000000 00000000`},
+		{"SafeKeeperInfo", &SafeKeeperInfo{ProtocolVersion: 2, SafekeeperID: 7, VotedFor: Ballot{Term: 3, UUID: id(0x30)},
 			LastLogTerm: 2, FlushLSN: 0x2000028, CommitLSN: 0x2000010, TruncateLSN: 0x1000000, TimelineStartLSN: 0x1000000,
-			History: TermHistory{{Term: 1, StartLSN: 0x1000000}, {Term: 2, StartLSN: 0x1800000}}},
-			`49 00000001 0000000000000007 0000000000000003 303132333435363738393a3b3c3d3e3f
+			History:       TermHistory{{Term: 1, StartLSN: 0x1000000}, {Term: 2, StartLSN: 0x1800000}},
+			Configuration: Configuration{Generation: 1, Members: []uint64{7, 8, 9}}},
+			`49 00000002 0000000000000007 0000000000000003 303132333435363738393a3b3c3d3e3f
 			 0000000000000002 0000000002000028 0000000002000010 0000000001000000 0000000001000000
-			 00000002 0000000000000001 0000000001000000 0000000000000002 0000000001800000`},
+			 00000002 0000000000000001 0000000001000000 0000000000000002 0000000001800000
+			 0000000000000001 00000003 0000000000000007 0000000000000008 0000000000000009 00000000`},
 		{"RequestVote", &RequestVote{Candidate: Ballot{Term: 5, UUID: id(0x40)}},
 			`76 0000000000000005 404142434445464748494a4b4c4d4e4f`},
 		{"NodeId", &VoteResponse{VotedFor: Ballot{Term: 6, UUID: id(0x50)}},
@@ -110,16 +121,22 @@ func decodeAny(b []byte) (Message, error) {
 }
 
 func TestDecodeRejects(t *testing.T) {
-	good := (&ServerInfo{ProtocolVersion: 1, PgVersion: 150018, SystemID: 1, PgTimeline: 1, WalSegSize: 16 << 20}).Encode(nil)
+	good := (&ServerInfo{ProtocolVersion: 2, PgVersion: 150018, SystemID: 1, PgTimeline: 1, WalSegSize: 16 << 20}).Encode(nil)
 	bad := func(f func(m *ServerInfo)) []byte {
-		m := &ServerInfo{ProtocolVersion: 1, PgVersion: 150018, SystemID: 1, PgTimeline: 1, WalSegSize: 16 << 20}
+		m := &ServerInfo{ProtocolVersion: 2, PgVersion: 150018, SystemID: 1, PgTimeline: 1, WalSegSize: 16 << 20,
+			Configuration: Configuration{Generation: 1, Members: []uint64{1, 2, 3}}}
 		f(m)
 		return m.Encode(nil)
 	}
 	cases := map[string][]byte{
 		"unknown tag":                {'Z', 0, 0},
 		"empty":                      {},
-		"protocol version 2":         bad(func(m *ServerInfo) { m.ProtocolVersion = 2 }),
+		"protocol version 3":         bad(func(m *ServerInfo) { m.ProtocolVersion = 3 }),
+		"member id 0":                bad(func(m *ServerInfo) { m.Configuration.Members[1] = 0 }),
+		"member twice":               bad(func(m *ServerInfo) { m.Configuration.NewMembers = []uint64{4, 4} }),
+		"generation 0 with members":  bad(func(m *ServerInfo) { m.Configuration.Generation = 0 }),
+		"generation 1 no members":    bad(func(m *ServerInfo) { m.Configuration.Members = nil }),
+		"too many members":           bad(func(m *ServerInfo) { m.Configuration.Members = make([]uint64, MaxMembers+1) }),
 		"segment size 3 MiB":         bad(func(m *ServerInfo) { m.WalSegSize = 3 << 20 }),
 		"segment size 512 KiB":       bad(func(m *ServerInfo) { m.WalSegSize = 512 << 10 }),
 		"pg_timeline 0":              bad(func(m *ServerInfo) { m.PgTimeline = 0 }),
@@ -146,6 +163,16 @@ func TestDecodeRejects(t *testing.T) {
 		if _, err := DecodeProposerMessage(b); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: err %v, want ErrMalformed", name, err)
 		}
+	}
+	// A version-1 proposer's greeting (no configuration after wal_end) is
+	// refused for its version, not its length, so the message says what
+	// to do.
+	v1 := unhex(t, `69 00000001 00024a02 0000000000000001
+		101112131415161718191a1b1c1d1e1f 202122232425262728292a2b2c2d2e2f
+		00000001 01000000 303132333435363738393a3b3c3d3e3f 0000000000000000`)
+	if _, err := DecodeProposerMessage(v1); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "protocol_version 1, this safekeeper speaks 2") ||
+		!strings.Contains(err.Error(), "upgrade the proposer") {
+		t.Errorf("version-1 ServerInfo: %v", err)
 	}
 	if _, err := DecodeSafeKeeperMessage([]byte{'i'}); !errors.Is(err, ErrMalformed) {
 		t.Errorf("proposer tag to safekeeper decoder: %v", err)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"syscall"
 
@@ -36,6 +37,15 @@ const (
 	// codeIncompatibleTimeline (rule 1): ServerInfo names another cluster,
 	// major version, segment size or TLI (invalid_parameter_value).
 	codeIncompatibleTimeline = pgwire.InvalidParameterValue
+	// codeStaleGeneration (rule 9): the connection greeted in an older
+	// generation of the timeline's configuration than the safekeeper holds.
+	// PostgreSQL has no code for it; the class SK is this safekeeper's own
+	// (implementation-defined classes start with 5–9 or I–Z). Detail
+	// carries the configuration as JSON, for the proposer to adopt.
+	codeStaleGeneration = "SK001"
+	// codeNotMember (rule 9): the safekeeper is not a member of the
+	// timeline's configuration. Detail as for SK001.
+	codeNotMember = "SK002"
 	// codeStorageFailure: the safekeeper's storage failed (io_error);
 	// pgwire.DiskFull (53100) when it failed with ENOSPC.
 	codeStorageFailure = pgwire.IoError
@@ -124,6 +134,21 @@ func wireError(err error) error {
 		// hint for a bad character.
 		e := pgwire.Errorf(pgwire.InvalidName, "%s", se.Error())
 		e.Hint = se.Hint()
+		return e
+	}
+	var ce *acceptor.ConfigurationError
+	if errors.As(err, &ce) {
+		code := codeIncompatibleTimeline
+		switch {
+		case errors.Is(err, acceptor.ErrStaleGeneration):
+			code = codeStaleGeneration
+		case errors.Is(err, acceptor.ErrNotMember):
+			code = codeNotMember
+		}
+		e := pgwire.Errorf(code, "%s", err.Error())
+		if b, jerr := json.Marshal(ce.Configuration); jerr == nil {
+			e.Detail = proto.ConfigurationDetail + string(b)
+		}
 		return e
 	}
 	code := pgwire.InternalError

@@ -59,6 +59,7 @@ var (
 	bucketTimelines = []byte("timelines")
 	keyControl      = []byte("control")
 	keyPgHistory    = []byte("pg_history")
+	keyConfig       = []byte("configuration")
 	bucketWAL       = []byte("wal")
 )
 
@@ -66,6 +67,13 @@ var (
 // (acceptor.State.PgHistory), stored under pg_history next to the control
 // record once the timeline switched past PostgreSQL timeline 1.
 var pgHistoryRecord = recordKind{name: "timeline history record", magic: [4]byte{'S', 'K', 'P', 'H'}, version: 1, variable: true}
+
+// configRecord frames a timeline's configuration (acceptor.State.Configuration:
+// generation, members, new members, as proto.AppendConfiguration writes
+// them), stored under configuration next to the control record, in the
+// same transaction. A timeline without the key is in generation 0 (data
+// directories from before generations read so).
+var configRecord = recordKind{name: "configuration record", magic: [4]byte{'S', 'K', 'M', 'C'}, version: 1, variable: true}
 
 // formatVersion is stored under meta/format. Open refuses other versions.
 const formatVersion = 2
@@ -496,7 +504,10 @@ func (db *DB) CreateTimeline(st acceptor.State) (*Timeline, error) {
 				return err
 			}
 		}
-		return tb.Put(keyControl, encodeState(nil, &st))
+		if err := tb.Put(keyControl, encodeState(nil, &st)); err != nil {
+			return err
+		}
+		return writeConfiguration(tb, &acceptor.State{}, &st)
 	})
 	if err != nil {
 		if errors.Is(err, ErrTimelineExists) {
@@ -628,7 +639,28 @@ func readControl(tb *bolt.Bucket) (acceptor.State, error) {
 		}
 		st.PgHistory = bytes.Clone(body)
 	}
+	if v := tb.Get(keyConfig); v != nil {
+		body, err := configRecord.open(v)
+		if err != nil {
+			return acceptor.State{}, err
+		}
+		if st.Configuration, err = proto.DecodeConfiguration(body); err != nil {
+			return acceptor.State{}, configRecord.corrupt("%v", err)
+		}
+	}
 	return st, nil
+}
+
+// writeConfiguration stores s.Configuration next to the control record
+// when it differs from old's (it changes only with a membership change).
+func writeConfiguration(tb *bolt.Bucket, old, s *acceptor.State) error {
+	if old.Configuration.Equal(s.Configuration) {
+		return nil
+	}
+	if s.Configuration.Generation == 0 {
+		return tb.Delete(keyConfig)
+	}
+	return tb.Put(keyConfig, configRecord.append(nil, func(dst []byte) []byte { return proto.AppendConfiguration(dst, s.Configuration) }))
 }
 
 // writePgHistory stores s.PgHistory next to the control record when it
@@ -923,6 +955,9 @@ func (r *commitReq) apply(timelines *bolt.Bucket, maxChunk int) error {
 		return err
 	}
 	if err := writePgHistory(tb, &old, &r.state); err != nil {
+		return err
+	}
+	if err := writeConfiguration(tb, &old, &r.state); err != nil {
 		return err
 	}
 	r.end = pos

@@ -45,7 +45,7 @@ func dial(t *testing.T, sk *harness.Safekeeper, tl byte) *tp {
 	}
 	t.Cleanup(func() { c.Close() })
 	return &tp{t: t, c: c, ctx: ctx, info: proto.ServerInfo{
-		ProtocolVersion: 1, PgVersion: 150018, SystemID: sysID, TenantID: tenant(1), TimelineID: proto.ID{0xbb, tl},
+		ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018, SystemID: sysID, TenantID: tenant(1), TimelineID: proto.ID{0xbb, tl},
 		PgTimeline: 1, WalSegSize: segSize, ProposerUUID: proto.ID{0xcc}, WalEnd: tlStart,
 	}}
 }

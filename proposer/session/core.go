@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -34,7 +35,36 @@ var (
 	// safekeeper (the same safekeeper_id). Counting it twice would let one
 	// safekeeper stand for a quorum, so this is a fatal configuration error.
 	ErrDuplicateSafekeeper = errors.New("proposer: the same safekeeper is configured twice")
+	// ErrNewerConfiguration: a safekeeper holds a newer configuration of
+	// the timeline than the session's (README_PROTO.md, rule 9): the
+	// session ends, and a new one starts in that configuration. The error
+	// is a *ConfigurationError.
+	ErrNewerConfiguration = errors.New("proposer: a safekeeper holds a newer configuration")
+	// ErrWrongSafekeeper: a safekeeper answered with another safekeeper_id
+	// than the configuration expects at its address (Config.IDs); it does
+	// not count and its connection is dropped.
+	ErrWrongSafekeeper = errors.New("proposer: another safekeeper than the configuration names answers at the address")
 )
+
+// ConfigurationError says which safekeeper showed which newer
+// configuration.
+type ConfigurationError struct {
+	Safekeeper    int    // index in the configured list
+	Addr          string // its configured address; set by Run and Sync
+	Configuration proto.Configuration
+	Ours          uint64 // the session's generation
+}
+
+func (e *ConfigurationError) Error() string {
+	who := e.Addr
+	if who == "" {
+		who = fmt.Sprintf("#%d", e.Safekeeper)
+	}
+	return fmt.Sprintf("proposer: safekeeper %s holds %s, newer than our generation %d", who, e.Configuration, e.Ours)
+}
+
+// Unwrap returns ErrNewerConfiguration.
+func (e *ConfigurationError) Unwrap() error { return ErrNewerConfiguration }
 
 // DeposedError says which safekeeper showed which higher term.
 type DeposedError struct {
@@ -93,13 +123,29 @@ type Election struct {
 type Core struct {
 	uuid     proto.ID
 	quorum   int
-	maxTerm  uint64 // highest voted_for.term (or refused verdict) seen
+	conf     proto.Configuration // generation 0: a majority of all n
+	maxTerm  uint64              // highest voted_for.term (or refused verdict) seen
 	ballot   proto.Ballot
 	election *Election
 	sks      []skCore
 	commit   proto.LSN
 	truncate proto.LSN
+	hooks    Hooks
 }
+
+// Hooks plant known safety bugs, for the simulation's planted-bug tests
+// only: they prove its invariants fail when the protocol is broken. The
+// zero value is the correct protocol; production code never sets them.
+type Hooks struct {
+	// NewMembersOnly: in a joint configuration, commit_lsn counts a
+	// majority of the new members only, not of the old ones too. A commit
+	// then needs no old majority, so one old majority may still elect a
+	// proposer that lacks it (rule 9, joint quorums).
+	NewMembersOnly bool
+}
+
+// SetHooks plants h (tests only).
+func (c *Core) SetHooks(h Hooks) { c.hooks = h }
 
 // skCore is what the core knows about one safekeeper.
 type skCore struct {
@@ -118,9 +164,12 @@ type skCore struct {
 	// boundary at or below commit_lsn) instead of the timeline start, whose
 	// WAL no source has any more (SetJoinPoint). 0: the timeline start.
 	joinAt proto.LSN
+	// expect is the safekeeper_id the configuration expects here (0: any).
+	expect uint64
 }
 
-// NewCore returns a core for n safekeepers and a proposer uuid.
+// NewCore returns a core for n safekeepers and a proposer uuid, in no
+// configuration (generation 0): a quorum is a majority of the n.
 func NewCore(n int, uuid proto.ID) *Core {
 	if n <= 0 {
 		panic("proposer: NewCore needs at least one safekeeper")
@@ -128,8 +177,119 @@ func NewCore(n int, uuid proto.ID) *Core {
 	return &Core{uuid: uuid, quorum: n/2 + 1, sks: make([]skCore, n)}
 }
 
-// Quorum is ⌊n/2⌋+1.
+// Configure puts the core in configuration conf (before any greeting): an
+// election and a commit need a majority of each of conf.Groups, by
+// safekeeper_id. ids, when not nil, are the safekeeper_id expected at each
+// index (0: whichever answers); a greeting with another is
+// ErrWrongSafekeeper. The ids of the others are learned from their
+// greetings.
+func (c *Core) Configure(conf proto.Configuration, ids []uint64) {
+	c.conf = conf.Clone()
+	for i := range c.sks {
+		if i < len(ids) && ids[i] != 0 {
+			c.sks[i].expect = ids[i]
+		}
+	}
+}
+
+// Configuration is the core's configuration.
+func (c *Core) Configuration() proto.Configuration { return c.conf.Clone() }
+
+// Quorum is ⌊n/2⌋+1: the size of a quorum in generation 0. In a
+// configuration, HasQuorum and QuorumLSN count each group apart.
 func (c *Core) Quorum() int { return c.quorum }
+
+// Member reports whether safekeeper i counts toward quorums: always in
+// generation 0; in a configuration, when its safekeeper_id (known from its
+// greeting, or expected) is a member or a new member.
+func (c *Core) Member(i int) bool {
+	if c.conf.Generation == 0 {
+		return true
+	}
+	id, ok := c.idOf(i)
+	return ok && c.conf.IsMember(id)
+}
+
+func (c *Core) idOf(i int) (uint64, bool) {
+	s := &c.sks[i]
+	switch {
+	case s.hasID:
+		return s.id, true
+	case s.expect != 0:
+		return s.expect, true
+	}
+	return 0, false
+}
+
+// HasQuorum reports whether the safekeepers for which in holds make a
+// quorum: a majority of all n in generation 0, else a majority of the
+// members and, in a joint configuration, a majority of the new members too.
+func (c *Core) HasQuorum(in func(i int) bool) bool {
+	if c.conf.Generation == 0 {
+		n := 0
+		for i := range c.sks {
+			if in(i) {
+				n++
+			}
+		}
+		return n >= c.quorum
+	}
+	for _, group := range c.conf.Groups() {
+		n := 0
+		for i := range c.sks {
+			if id, ok := c.idOf(i); ok && slices.Contains(group, id) && in(i) {
+				n++
+			}
+		}
+		if n < len(group)/2+1 {
+			return false
+		}
+	}
+	return true
+}
+
+// QuorumLSN is the highest position a quorum has reached, given each
+// safekeeper's (pos; ok false: none): in generation 0 the quorum-th highest
+// of all, else the lowest over the groups of each group's majority-th
+// highest. ok is false while no quorum has a position.
+func (c *Core) QuorumLSN(pos func(i int) (proto.LSN, bool)) (proto.LSN, bool) {
+	if c.conf.Generation == 0 {
+		var fl []proto.LSN
+		for i := range c.sks {
+			if l, ok := pos(i); ok {
+				fl = append(fl, l)
+			}
+		}
+		if len(fl) < c.quorum {
+			return 0, false
+		}
+		slices.Sort(fl)
+		return fl[len(fl)-c.quorum], true
+	}
+	q, found := proto.LSN(0), false
+	for _, group := range c.conf.Groups() {
+		var fl []proto.LSN
+		for i := range c.sks {
+			if id, ok := c.idOf(i); ok && slices.Contains(group, id) {
+				if l, ok := pos(i); ok {
+					fl = append(fl, l)
+				}
+			}
+		}
+		need := len(group)/2 + 1
+		if c.hooks.NewMembersOnly && len(c.conf.Groups()) == 2 && slices.Equal(group, c.conf.Members) {
+			continue // PLANTED BUG (Hooks): the old members' majority is not counted
+		}
+		if len(fl) < need {
+			return 0, false
+		}
+		slices.Sort(fl)
+		if l := fl[len(fl)-need]; !found || l < q {
+			q, found = l, true
+		}
+	}
+	return q, found
+}
 
 // N is the number of safekeepers.
 func (c *Core) N() int { return len(c.sks) }
@@ -156,6 +316,13 @@ func (c *Core) Greeted(i int, info *proto.SafeKeeperInfo) error {
 		}
 	}
 	s := &c.sks[i]
+	if s.expect != 0 && info.SafekeeperID != s.expect {
+		return fmt.Errorf("%w: safekeeper #%d answers as safekeeper_id %d, the configuration has %d there", ErrWrongSafekeeper, i, info.SafekeeperID, s.expect)
+	}
+	if info.Configuration.Generation > c.conf.Generation {
+		c.maxTerm = max(c.maxTerm, info.VotedFor.Term)
+		return &ConfigurationError{Safekeeper: i, Configuration: info.Configuration.Clone(), Ours: c.conf.Generation}
+	}
 	s.id, s.hasID = info.SafekeeperID, true
 	s.greeted = true
 	s.granted, s.elected = false, false
@@ -185,8 +352,8 @@ func (c *Core) Campaign() (proto.Ballot, error) {
 	if c.election != nil {
 		panic("proposer: Campaign after Elect")
 	}
-	if g := c.Greetings(); g < c.quorum {
-		return proto.Ballot{}, fmt.Errorf("%w: %d greeted, need %d", ErrNoQuorum, g, c.quorum)
+	if !c.GreetedQuorum() {
+		return proto.Ballot{}, fmt.Errorf("%w: %d greeted, need %s", ErrNoQuorum, c.Greetings(), c.need())
 	}
 	c.ballot = proto.Ballot{Term: c.maxTerm + 1, UUID: c.uuid}
 	return c.ballot, nil
@@ -223,7 +390,23 @@ func (c *Core) Voted(i int, v *proto.VoteResponse, fresh *proto.SafeKeeperInfo) 
 	s.fresh = *fresh
 	s.fresh.History = fresh.History.Clone()
 	s.known, s.flush = true, fresh.FlushLSN
-	return c.Grants() >= c.quorum, nil
+	return c.HasQuorum(c.Granted), nil
+}
+
+// GreetedQuorum reports whether a quorum greeted on its current
+// connection.
+func (c *Core) GreetedQuorum() bool { return c.HasQuorum(func(i int) bool { return c.sks[i].greeted }) }
+
+// need says what a quorum is, for an error.
+func (c *Core) need() string {
+	if c.conf.Generation == 0 {
+		return fmt.Sprintf("%d of %d", c.quorum, len(c.sks))
+	}
+	var parts []string
+	for _, g := range c.conf.Groups() {
+		parts = append(parts, fmt.Sprintf("%d of %v", len(g)/2+1, g))
+	}
+	return strings.Join(parts, " and ")
 }
 
 // Grants is how many safekeepers granted the current ballot on their
@@ -258,8 +441,8 @@ func (c *Core) Elect(upstreamEnd, newTimelineStart proto.LSN) (*Election, error)
 	if c.election != nil {
 		return c.election, nil
 	}
-	if g := c.Grants(); g < c.quorum {
-		return nil, fmt.Errorf("%w: %d granted, need %d", ErrNoQuorum, g, c.quorum)
+	if !c.HasQuorum(c.Granted) {
+		return nil, fmt.Errorf("%w: %d granted, need %s", ErrNoQuorum, c.Grants(), c.need())
 	}
 	donor := -1
 	var maxCommit proto.LSN
@@ -380,16 +563,11 @@ func (c *Core) recompute() {
 	if c.election == nil {
 		return
 	}
-	var fl []proto.LSN
-	for i := range c.sks {
+	if q, ok := c.QuorumLSN(func(i int) (proto.LSN, bool) {
 		s := &c.sks[i]
-		if s.inTerm && s.termFlush >= c.election.TermStartLSN {
-			fl = append(fl, s.termFlush)
-		}
-	}
-	if len(fl) >= c.quorum {
-		slices.Sort(fl)
-		c.commit = max(c.commit, fl[len(fl)-c.quorum])
+		return s.termFlush, s.inTerm && s.termFlush >= c.election.TermStartLSN
+	}); ok {
+		c.commit = max(c.commit, q)
 	}
 	if tr, ok := c.minFlush(); ok {
 		c.truncate = max(c.truncate, min(tr, c.commit))
@@ -401,6 +579,9 @@ func (c *Core) recompute() {
 func (c *Core) minFlush() (proto.LSN, bool) {
 	m := proto.LSN(1<<64 - 1)
 	for i := range c.sks {
+		if !c.Member(i) {
+			continue // not in the configuration: it needs none of this WAL
+		}
 		if !c.sks[i].known {
 			return 0, false
 		}

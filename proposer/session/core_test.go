@@ -28,7 +28,7 @@ func hist(pairs ...uint64) proto.TermHistory {
 // flush_lsn and commit_lsn.
 func info(voted uint64, flush, commit proto.LSN, h proto.TermHistory) *proto.SafeKeeperInfo {
 	i := &proto.SafeKeeperInfo{
-		ProtocolVersion: 1, VotedFor: proto.Ballot{Term: voted, UUID: proto.ID{0xdd}},
+		ProtocolVersion: proto.ProtocolVersion, VotedFor: proto.Ballot{Term: voted, UUID: proto.ID{0xdd}},
 		FlushLSN: flush, CommitLSN: commit, History: h.Upto(flush),
 	}
 	i.LastLogTerm = i.History.LastTerm()
@@ -460,7 +460,7 @@ func TestUpstreamBehindStartsTermAtCommit(t *testing.T) {
 // (the core's start points equal the acceptors' own) and whose commit_lsn
 // the acceptors adopt.
 func TestCoreDrivesRealAcceptors(t *testing.T) {
-	si := proto.ServerInfo{ProtocolVersion: 1, PgVersion: 150018, SystemID: 7, PgTimeline: 1, WalSegSize: segSize, TenantID: proto.ID{1}, TimelineID: proto.ID{2}}
+	si := proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018, SystemID: 7, PgTimeline: 1, WalSegSize: segSize, TenantID: proto.ID{1}, TimelineID: proto.ID{2}}
 	var accs [3]*acceptor.Acceptor
 	for i := range accs {
 		a, err := acceptor.New(acceptor.Config{NodeID: uint64(i + 1)}, acceptor.NewState(&si), acceptor.NewMemStorage(acceptor.NewState(&si)))

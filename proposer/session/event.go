@@ -28,7 +28,8 @@ type Event struct {
 	// StartStreamingAt is where the safekeeper starts (EventStreaming).
 	StartStreamingAt proto.LSN
 	// Err says why the safekeeper sits out this term (EventVotedForOther,
-	// EventCannotJoin: errors.Is ErrCannotJoin).
+	// EventCannotJoin: errors.Is ErrCannotJoin; EventNotMember,
+	// EventWrongSafekeeper).
 	Err error
 	// Msg is the message that had no place in the protocol (EventDropped).
 	Msg proto.Message
@@ -60,12 +61,18 @@ const (
 	// EventDropped: the safekeeper sent Msg where the protocol has no place
 	// for it; its connection is dropped (Ready.Drop).
 	EventDropped
+	// EventNotMember: the safekeeper is not a member of the session's
+	// configuration: it sits out the term (it would refuse, SK002) (Err).
+	EventNotMember
+	// EventWrongSafekeeper: another safekeeper than the configuration
+	// names answered at the address; its connection is dropped (Err).
+	EventWrongSafekeeper
 )
 
 var eventNames = [...]string{
 	EventGreeted: "greeted", EventCampaigning: "campaigning", EventVoteGranted: "vote granted",
 	EventVotedForOther: "voted for another candidate", EventElected: "elected", EventCannotJoin: "cannot join",
-	EventStreaming: "streaming", EventDropped: "dropped",
+	EventStreaming: "streaming", EventDropped: "dropped", EventNotMember: "not a member", EventWrongSafekeeper: "wrong safekeeper",
 }
 
 // String is a short name for the kind ("elected", "vote granted", ...).

@@ -2,6 +2,7 @@ package session
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/safekeeper/safekeeper/proto"
 )
@@ -61,6 +62,14 @@ type Config struct {
 	// heartbeat when neither commit_lsn nor truncate_lsn changed. Default
 	// (zero or less) 200 ms.
 	HeartbeatInterval Duration
+	// Configuration is the timeline's configuration the session proposes
+	// in (generation 0: none; a quorum is a majority of the N), and IDs
+	// the safekeeper_id expected at each index (nil, or 0 at an index:
+	// learned from the greeting). See Core.Configure.
+	Configuration proto.Configuration
+	IDs           []uint64
+	// Hooks plant bugs in the core (the simulation's planted-bug tests).
+	Hooks Hooks
 }
 
 // WALSource is where a Session takes the WAL it streams. Its methods are
@@ -160,6 +169,8 @@ func New(cfg Config, src WALSource) *Session {
 		cfg.HeartbeatInterval = 200 * Millisecond
 	}
 	s := &Session{core: NewCore(cfg.N, cfg.UUID), cfg: cfg, src: src, links: make([]link, cfg.N)}
+	s.core.Configure(cfg.Configuration, cfg.IDs)
+	s.core.SetHooks(cfg.Hooks)
 	s.core.ObserveTerm(cfg.LastTerm)
 	return s
 }
@@ -201,13 +212,26 @@ func (s *Session) Greeted(i int, info *proto.SafeKeeperInfo) (Ready, error) {
 	s.baseCommit = max(s.baseCommit, info.CommitLSN)
 	r.Events = append(r.Events, Event{Kind: EventGreeted, Safekeeper: i, Info: info})
 	if err := s.core.Greeted(i, info); err != nil {
+		if errors.Is(err, ErrWrongSafekeeper) {
+			r.Events = append(r.Events, Event{Kind: EventWrongSafekeeper, Safekeeper: i, Err: err})
+			s.links[i] = link{}
+			s.core.Disconnected(i)
+			r.Drop = append(r.Drop, i)
+			return r, nil
+		}
 		return r, err
+	}
+	if !s.core.Member(i) {
+		r.Events = append(r.Events, Event{Kind: EventNotMember, Safekeeper: i,
+			Err: fmt.Errorf("safekeeper_id %d is not a member of %s", info.SafekeeperID, s.core.Configuration())})
+		s.links[i].phase = PhaseParked
+		return r, nil
 	}
 	if s.core.Ballot().Term != 0 {
 		s.requestVote(&r, i)
 		return r, nil
 	}
-	if s.core.Greetings() >= s.core.Quorum() {
+	if s.core.GreetedQuorum() {
 		b, err := s.core.Campaign()
 		if err != nil {
 			return r, err

@@ -151,6 +151,7 @@ func New(ln net.Listener, cfg Config) *API {
 	mux.HandleFunc("GET /v1/tenant/timeline", a.guard(accessAdmin, a.timelines))
 	mux.HandleFunc("GET /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.guard(accessTenant, a.timeline))
 	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.guard(accessAdmin, a.deleteTimeline))
+	mux.HandleFunc("PUT /v1/tenant/{tenant_id}/timeline/{timeline_id}/membership", a.guard(accessAdmin, a.membership))
 	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}", a.guard(accessAdmin, a.deleteTenant))
 	mux.HandleFunc("GET /v1/tenant/{tenant_id}/timeline/{timeline_id}/wal", a.guard(accessTenant, a.wal)) // wal.go
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.prom, promhttp.HandlerOpts{}))
@@ -410,6 +411,51 @@ func (a *API) timeline(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// membership is PUT .../membership: the body a configuration (JSON:
+// generation, members, new_members), which the timeline adopts if its
+// generation is above the stored one (README_PROTO.md, rule 9). 200 with
+// what it holds afterwards (MembershipSwitch) also when it kept its own
+// (a lower generation); 409 for another configuration of the stored
+// generation; 400 for a body that is no valid configuration.
+func (a *API) membership(w http.ResponseWriter, r *http.Request) {
+	tl, _, ok := a.pathTimeline(w, r)
+	if !ok {
+		return
+	}
+	var c proto.Configuration
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		writeError(w, &apiError{http.StatusBadRequest, "bad_request", "configuration: " + err.Error()})
+		return
+	}
+	if dec.More() {
+		writeError(w, &apiError{http.StatusBadRequest, "bad_request", "configuration: data after the JSON value"})
+		return
+	}
+	if err := c.Validate(); err != nil || c.Generation == 0 {
+		msg := "generation 0 is no configuration"
+		if err != nil {
+			msg = err.Error()
+		}
+		writeError(w, &apiError{http.StatusBadRequest, "bad_request", "configuration: " + msg})
+		return
+	}
+	before := tl.State().Configuration.Generation
+	cur, st, err := tl.SetConfiguration(c)
+	var ce *acceptor.ConfigurationError
+	switch {
+	case errors.As(err, &ce):
+		writeError(w, &apiError{http.StatusConflict, "configuration_conflict", err.Error()})
+		return
+	case err != nil:
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, MembershipSwitch{Configuration: cur, Switched: cur.Generation > before, Term: st.VotedFor.Term,
+		LastLogTerm: st.LastLogTerm(), FlushLSN: st.FlushLSN, CommitLSN: st.CommitLSN})
+}
+
 // pathTimeline opens the timeline the path names; when it cannot, it
 // answers (400 for bad ids, 404 for a timeline not held) and ok is false.
 func (a *API) pathTimeline(w http.ResponseWriter, r *http.Request) (tl *timeline.Timeline, key proto.TimelineKey, ok bool) {
@@ -444,6 +490,10 @@ func (a *API) describe(tl *timeline.Timeline) Timeline {
 	}
 	out.WALStartLSN, out.WALBytes = storedWAL(st, out.RemovedUpTo)
 	out.BackupLSN = tl.BackupLSN()
+	if st.Configuration.Generation > 0 {
+		c := st.Configuration.Clone()
+		out.Configuration = &c
+	}
 	if a.cfg.Archiving {
 		b, d := tl.BackupLag(st.CommitLSN)
 		secs := d.Seconds()

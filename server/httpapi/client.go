@@ -97,9 +97,29 @@ func (c *Client) DeleteTimeline(ctx context.Context, key proto.TimelineKey, forc
 	return &res, body, err
 }
 
+// SetMembership is PUT .../membership: the timeline adopts conf if its
+// generation is above the one it holds (README_PROTO.md, rule 9).
+func (c *Client) SetMembership(ctx context.Context, key proto.TimelineKey, conf proto.Configuration) (*MembershipSwitch, []byte, error) {
+	b, err := json.Marshal(conf)
+	if err != nil {
+		return nil, nil, err
+	}
+	var res MembershipSwitch
+	body, err := c.send(ctx, http.MethodPut, TimelinePath(key)+"/membership", b, &res)
+	return &res, body, err
+}
+
 // request is a request to path with the token.
 func (c *Client) request(ctx context.Context, method, path string) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
+	return c.requestBody(ctx, method, path, nil)
+}
+
+func (c *Client) requestBody(ctx context.Context, method, path string, body []byte) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return nil, err
 	}
@@ -112,9 +132,17 @@ func (c *Client) request(ctx context.Context, method, path string) (*http.Reques
 // Do sends method path and decodes a 200 answer's JSON into v; it returns
 // the raw body too.
 func (c *Client) Do(ctx context.Context, method, path string, v any) ([]byte, error) {
-	req, err := c.request(ctx, method, path)
+	return c.send(ctx, method, path, nil, v)
+}
+
+// send is Do with a JSON request body (nil: none).
+func (c *Client) send(ctx context.Context, method, path string, reqBody []byte, v any) ([]byte, error) {
+	req, err := c.requestBody(ctx, method, path, reqBody)
 	if err != nil {
 		return nil, err
+	}
+	if reqBody != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	url := req.URL.String()
 	resp, err := c.http.Do(req)

@@ -98,16 +98,19 @@ type Timeline struct {
 	// nothing yet, or no archive); BackupLagBytes is commit_lsn minus it
 	// and BackupLagSeconds how long the archive has been behind commit_lsn
 	// (absent without an archive).
-	BackupLSN        proto.LSN `json:"backup_lsn"`
-	BackupLagBytes   *uint64   `json:"backup_lag_bytes,omitempty"`
-	BackupLagSeconds *float64  `json:"backup_lag_seconds,omitempty"`
-	PgVersion        uint32    `json:"pg_version"`
-	PgTimeline       uint32    `json:"pg_timeline"`
-	SystemID         uint64    `json:"system_id,string"`
-	WalSegSize       uint32    `json:"wal_seg_size"`
-	Proposer         *Proposer `json:"proposer"`
-	Readers          []Reader  `json:"readers"`
-	Slots            []Slot    `json:"slots"`
+	BackupLSN proto.LSN `json:"backup_lsn"`
+	// Configuration is the timeline's membership (README_PROTO.md,
+	// "Membership and generations"); absent in generation 0 (none).
+	Configuration    *proto.Configuration `json:"configuration,omitempty"`
+	BackupLagBytes   *uint64              `json:"backup_lag_bytes,omitempty"`
+	BackupLagSeconds *float64             `json:"backup_lag_seconds,omitempty"`
+	PgVersion        uint32               `json:"pg_version"`
+	PgTimeline       uint32               `json:"pg_timeline"`
+	SystemID         uint64               `json:"system_id,string"`
+	WalSegSize       uint32               `json:"wal_seg_size"`
+	Proposer         *Proposer            `json:"proposer"`
+	Readers          []Reader             `json:"readers"`
+	Slots            []Slot               `json:"slots"`
 }
 
 // Proposer is the proposer streaming to a timeline.
@@ -149,6 +152,19 @@ type Slot struct {
 	Temporary  bool      `json:"temporary"`
 	Active     bool      `json:"active"`
 	RestartLSN proto.LSN `json:"restart_lsn"`
+}
+
+// MembershipSwitch is the answer to PUT .../membership (Neon's
+// ConfigurationSwitchResponse): the configuration the safekeeper holds
+// after the call, whether the call switched it, and the positions a
+// membership change waits on.
+type MembershipSwitch struct {
+	Configuration proto.Configuration `json:"configuration"`
+	Switched      bool                `json:"switched"`
+	Term          uint64              `json:"term"`
+	LastLogTerm   uint64              `json:"last_log_term"`
+	FlushLSN      proto.LSN           `json:"flush_lsn"`
+	CommitLSN     proto.LSN           `json:"commit_lsn"`
 }
 
 // DeleteResult is what DELETE of a timeline found, in Neon's names;

@@ -162,6 +162,9 @@ func pullInto(ctx context.Context, db *storage.DB, tl *storage.Timeline, c PullC
 	// The promoted primary's history file goes in with the state, as the
 	// acceptor records it at a timeline switch.
 	st.PgHistory = peer.PgHistory
+	// The peer's configuration too: the pulled copy is in the generation
+	// its source was (README_PROTO.md, rule 9), never in none.
+	st.Configuration = peer.Info.Configuration.Clone()
 	if err := tl.Commit(st); err != nil {
 		return PullResult{}, fmt.Errorf("%w (the timeline here is left empty)", err)
 	}

@@ -282,6 +282,40 @@ func (t *Timeline) Commit() {
 	t.unlockOwner()
 }
 
+// SetConfiguration switches the timeline to configuration c if its
+// generation is above the stored one (README_PROTO.md, rule 9: what a
+// membership change pushes, PUT .../membership) and returns the
+// configuration held afterwards and the state. What the connections staged
+// is committed first; connections greeted in an older generation are
+// refused from their next message on. The same generation with other
+// members is an *acceptor.ConfigurationError (ErrIncompatible).
+func (t *Timeline) SetConfiguration(c proto.Configuration) (proto.Configuration, acceptor.State, error) {
+	t.ownMu.Lock()
+	defer t.unlockOwner()
+	t.runQueued()
+	o := t.own
+	if o.stopped {
+		return proto.Configuration{}, acceptor.State{}, ErrStopped
+	}
+	if o.batch > 0 {
+		o.commit()
+	}
+	before := o.sess.State()
+	r, cur, err := o.sess.SetConfiguration(c)
+	o.logConfiguration(before, "membership call")
+	o.act(r)
+	return cur, o.sess.State(), err
+}
+
+// logConfiguration logs a change of the stored configuration since before.
+func (o *owner) logConfiguration(before acceptor.State, by string) {
+	after := o.sess.State()
+	if after.Configuration.Generation != before.Configuration.Generation {
+		o.t.log.Info("configuration changed", "generation", after.Configuration.Generation, "members", after.Configuration.Members,
+			"new_members", after.Configuration.NewMembers, "previous_generation", before.Configuration.Generation, "by", by)
+	}
+}
+
 // RemovedUpTo is the retention horizon as stored: no WAL below it.
 func (t *Timeline) RemovedUpTo() proto.LSN { return t.store.RemovedUpTo() }
 
@@ -751,6 +785,9 @@ func (o *owner) logChanges(c *Conn, msg proto.Message, before acceptor.State, r 
 	}
 	if after.FlushLSN < before.FlushLSN {
 		log.Info("truncated WAL", "lsn", after.FlushLSN, "previous_flush_lsn", before.FlushLSN, "term", after.VotedFor.Term, "peer", c.Remote)
+	}
+	if _, greeting := msg.(*proto.ServerInfo); greeting {
+		o.logConfiguration(before, "greeting of "+c.Remote)
 	}
 	if after.PgTimeline != before.PgTimeline {
 		log.Info("PostgreSQL timeline switched", "pg_timeline", after.PgTimeline, "previous_pg_timeline", before.PgTimeline,

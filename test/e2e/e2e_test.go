@@ -56,7 +56,7 @@ func startCluster(t *testing.T) *cluster {
 	}
 	ver, _ := strconv.ParseUint(c.pg.Exec(t, "SHOW server_version_num"), 10, 32)
 	c.si = proto.ServerInfo{
-		ProtocolVersion: 1, PgVersion: uint32(ver), SystemID: sysid, TenantID: tenantID, TimelineID: timelineID,
+		ProtocolVersion: proto.ProtocolVersion, PgVersion: uint32(ver), SystemID: sysid, TenantID: tenantID, TimelineID: timelineID,
 		PgTimeline: 1, WalSegSize: uint32(c.pg.WALSegSize), ProposerUUID: proto.ID{0xee},
 	}
 	return c

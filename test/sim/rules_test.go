@@ -15,7 +15,7 @@ import (
 
 const ruleTL = proto.LSN(0x2000000)
 
-var ruleSI = proto.ServerInfo{ProtocolVersion: 1, PgVersion: 150018, SystemID: 0x5afe, TenantID: proto.ID{1},
+var ruleSI = proto.ServerInfo{ProtocolVersion: proto.ProtocolVersion, PgVersion: 150018, SystemID: 0x5afe, TenantID: proto.ID{1},
 	TimelineID: proto.ID{2}, PgTimeline: 1, WalSegSize: segSize}
 
 type ruleSK struct {

@@ -1,0 +1,94 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/safekeeper/safekeeper/proto"
+	"github.com/safekeeper/safekeeper/server/httpapi"
+)
+
+// putJSON sends body to url with PUT and decodes the answer into v.
+func putJSON(t *testing.T, url, body string, v any) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("PUT %s: %v", url, err)
+	}
+	return resp.StatusCode
+}
+
+// TestMembershipCall: PUT .../membership switches a timeline to a
+// configuration of a higher generation, durably (also after a restart),
+// and the proposer streaming in the older generation is refused at its
+// next request with SK001 and the configuration in Detail; a lower
+// generation changes nothing (200, switched false); another configuration
+// of the same generation is 409; a body that is no configuration is 400.
+func TestMembershipCall(t *testing.T) {
+	dir := t.TempDir()
+	s := startTestServer(t, dir, func(c *Config) { c.ListenHTTP = "127.0.0.1:0" })
+	base := "http://" + s.HTTPAddr().String()
+	p := newTestPush(t, s.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
+	p.push(10, 1000, 0)
+	url := fmt.Sprintf("%s/v1/tenant/%s/timeline/%s", base, tTenant, tTimeline)
+
+	var sw httpapi.MembershipSwitch
+	joint := `{"generation": 2, "members": [1, 2, 3], "new_members": [1, 2, 4]}`
+	if code := putJSON(t, url+"/membership", joint, &sw); code != 200 || !sw.Switched || sw.Configuration.Generation != 2 ||
+		sw.Term != 1 || sw.FlushLSN != p.pos {
+		t.Fatalf("PUT generation 2: %d %+v", code, sw)
+	}
+	// The proposer greeted in generation 0: its next request is refused.
+	p.send(&proto.SafeKeeperRequest{Sender: p.ballot, BeginLSN: p.pos, EndLSN: p.pos, CommitLSN: p.pos})
+	_, err := p.c.Recv(p.ctx)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "SK001" {
+		t.Fatalf("request in generation 0 after the switch: %v, want SK001", err)
+	}
+	if c, err := proto.ParseConfigurationDetail(pe.Detail); err != nil || c.Generation != 2 || len(c.NewMembers) != 3 {
+		t.Fatalf("SK001 detail %q: %s, %v", pe.Detail, c, err)
+	}
+	want := proto.Configuration{Generation: 2, Members: []uint64{1, 2, 3}, NewMembers: []uint64{1, 2, 4}}
+	if code := putJSON(t, url+"/membership", `{"generation": 1, "members": [1, 2, 3]}`, &sw); code != 200 || sw.Switched || !sw.Configuration.Equal(want) {
+		t.Fatalf("PUT generation 1 after 2: %d %+v, want 200 keeping generation 2", code, sw)
+	}
+	var e httpapi.ErrorBody
+	if code := putJSON(t, url+"/membership", `{"generation": 2, "members": [1, 2, 3]}`, &e); code != http.StatusConflict || e.Code != "configuration_conflict" {
+		t.Fatalf("PUT another generation 2: %d %+v, want 409 configuration_conflict", code, e)
+	}
+	for _, bad := range []string{`{"generation": 3}`, `{"generation": 0}`, `{"generation": 3, "members": [1, 1]}`, `{"generation": 3, "members": [1], "bogus": 1}`, `[`} {
+		if code := putJSON(t, url+"/membership", bad, &e); code != http.StatusBadRequest || e.Code != "bad_request" {
+			t.Fatalf("PUT %s: %d %+v, want 400 bad_request", bad, code, e)
+		}
+	}
+	if code := putJSON(t, fmt.Sprintf("%s/v1/tenant/%s/timeline/%s/membership", base, tTenant, proto.ID{0xee}), joint, &e); code != http.StatusNotFound {
+		t.Fatalf("PUT for a timeline not held: %d %+v", code, e)
+	}
+	p.c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), tTimeout)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s = startTestServer(t, dir, func(c *Config) { c.ListenHTTP = "127.0.0.1:0" })
+	var tl httpapi.Timeline
+	url = fmt.Sprintf("http://%s/v1/tenant/%s/timeline/%s", s.HTTPAddr(), tTenant, tTimeline)
+	if code := getJSON(t, url, &tl); code != 200 || tl.Configuration == nil || !tl.Configuration.Equal(want) {
+		t.Fatalf("after a restart: %d, configuration %v", code, tl.Configuration)
+	}
+}
