@@ -211,6 +211,25 @@ func (a *Acceptor) SetConfiguration(c proto.Configuration) (switched bool, err e
 	return true, nil
 }
 
+// TermBump raises voted_for to term, durably, if it is below (a vote for
+// the ballot (term, zero uuid), which no proposer owns): a membership
+// change raises the new members to the highest term their old peers
+// voted for before they may form a quorum alone, so that a proposer
+// elected by them picks a term above every earlier one (README_PROTO.md,
+// "Membership and generations"). It returns the term before.
+func (a *Acceptor) TermBump(term uint64) (previous uint64, err error) {
+	if err := a.flushStaged(); err != nil {
+		return 0, err
+	}
+	previous = a.st.VotedFor.Term
+	if term <= previous {
+		return previous, nil
+	}
+	next := a.inmem.Clone()
+	next.VotedFor = proto.Ballot{Term: term}
+	return previous, a.commit(next)
+}
+
 // CheckGeneration reports whether a connection greeted in generation gen
 // may still act on the timeline (rule 9): not when the stored generation is
 // higher (ErrStaleGeneration), nor when this safekeeper is not a member of

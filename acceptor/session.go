@@ -304,6 +304,22 @@ func (s *Session) SetConfiguration(c proto.Configuration) (Ready, proto.Configur
 	return r, s.acc.Configuration(), err
 }
 
+// TermBump raises voted_for to term if it is below (Acceptor.TermBump);
+// what is staged is made durable and answered first. It returns the term
+// before and the one after.
+func (s *Session) TermBump(term uint64) (r Ready, previous, current uint64, err error) {
+	s.flush(&r)
+	if s.broken != nil {
+		return r, s.st.VotedFor.Term, s.st.VotedFor.Term, s.broken
+	}
+	previous, err = s.acc.TermBump(term)
+	if errors.Is(err, ErrStorage) {
+		s.storageFailed(&r, err)
+	}
+	s.noteState(&r)
+	return r, previous, s.acc.State().VotedFor.Term, err
+}
+
 // Flush is the group commit: it makes every staged request durable in one
 // Storage.Commit and answers each, in order. Call it when no message is
 // ready (the server: after every batch of queued messages).

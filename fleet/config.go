@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,56 +13,20 @@ import (
 	"github.com/safekeeper/safekeeper/proto"
 )
 
-// Config is a timeline's configuration: its generation and the node ids
-// of its members, and while the membership changes the new members (a
-// joint configuration). Generation 1 is the first.
-type Config struct {
-	Generation uint64   `json:"generation"`
-	Members    []uint64 `json:"members"`
-	NewMembers []uint64 `json:"new_members,omitempty"`
-}
+// Config is a timeline's configuration, as stored in its key and as the
+// safekeepers and the proposer carry it (README_PROTO.md, "Membership and
+// generations"): its generation and the node ids of its members, and while
+// the membership changes the new members (a joint configuration).
+// Generation 1 is the first in etcd.
+type Config = proto.Configuration
 
-// Validate checks what every configuration must hold.
-func (c Config) Validate() error {
+// validConfig checks a configuration for etcd: proto's rules, from
+// generation 1 on (generation 0, no configuration, has no key).
+func validConfig(c Config) error {
 	if c.Generation == 0 {
 		return errors.New("generation 0: generations start at 1")
 	}
-	if len(c.Members) == 0 {
-		return errors.New("no members")
-	}
-	for _, set := range [][]uint64{c.Members, c.NewMembers} {
-		seen := map[uint64]bool{}
-		for _, id := range set {
-			if id == 0 {
-				return errors.New("member id 0")
-			}
-			if seen[id] {
-				return fmt.Errorf("member %d listed twice", id)
-			}
-			seen[id] = true
-		}
-	}
-	return nil
-}
-
-// All is every node id the configuration names: the members, then the new
-// members not among them.
-func (c Config) All() []uint64 {
-	out := slices.Clone(c.Members)
-	for _, id := range c.NewMembers {
-		if !slices.Contains(out, id) {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-func (c Config) String() string {
-	s := fmt.Sprintf("generation %d, members %v", c.Generation, c.Members)
-	if len(c.NewMembers) > 0 {
-		s += fmt.Sprintf(", new members %v", c.NewMembers)
-	}
-	return s
+	return c.Validate()
 }
 
 // strictJSON decodes one JSON value into v, refusing unknown fields and
@@ -86,7 +49,7 @@ func ParseConfig(key string, b []byte) (Config, error) {
 	if err := strictJSON(b, &c); err != nil {
 		return Config{}, fmt.Errorf("%w: %s: %v", ErrBadConfig, key, err)
 	}
-	if err := c.Validate(); err != nil {
+	if err := validConfig(c); err != nil {
 		return Config{}, fmt.Errorf("%w: %s: %v", ErrBadConfig, key, err)
 	}
 	return c, nil
@@ -123,7 +86,7 @@ func (c *Client) Timeline(ctx context.Context, tenant, timeline proto.ID) (Confi
 // modRev (0: the key must not exist), with extra conditions (a
 // controller's fence); it reports whether it did.
 func (c *Client) SwapConfig(ctx context.Context, tenant, timeline proto.ID, modRev int64, cfg Config, fence ...clientv3.Cmp) (bool, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := validConfig(cfg); err != nil {
 		return false, fmt.Errorf("fleet: %w", err)
 	}
 	key := c.TimelineKey(tenant, timeline)

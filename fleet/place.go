@@ -111,7 +111,7 @@ var ErrNotMembers = errors.New("not the timeline's members")
 // each must have registered (live or not). A timeline placed on these
 // members already answers Created false; on others, ErrNotMembers.
 func (c *Client) Assign(ctx context.Context, tenant, timeline proto.ID, members []uint64, fence ...clientv3.Cmp) (Placement, error) {
-	if err := (Config{Generation: 1, Members: members}).Validate(); err != nil {
+	if err := validConfig(Config{Generation: 1, Members: members}); err != nil {
 		return Placement{}, fmt.Errorf("fleet: members: %w", err)
 	}
 	p, err := c.place(ctx, tenant, timeline, func(_ []Candidate, byID map[uint64]NodeView) ([]uint64, int, error) {
@@ -169,9 +169,17 @@ func (c *Client) place(ctx context.Context, tenant, timeline proto.ID, choose fu
 				held[id]++
 			}
 		}
+		drains, _, err := c.drains(ctx, rev)
+		if err != nil {
+			return Placement{}, err
+		}
+		drained := map[uint64]bool{}
+		for _, d := range drains {
+			drained[d.ID] = true
+		}
 		var cands []Candidate
 		for _, n := range nodes {
-			if n.Live() {
+			if n.Live() && !drained[n.ID] {
 				cands = append(cands, Candidate{ID: n.ID, Zone: n.Zone, Held: held[n.ID], MaxTimelines: n.Status.MaxTimelines, DiskFree: n.Status.DiskFreeBytes})
 			}
 		}

@@ -31,6 +31,10 @@ func (r Resolved) Addrs() ([]string, error) {
 	return out, nil
 }
 
+// IDs are the members' node ids in the order of Addrs (Config.All()): the
+// safekeeper_id expected at each address.
+func (r Resolved) IDs() []uint64 { return r.Config.All() }
+
 // HTTPAddrs is the members' advertised HTTP addresses ("" where none).
 func (r Resolved) HTTPAddrs() []string {
 	out := make([]string, len(r.Members))

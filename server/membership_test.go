@@ -92,3 +92,48 @@ func TestMembershipCall(t *testing.T) {
 		t.Fatalf("after a restart: %d, configuration %v", code, tl.Configuration)
 	}
 }
+
+// TestPullTimelineOnline: POST /v1/pull_timeline copies a timeline from a
+// running peer into a running safekeeper (its WAL, state and
+// configuration), which then serves it; a second pull finds it held; a
+// term bump raises voted_for and never lowers it.
+func TestPullTimelineOnline(t *testing.T) {
+	a := startTestServer(t, t.TempDir(), nil)
+	p := newTestPush(t, a.Addr().String(), tTimeline, 1, hist1(tStart), tStart)
+	p.push(40, 4000, 0)
+	b := startTestServer(t, t.TempDir(), func(c *Config) { c.NodeID = 2; c.ListenHTTP = "127.0.0.1:0" })
+	key := proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline}
+	cl := httpapi.NewClient("http://"+b.HTTPAddr().String(), nil, "")
+	ctx := testCtx(t)
+	res, err := cl.PullTimeline(ctx, key, a.Addr().String())
+	if err != nil || res.Existed || res.FlushLSN != p.pos || res.Term != 1 {
+		t.Fatalf("pull: %+v, %v; want flush_lsn %s, term 1", res, err, p.pos)
+	}
+	tl, _, err := cl.Timeline(ctx, key)
+	if err != nil || tl.FlushLSN != p.pos || tl.Term != 1 {
+		t.Fatalf("the pulled timeline: %+v, %v", tl, err)
+	}
+	if res, err := cl.PullTimeline(ctx, key, a.Addr().String()); err != nil || !res.Existed {
+		t.Fatalf("second pull: %+v, %v; want existed", res, err)
+	}
+	if tb, err := cl.TermBump(ctx, key, 7); err != nil || tb.PreviousTerm != 1 || tb.CurrentTerm != 7 {
+		t.Fatalf("term_bump 7: %+v, %v", tb, err)
+	}
+	if tb, err := cl.TermBump(ctx, key, 3); err != nil || tb.PreviousTerm != 7 || tb.CurrentTerm != 7 {
+		t.Fatalf("term_bump 3 after 7: %+v, %v", tb, err)
+	}
+	if _, err := cl.PullTimeline(ctx, proto.TimelineKey{TenantID: tTenant, TimelineID: proto.ID{0xee}}, a.Addr().String()); err == nil {
+		t.Fatal("pull of a timeline the peer does not hold succeeded")
+	}
+	var e httpapi.ErrorBody
+	req, _ := http.NewRequest(http.MethodPost, "http://"+b.HTTPAddr().String()+"/v1/pull_timeline", strings.NewReader(`{"tenant_id": "zz"}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("pull with a bad body: %d %+v", resp.StatusCode, e)
+	}
+}

@@ -25,13 +25,18 @@ import (
 func controllerCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "controller",
-		Usage:     "run a fleet controller: places new timelines over HTTP; any number run, one leads (etcd election)",
-		UsageText: "safekeeper controller --etcd-endpoints URLS [--listen-http 127.0.0.1:7677] [--replicas 3] [--election-ttl 10s]",
+		Usage:     "run a fleet controller: places and moves timelines; any number run, one leads (etcd election)",
+		UsageText: "safekeeper controller --etcd-endpoints URLS [--listen-http 127.0.0.1:7677] [--replicas 3] [--election-ttl 10s]\n" +
+			"    [--move-parallel 4] [--catch-up-timeout 10m] [--dead-node-timeout 30m]",
 		Description: "Campaigns for the leadership in etcd (under --etcd-prefix's controller/) and, while it leads,\n" +
 			"places timelines: POST /v1/tenant/{tenant_id}/timeline/{timeline_id} (body {\"replicas\": N}, optional).\n" +
 			"Every write it makes is fenced by its election key's revision: a controller deposed while\n" +
 			"paused writes nothing (503). A follower answers placements 503 naming the leader. It serves\n" +
 			"GET /v1/cluster (what `cluster status --json` prints), /metrics and /healthz on --listen-http.\n" +
+			"The leader also moves timelines: the requests of `timeline migrate` and `node drain`, a change\n" +
+			"found half done, and the timelines of a node without a lease for --dead-node-timeout, each to\n" +
+			"a live node (docs/operations.md, \"Moving timelines\"); a move whose new members do not catch\n" +
+			"up within --catch-up-timeout is rolled back.\n" +
 			"Nothing needs it to run: timelines keep running, and `timeline create --etcd-endpoints` places\n" +
 			"without it. Exit codes: 0 after SIGTERM/SIGINT, 1 the listener failed, 2 usage.",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
@@ -41,6 +46,9 @@ func controllerCommand() *cli.Command {
 			&cli.StringFlag{Name: "advertise-http", Usage: "host:port other controllers and operators reach this one at when it leads (default: --listen-http's address, unless it listens on all interfaces)"},
 			&cli.IntFlag{Name: "replicas", Value: fleet.DefaultReplicas, Usage: fmt.Sprintf("members of a placed timeline when the request names none (1 to %d)", controller.MaxReplicas)},
 			&cli.DurationFlag{Name: "election-ttl", Value: 10 * time.Second, Usage: "time to live of the election lease (whole seconds, at least 1s): a leader silent this long is replaced"},
+			&cli.IntFlag{Name: "move-parallel", Value: 4, Usage: "timeline moves under way at once, at most"},
+			&cli.DurationFlag{Name: "catch-up-timeout", Value: 10 * time.Minute, Usage: "how long a move waits for its new members to copy the timeline and catch up before it rolls back"},
+			&cli.DurationFlag{Name: "dead-node-timeout", Value: 30 * time.Minute, Usage: "move the timelines of a node that holds no lease this long to live nodes (0: never)"},
 		}, etcdFlags()),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -64,6 +72,19 @@ func controllerCommand() *cli.Command {
 			if ttl := c.Duration("election-ttl"); ttl < time.Second {
 				return usagef("--election-ttl %v: want at least 1s", ttl)
 			}
+			if n := c.Int("move-parallel"); n < 1 {
+				return usagef("--move-parallel %d: want at least 1", n)
+			}
+			if d := c.Duration("catch-up-timeout"); d <= 0 {
+				return usagef("--catch-up-timeout %v: want a positive duration", d)
+			}
+			dead := c.Duration("dead-node-timeout")
+			switch {
+			case dead < 0:
+				return usagef("--dead-node-timeout %v: want a positive duration, or 0 for never", dead)
+			case dead == 0:
+				dead = -1 // never
+			}
 			ec, err := etcdClient(c)
 			if err != nil {
 				return err
@@ -79,7 +100,8 @@ func controllerCommand() *cli.Command {
 				return err
 			}
 			k, err := controller.New(controller.Config{Client: ec, Listener: ln, Advertise: adv, Replicas: c.Int("replicas"),
-				ElectionTTL: c.Duration("election-ttl"), Logger: log})
+				ElectionTTL: c.Duration("election-ttl"), Logger: log, MoveParallel: c.Int("move-parallel"),
+				CatchUpTimeout: c.Duration("catch-up-timeout"), DeadNodeTimeout: dead})
 			if err != nil {
 				ln.Close()
 				return usageError{err}

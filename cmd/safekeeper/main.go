@@ -156,7 +156,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json", EnvVars: []string{"SAFEKEEPER_LOG_FORMAT"}},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error", EnvVars: []string{"SAFEKEEPER_LOG_LEVEL"}},
 		},
-		Commands: []*cli.Command{runCommand(), proposeCommand(), syncCommand(), statusCommand(), inspectCommand(), walCommand(), archiveCommand(), timelineCommand(), controllerCommand(), clusterCommand(), tokenCommand(), versionCommand(), helpCommand()},
+		Commands: []*cli.Command{runCommand(), proposeCommand(), syncCommand(), statusCommand(), inspectCommand(), walCommand(), archiveCommand(), timelineCommand(), controllerCommand(), clusterCommand(), nodeCommand(), tokenCommand(), versionCommand(), helpCommand()},
 	}
 	finishFlags(app.Commands, app.Flags)
 	return app

@@ -169,6 +169,7 @@ func proposeCommand() *cli.Command {
 					Upstream: c.String("upstream"), Safekeepers: sks, TenantID: tenant, TimelineID: timeline,
 					SlotName: slot, ApplicationName: appName, Logger: log, Create: c.Bool("create"),
 					BufferSize: bufSize, ProposerLease: lease, Security: sec, Stats: stats.Load(),
+					Configuration: tl.resolved.Config, SafekeeperIDs: resolvedIDs(tl),
 				})
 				restart()
 				next, ok := <-changed
@@ -276,6 +277,16 @@ type timelineFlags struct {
 	// for timeline create, which makes it).
 	etcd     *fleet.Client
 	resolved fleet.Resolved
+}
+
+// resolvedIDs are the safekeeper_ids expected at tl.safekeepers: the
+// members' when the configuration came from etcd, none (learned from the
+// greetings) with --safekeepers.
+func resolvedIDs(tl timelineFlags) []uint64 {
+	if tl.etcd == nil {
+		return nil
+	}
+	return tl.resolved.IDs()
 }
 
 // requireTimelineFlags is the Before of a command naming a timeline's

@@ -73,6 +73,7 @@ func syncCommand() *cli.Command {
 				Safekeepers: sks, TenantID: tenant, TimelineID: timeline, SystemID: c.Uint64("system-id"),
 				PgVersion: uint32(c.Uint("pg-version")), WalSegSize: uint32(c.Uint("wal-seg-size")),
 				PgTimeline: uint32(c.Uint("pg-timeline")), Create: c.Bool("create"), Logger: log, Force: c.Bool("force"),
+				Configuration: tl.resolved.Config, SafekeeperIDs: resolvedIDs(tl),
 			})
 			switch {
 			case errors.Is(err, proposer.ErrNoTimeline):

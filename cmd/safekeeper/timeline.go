@@ -19,7 +19,7 @@ func timelineCommand() *cli.Command {
 		Name:            "timeline",
 		Usage:           "manage a safekeeper's timelines",
 		OnUsageError:    func(c *cli.Context, err error, _ bool) error { return usageError{err} },
-		Subcommands:     []*cli.Command{timelineCreateCommand(), timelineMembersCommand(), timelineListCommand(), timelineShowCommand(), timelineDeleteCommand(), timelinePullCommand()},
+		Subcommands:     []*cli.Command{timelineCreateCommand(), timelineMembersCommand(), timelineMigrateCommand(), timelineListCommand(), timelineShowCommand(), timelineDeleteCommand(), timelinePullCommand()},
 		HideHelpCommand: true,
 		Action: func(c *cli.Context) error {
 			if c.Args().First() == "help" {

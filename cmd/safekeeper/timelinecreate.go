@@ -125,6 +125,10 @@ func timelineCreateCommand() *cli.Command {
 				if cfg.Safekeepers, err = (fleet.Resolved{Config: p.Config, Members: p.Members}).Addrs(); err != nil {
 					return err
 				}
+				// The members store the configuration with the timeline
+				// (README_PROTO.md, rule 9): a proposer of another
+				// generation, or of none, is refused by them.
+				cfg.Configuration = p.Config
 			}
 			res, err := proposer.CreateTimeline(ctx, cfg)
 			if res == nil && err != nil {

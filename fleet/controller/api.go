@@ -76,7 +76,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (c *Controller) handler() http.Handler {
 	prom := prometheus.NewRegistry()
 	prom.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		c.m.isLeader, c.m.terms, c.m.placements, c.m.placeErrors, &viewCollector{c: c})
+		c.m.isLeader, c.m.terms, c.m.placements, c.m.placeErrors, c.m.moveSteps, c.m.moves, c.m.moving, &viewCollector{c: c})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "leader": c.IsLeader()})

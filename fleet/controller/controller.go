@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/safekeeper/safekeeper/fleet"
+	"github.com/safekeeper/safekeeper/server/httpapi"
 )
 
 // Config is a controller.
@@ -39,6 +40,21 @@ type Config struct {
 	// RefreshInterval is how often the view of the fleet behind /metrics
 	// is read from etcd; default 2 s.
 	RefreshInterval time.Duration
+	// Safekeeper is the HTTP API of the safekeeper advertised at addr
+	// (moves push configurations, pull timelines and bump terms through
+	// it); default server/httpapi's client without TLS or token.
+	Safekeeper func(addr string) Safekeeper
+	// MoveParallel bounds the timeline moves under way at once; default 4.
+	MoveParallel int
+	// CatchUpTimeout is how long a move waits for the new members to copy
+	// the timeline and catch up before it rolls back; default 10 min.
+	CatchUpTimeout time.Duration
+	// DeadNodeTimeout: the timelines of a node without a lease this long
+	// are moved to live nodes; default 30 min, negative: never.
+	DeadNodeTimeout time.Duration
+	// ReconcileInterval is how often the leader looks for work in etcd
+	// (migration requests, drains, dead nodes); default 1 s.
+	ReconcileInterval time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -73,6 +89,21 @@ func (cfg *Config) withDefaults() error {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Safekeeper == nil {
+		cfg.Safekeeper = func(addr string) Safekeeper { return httpapi.NewClient(addr, nil, "") }
+	}
+	if cfg.MoveParallel <= 0 {
+		cfg.MoveParallel = 4
+	}
+	if cfg.CatchUpTimeout <= 0 {
+		cfg.CatchUpTimeout = 10 * time.Minute
+	}
+	if cfg.DeadNodeTimeout == 0 {
+		cfg.DeadNodeTimeout = 30 * time.Minute
+	}
+	if cfg.ReconcileInterval <= 0 {
+		cfg.ReconcileInterval = time.Second
 	}
 	return nil
 }
@@ -295,7 +326,13 @@ func (c *Controller) term(ctx context.Context) error {
 	c.setLeader(l)
 	c.m.terms.Inc()
 	c.log.Info("became the controller leader", "advertise", c.cfg.Advertise, "election_key", l.key, "election_rev", l.rev)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.reconcile(lctx, Term{Key: l.key, Rev: l.rev, l: l})
+	}()
 	<-lctx.Done()
+	<-done
 	c.setLeader(nil)
 	switch {
 	case ctx.Err() != nil:

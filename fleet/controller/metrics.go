@@ -9,6 +9,9 @@ type metrics struct {
 	terms       prometheus.Counter
 	placements  prometheus.Counter
 	placeErrors *prometheus.CounterVec
+	moveSteps   *prometheus.CounterVec
+	moves       *prometheus.CounterVec
+	moving      prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -22,6 +25,20 @@ func newMetrics() *metrics {
 		placeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "safekeeper_controller_placement_errors_total",
 			Help: "Placement requests refused, by reason: the error code of the answer (not_leader, fenced, etcd_unavailable, no_room, bad_config, bad_request, ...)."},
 			[]string{"reason"}),
+		moveSteps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "safekeeper_controller_move_steps_total",
+			Help: "Steps of timeline moves this controller took, by step: pull (a new member copied the timeline), joint, final, rollback (configurations written)."},
+			[]string{"step"}),
+		moves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "safekeeper_controller_moves_total",
+			Help: "Timeline moves (migration requests) this controller ended, by outcome: done or failed."},
+			[]string{"outcome"}),
+		moving: prometheus.NewGauge(prometheus.GaugeOpts{Name: "safekeeper_controller_moves_in_progress",
+			Help: "Timeline moves under way in this controller."}),
+	}
+	for _, s := range []string{"pull", "joint", "final", "rollback"} {
+		m.moveSteps.WithLabelValues(s)
+	}
+	for _, o := range []string{"done", "failed"} {
+		m.moves.WithLabelValues(o)
 	}
 	for _, r := range []string{"not_leader", "fenced", "etcd_unavailable", "no_room", "bad_config", "bad_request"} {
 		m.placeErrors.WithLabelValues(r)

@@ -152,6 +152,8 @@ func New(ln net.Listener, cfg Config) *API {
 	mux.HandleFunc("GET /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.guard(accessTenant, a.timeline))
 	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}/timeline/{timeline_id}", a.guard(accessAdmin, a.deleteTimeline))
 	mux.HandleFunc("PUT /v1/tenant/{tenant_id}/timeline/{timeline_id}/membership", a.guard(accessAdmin, a.membership))
+	mux.HandleFunc("POST /v1/tenant/{tenant_id}/timeline/{timeline_id}/term_bump", a.guard(accessAdmin, a.termBump))
+	mux.HandleFunc("POST /v1/pull_timeline", a.guard(accessAdmin, a.pullTimeline))
 	mux.HandleFunc("DELETE /v1/tenant/{tenant_id}", a.guard(accessAdmin, a.deleteTenant))
 	mux.HandleFunc("GET /v1/tenant/{tenant_id}/timeline/{timeline_id}/wal", a.guard(accessTenant, a.wal)) // wal.go
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.prom, promhttp.HandlerOpts{}))
@@ -423,14 +425,8 @@ func (a *API) membership(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var c proto.Configuration
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		writeError(w, &apiError{http.StatusBadRequest, "bad_request", "configuration: " + err.Error()})
-		return
-	}
-	if dec.More() {
-		writeError(w, &apiError{http.StatusBadRequest, "bad_request", "configuration: data after the JSON value"})
+	if err := decodeBody(w, r, "configuration", &c); err != nil {
+		writeError(w, err)
 		return
 	}
 	if err := c.Validate(); err != nil || c.Generation == 0 {
@@ -454,6 +450,72 @@ func (a *API) membership(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, MembershipSwitch{Configuration: cur, Switched: cur.Generation > before, Term: st.VotedFor.Term,
 		LastLogTerm: st.LastLogTerm(), FlushLSN: st.FlushLSN, CommitLSN: st.CommitLSN})
+}
+
+// decodeBody reads one JSON value of at most 64 KiB into v, refusing
+// unknown fields and trailing data (a 400 for the caller to answer).
+func decodeBody(w http.ResponseWriter, r *http.Request, what string, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &apiError{http.StatusBadRequest, "bad_request", what + ": " + err.Error()}
+	}
+	if dec.More() {
+		return &apiError{http.StatusBadRequest, "bad_request", what + ": data after the JSON value"}
+	}
+	return nil
+}
+
+// termBump is POST .../term_bump: the body {"term": N}; voted_for is raised
+// to N if it is below (README_PROTO.md, "Membership and generations").
+func (a *API) termBump(w http.ResponseWriter, r *http.Request) {
+	tl, _, ok := a.pathTimeline(w, r)
+	if !ok {
+		return
+	}
+	var req TermBumpRequest
+	if err := decodeBody(w, r, "term_bump", &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	prev, cur, err := tl.TermBump(req.Term)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, TermBumpResponse{PreviousTerm: prev, CurrentTerm: cur})
+}
+
+// pullTimeline is POST /v1/pull_timeline: the body names a timeline and a
+// peer's PostgreSQL-protocol address; the timeline is copied from it into
+// this safekeeper (timeline.Registry.PullOnline). 200 with what was
+// copied, or existed true for a timeline held already.
+func (a *API) pullTimeline(w http.ResponseWriter, r *http.Request) {
+	var req PullRequest
+	if err := decodeBody(w, r, "pull_timeline", &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	tenant, err1 := proto.ParseID(req.TenantID)
+	tl, err2 := proto.ParseID(req.TimelineID)
+	if err := errors.Join(err1, err2); err != nil || req.From == "" {
+		msg := "pull_timeline: from (host:port) is required"
+		if err != nil {
+			msg = "pull_timeline: " + err.Error()
+		}
+		writeError(w, &apiError{http.StatusBadRequest, "bad_request", msg})
+		return
+	}
+	res, existed, err := a.reg.PullOnline(r.Context(), timeline.PullConfig{Key: proto.TimelineKey{TenantID: tenant, TimelineID: tl}, From: req.From})
+	if errors.Is(err, timeline.ErrBusy) {
+		writeError(w, &apiError{http.StatusConflict, "busy", err.Error()})
+		return
+	}
+	if err != nil {
+		writeError(w, &apiError{http.StatusBadGateway, "pull_failed", "pull_timeline from " + req.From + ": " + err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, PullResponse{Existed: existed, WALStartLSN: res.WALStart, FlushLSN: res.FlushLSN, Term: res.Term, CommitLSN: res.CommitLSN})
 }
 
 // pathTimeline opens the timeline the path names; when it cannot, it

@@ -109,6 +109,23 @@ func (c *Client) SetMembership(ctx context.Context, key proto.TimelineKey, conf 
 	return &res, body, err
 }
 
+// TermBump is POST .../term_bump.
+func (c *Client) TermBump(ctx context.Context, key proto.TimelineKey, term uint64) (*TermBumpResponse, error) {
+	b, _ := json.Marshal(TermBumpRequest{Term: term})
+	var res TermBumpResponse
+	_, err := c.send(ctx, http.MethodPost, TimelinePath(key)+"/term_bump", b, &res)
+	return &res, err
+}
+
+// PullTimeline is POST /v1/pull_timeline: the safekeeper copies the
+// timeline from the peer at from (host:port of its PostgreSQL protocol).
+func (c *Client) PullTimeline(ctx context.Context, key proto.TimelineKey, from string) (*PullResponse, error) {
+	b, _ := json.Marshal(PullRequest{TenantID: key.TenantID.String(), TimelineID: key.TimelineID.String(), From: from})
+	var res PullResponse
+	_, err := c.send(ctx, http.MethodPost, "/v1/pull_timeline", b, &res)
+	return &res, err
+}
+
 // request is a request to path with the token.
 func (c *Client) request(ctx context.Context, method, path string) (*http.Request, error) {
 	return c.requestBody(ctx, method, path, nil)

@@ -167,6 +167,35 @@ type MembershipSwitch struct {
 	CommitLSN     proto.LSN           `json:"commit_lsn"`
 }
 
+// TermBumpRequest is the body of POST .../term_bump, TermBumpResponse its
+// answer (Neon's names).
+type TermBumpRequest struct {
+	Term uint64 `json:"term"`
+}
+
+type TermBumpResponse struct {
+	PreviousTerm uint64 `json:"previous_term"`
+	CurrentTerm  uint64 `json:"current_term"`
+}
+
+// PullRequest is the body of POST /v1/pull_timeline: the timeline and the
+// peer to copy it from (its PostgreSQL-protocol address, host:port).
+type PullRequest struct {
+	TenantID   string `json:"tenant_id"`
+	TimelineID string `json:"timeline_id"`
+	From       string `json:"from"`
+}
+
+// PullResponse is what a pull copied; Existed: the timeline was held
+// already, nothing was copied.
+type PullResponse struct {
+	Existed     bool      `json:"existed"`
+	WALStartLSN proto.LSN `json:"wal_start_lsn"`
+	FlushLSN    proto.LSN `json:"flush_lsn"`
+	Term        uint64    `json:"term"`
+	CommitLSN   proto.LSN `json:"commit_lsn"`
+}
+
 // DeleteResult is what DELETE of a timeline found, in Neon's names;
 // DELETE of a tenant answers one per timeline id.
 type DeleteResult struct {

@@ -220,3 +220,78 @@ func existingAncestor(dir string) string {
 		dir = filepath.Dir(dir)
 	}
 }
+
+// PullOnline copies timeline c.Key from peer c.From into this running
+// safekeeper's database (POST /v1/pull_timeline; c.DataDir is unused): the
+// step of a membership change that gives a new member the timeline before
+// it counts toward any quorum (README_PROTO.md, "Membership and
+// generations"), so that it has only the WAL written since to catch up
+// once it does. A timeline already held is not copied again: existed is
+// true and the result is empty. While the copy runs the timeline is
+// neither opened nor created by a greeting (a proposer's connection is
+// refused as for a timeline not held, and retries); a failed copy leaves
+// an empty timeline that a new pull, or a proposer, fills.
+func (r *Registry) PullOnline(ctx context.Context, c PullConfig) (res PullResult, existed bool, err error) {
+	key := c.Key
+	r.mu.Lock()
+	switch {
+	case r.stopping:
+		r.mu.Unlock()
+		return PullResult{}, false, ErrStopped
+	case r.timelines[key] != nil:
+		r.mu.Unlock()
+		return PullResult{}, true, nil
+	}
+	if _, ok := r.pulling[key]; ok {
+		r.mu.Unlock()
+		return PullResult{}, false, &Error{Kind: ErrBusy, Msg: fmt.Sprintf("timeline %s is being pulled already", key)}
+	}
+	if _, ok := r.deleting[key]; ok {
+		r.mu.Unlock()
+		return PullResult{}, false, &Error{Kind: ErrBusy, Msg: fmt.Sprintf("timeline %s is being deleted", key)}
+	}
+	if _, ok := r.opening[key]; ok {
+		r.mu.Unlock()
+		return PullResult{}, true, nil // a greeting creates or opens it: held
+	}
+	r.pulling[key] = struct{}{}
+	r.openWG.Add(1) // Close waits for the copy
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.pulling, key)
+		r.mu.Unlock()
+		r.openWG.Done()
+	}()
+	tl, local, err := r.db.OpenTimeline(key.TenantID, key.TimelineID)
+	switch {
+	case errors.Is(err, storage.ErrNoTimeline):
+		tl = nil
+	case err != nil:
+		return PullResult{}, false, err
+	case local.TimelineStartLSN != 0 && local.FlushLSN > local.TimelineStartLSN:
+		return PullResult{}, true, nil
+	}
+	peer, err := client.PeerState(ctx, c.From, key.TenantID, key.TimelineID, 0, c.Security)
+	if err != nil {
+		return PullResult{}, false, err
+	}
+	first, end := peer.FirstHeld(), peer.Info.FlushLSN
+	if peer.Info.TimelineStartLSN == 0 || first >= end {
+		return PullResult{}, false, fmt.Errorf("%s holds no whole segment of WAL of the timeline (start %s, removed up to %s, flush_lsn %s)",
+			c.From, peer.Info.TimelineStartLSN, peer.RemovedUpTo, end)
+	}
+	if err := checkPullSpace(filepath.Dir(r.db.Path()), r.db, uint64(end-first)); err != nil {
+		return PullResult{}, false, fmt.Errorf("%w; nothing copied", err)
+	}
+	if tl != nil && (local.SystemID != peer.SystemID || local.WalSegSize != peer.WalSegSize || local.PgTimeline != peer.PgTimeline) {
+		return PullResult{}, false, fmt.Errorf("the empty timeline here describes another cluster (system_id %d, segment size %d, TLI %d) than %s's (%d, %d, %d)",
+			local.SystemID, local.WalSegSize, local.PgTimeline, c.From, peer.SystemID, peer.WalSegSize, peer.PgTimeline)
+	}
+	res, err = pullInto(ctx, r.db, tl, c, &peer)
+	if err == nil {
+		r.log.Info("timeline pulled", "tenant_id", key.TenantID, "timeline_id", key.TimelineID, "from", c.From, "wal_start_lsn", res.WALStart,
+			"flush_lsn", res.FlushLSN, "term", res.Term, "generation", peer.Info.Configuration.Generation)
+	}
+	return res, false, err
+}

@@ -110,6 +110,7 @@ type Registry struct {
 	timelines map[proto.TimelineKey]*Timeline
 	opening   map[proto.TimelineKey]*opening // opens in progress
 	deleting  map[proto.TimelineKey]struct{} // deletes in progress (delete.go)
+	pulling   map[proto.TimelineKey]struct{} // online pulls in progress (pull.go)
 	// retiring are the timelines a delete took out of timelines and has
 	// not stopped yet: Close stops them too.
 	retiring map[*Timeline]struct{}
@@ -130,7 +131,8 @@ func NewRegistry(db *storage.DB, cfg Config) *Registry {
 	}
 	r := &Registry{
 		cfg: cfg, log: cfg.Logger, db: db, budget: NewBudget(cfg.MaxBufferedWAL),
-		timelines: map[proto.TimelineKey]*Timeline{}, opening: map[proto.TimelineKey]*opening{}, deleting: map[proto.TimelineKey]struct{}{}, retiring: map[*Timeline]struct{}{},
+		timelines: map[proto.TimelineKey]*Timeline{}, opening: map[proto.TimelineKey]*opening{}, deleting: map[proto.TimelineKey]struct{}{},
+		pulling: map[proto.TimelineKey]struct{}{}, retiring: map[*Timeline]struct{}{},
 	}
 	r.ret = newRetainer(r)
 	return r
@@ -237,6 +239,10 @@ func (r *Registry) open(key proto.TimelineKey, create *proto.ServerInfo) (*Timel
 		if _, ok := r.deleting[key]; ok {
 			r.mu.Unlock()
 			return nil, &NotFoundError{Key: key, Why: "is being deleted on this safekeeper"}
+		}
+		if _, ok := r.pulling[key]; ok {
+			r.mu.Unlock()
+			return nil, &NotFoundError{Key: key, Why: "is being pulled from a peer on this safekeeper"}
 		}
 		if op, ok := r.opening[key]; ok {
 			r.mu.Unlock()

@@ -307,6 +307,28 @@ func (t *Timeline) SetConfiguration(c proto.Configuration) (proto.Configuration,
 	return cur, o.sess.State(), err
 }
 
+// TermBump raises the timeline's voted_for to term if it is below
+// (acceptor.Session.TermBump; POST .../term_bump) and returns the term
+// before and after.
+func (t *Timeline) TermBump(term uint64) (previous, current uint64, err error) {
+	t.ownMu.Lock()
+	defer t.unlockOwner()
+	t.runQueued()
+	o := t.own
+	if o.stopped {
+		return 0, 0, ErrStopped
+	}
+	if o.batch > 0 {
+		o.commit()
+	}
+	r, previous, current, err := o.sess.TermBump(term)
+	if current != previous {
+		o.t.log.Info("term bumped", "term", current, "previous_term", previous)
+	}
+	o.act(r)
+	return previous, current, err
+}
+
 // logConfiguration logs a change of the stored configuration since before.
 func (o *owner) logConfiguration(before acceptor.State, by string) {
 	after := o.sess.State()

@@ -241,7 +241,7 @@ func (b *bench) place(ctx context.Context, tl proto.ID, cc proposer.CreateConfig
 	if err != nil {
 		return p, err
 	}
-	cc.Safekeepers, cc.TenantID, cc.TimelineID = addrs, tenantID, tl
+	cc.Safekeepers, cc.TenantID, cc.TimelineID, cc.Configuration = addrs, tenantID, tl, p.Config
 	res, err := proposer.CreateTimeline(ctx, cc)
 	if err != nil {
 		return p, fmt.Errorf("create %s: %w", tl, err)
