@@ -24,8 +24,8 @@ import (
 
 func controllerCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "controller",
-		Usage:     "run a fleet controller: places and moves timelines; any number run, one leads (etcd election)",
+		Name:  "controller",
+		Usage: "run a fleet controller: places and moves timelines; any number run, one leads (etcd election)",
 		UsageText: "safekeeper controller --etcd-endpoints URLS [--listen-http 127.0.0.1:7677] [--replicas 3] [--election-ttl 10s]\n" +
 			"    [--move-parallel 4] [--catch-up-timeout 10m] [--dead-node-timeout 30m]",
 		Description: "Campaigns for the leadership in etcd (under --etcd-prefix's controller/) and, while it leads,\n" +

@@ -67,7 +67,9 @@ func (p position) atLeast(o position) bool {
 	return p.term > o.term || (p.term == o.term && p.flush >= o.flush)
 }
 
-func (p position) String() string { return fmt.Sprintf("(last_log_term %d, flush_lsn %s)", p.term, p.flush) }
+func (p position) String() string {
+	return fmt.Sprintf("(last_log_term %d, flush_lsn %s)", p.term, p.flush)
+}
 
 func majority(n int) int { return n/2 + 1 }
 
