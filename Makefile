@@ -128,6 +128,18 @@ bench-archive: build
 bench-fleet: build
 	SAFEKEEPER_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/bench/fleet -run '^TestBenchFleet$$' -count=1 -timeout 0 -v -args -bench.fleet
 
+# Moving a timeline while it commits (test/bench/move TestBenchMove): one
+# etcd member, six safekeepers in three zones, a controller, a primary under
+# one pgbench -c BENCH_CLIENTS (4) -l run; every BENCH_SECONDS (10) a
+# `timeline migrate --members` between {1,2,3} and {4,5,6}, BENCH_MOVES (6)
+# times: per move and over all of them the longest transaction (the commit
+# stall) against the steady spells between moves. Knobs also BENCH_SCALE
+# (10). Writes docs/performance.md's bench-move section unless
+# BENCH_WRITE_DOC=0. About 3 minutes.
+.PHONY: bench-move
+bench-move: build
+	SAFEKEEPER_BIN=$(CURDIR)/$(BIN) $(GO) test ./test/bench/move -run '^TestBenchMove$$' -count=1 -timeout 0 -v -args -bench.move
+
 vet:
 	$(GO) vet $(PKGS)
 

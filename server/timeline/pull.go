@@ -277,6 +277,19 @@ func (r *Registry) PullOnline(ctx context.Context, c PullConfig) (res PullResult
 		return PullResult{}, false, err
 	}
 	first, end := peer.FirstHeld(), peer.Info.FlushLSN
+	if peer.Info.TimelineStartLSN == 0 && tl == nil {
+		// No WAL yet: the copy is the timeline's identity, the peer's vote
+		// and configuration.
+		st := acceptor.State{TenantID: key.TenantID, TimelineID: key.TimelineID, SystemID: peer.SystemID, PgVersion: peer.PgVersion,
+			WalSegSize: peer.WalSegSize, PgTimeline: peer.PgTimeline, VotedFor: peer.Info.VotedFor,
+			Configuration: peer.Info.Configuration.Clone()}
+		if _, err := r.db.CreateTimeline(st); err != nil {
+			return PullResult{}, false, err
+		}
+		r.log.Info("timeline pulled (no WAL yet)", "tenant_id", key.TenantID, "timeline_id", key.TimelineID, "from", c.From,
+			"term", st.VotedFor.Term, "generation", st.Configuration.Generation)
+		return PullResult{Term: st.VotedFor.Term}, false, nil
+	}
 	if peer.Info.TimelineStartLSN == 0 || first >= end {
 		return PullResult{}, false, fmt.Errorf("%s holds no whole segment of WAL of the timeline (start %s, removed up to %s, flush_lsn %s)",
 			c.From, peer.Info.TimelineStartLSN, peer.RemovedUpTo, end)
