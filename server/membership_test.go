@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/server/httpapi"
@@ -135,5 +137,51 @@ func TestPullTimelineOnline(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("pull with a bad body: %d %+v", resp.StatusCode, e)
+	}
+}
+
+// TestRemovedMemberRefusesAndDeletes: once its configuration no longer
+// names it, a safekeeper refuses a new reader (SK002, the configuration in
+// Detail) and, after RemovedTimelineGrace, deletes the timeline; a
+// timeline still naming it is kept.
+func TestRemovedMemberRefusesAndDeletes(t *testing.T) {
+	s := startTestServer(t, t.TempDir(), func(c *Config) { c.ListenHTTP = "127.0.0.1:0"; c.RemovedTimelineGrace = time.Second })
+	base := "http://" + s.HTTPAddr().String()
+	other := proto.ID{0xbb, 7}
+	for _, tl := range []proto.ID{tTimeline, other} {
+		p := newTestPush(t, s.Addr().String(), tl, 1, hist1(tStart), tStart)
+		p.push(5, 1000, 0)
+		p.c.Close()
+	}
+	url := func(tl proto.ID) string { return fmt.Sprintf("%s/v1/tenant/%s/timeline/%s", base, tTenant, tl) }
+	var sw httpapi.MembershipSwitch
+	if code := putJSON(t, url(tTimeline)+"/membership", `{"generation": 3, "members": [2, 3, 4]}`, &sw); code != 200 || !sw.Switched {
+		t.Fatalf("PUT a configuration without node 1: %d %+v", code, sw)
+	}
+	if code := putJSON(t, url(other)+"/membership", `{"generation": 3, "members": [1, 3, 4]}`, &sw); code != 200 || !sw.Switched {
+		t.Fatalf("PUT a configuration with node 1: %d %+v", code, sw)
+	}
+	st := newStream(t, s.Addr().String())
+	st.c = replConnect(t, s.Addr().String(), false, fmt.Sprintf("-c tenant_id=%s -c timeline_id=%s", tTenant, tTimeline))
+	st.query("START_REPLICATION " + tStart.String())
+	m := st.msg()
+	e, ok := m.(*pgproto3.ErrorResponse)
+	if !ok || e.Code != "SK002" || !strings.HasPrefix(e.Detail, proto.ConfigurationDetail) {
+		t.Fatalf("START_REPLICATION on a removed member: %T %+v, want SK002 with the configuration", m, m)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var e httpapi.ErrorBody
+		if code := getJSON(t, url(tTimeline), &e); code == http.StatusNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the timeline this safekeeper was removed from is still there 30 s after a 1 s grace")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var tl httpapi.Timeline
+	if code := getJSON(t, url(other), &tl); code != 200 {
+		t.Fatalf("the timeline still naming node 1 was deleted too: %d", code)
 	}
 }

@@ -100,6 +100,11 @@ type Config struct {
 	// RetentionInterval is the least time between two WAL removal passes of
 	// a timeline (see server/timeline's retention.go). Default 1 s.
 	RetentionInterval time.Duration
+	// RemovedTimelineGrace: a timeline whose configuration does not name
+	// this safekeeper (it was moved away: README_PROTO.md, "Membership and
+	// generations") is deleted here once it has been so this long. 0:
+	// never (the default; the command line's is 1 h).
+	RemovedTimelineGrace time.Duration
 	// ShutdownGrace bounds how long Shutdown lets each replication stream
 	// send its committed WAL and wait for the client to confirm it before
 	// the stream is ended with CommandComplete "COPY 0". Default 2 s.
@@ -485,6 +490,9 @@ func (s *Server) Serve() error {
 		s.reg.OpenStored() // nothing once Shutdown began
 	}
 	go s.watchDisk()
+	if s.cfg.RemovedTimelineGrace > 0 {
+		go s.sweepRemoved()
+	}
 	if s.certs != nil {
 		go s.certs.watch(s.ctx)
 	}

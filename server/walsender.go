@@ -128,6 +128,9 @@ func (c *replConn) startReplication(cmd replcmd.StartReplication) bool {
 	if err != nil {
 		return c.fail(err)
 	}
+	if conf := tl.State().Configuration; c.srv.removedFrom(conf) {
+		return c.fail(errRemoved(c.srv.cfg.NodeID, conf))
+	}
 	if _, err := c.walStarted(tl); err != nil {
 		return c.fail(err)
 	}

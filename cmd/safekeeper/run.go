@@ -48,6 +48,7 @@ func runFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "unsafe-no-fsync", Hidden: true, Usage: "TESTS AND BENCHMARKS ONLY: never fsync; a crash loses acknowledged WAL"},
 		&cli.DurationFlag{Name: "wal-sender-timeout", Value: 60 * time.Second, Usage: "disconnect a replication client silent this long; it is asked for a reply after half of it (at most 10s); 0 disables, like PostgreSQL's wal_sender_timeout = 0"},
 		&cli.DurationFlag{Name: "retention-interval", Value: time.Second, Usage: "least time between two WAL removal passes of a timeline"},
+		&cli.DurationFlag{Name: "removed-timeline-grace", Value: time.Hour, Usage: "delete a timeline this safekeeper was moved off (its configuration no longer names it) after this long; 0: never"},
 		&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate (chain) for TLS on the PostgreSQL port and HTTPS on the HTTP API; re-read on SIGHUP and when the file changes"},
 		&cli.StringFlag{Name: "tls-key", Usage: "PEM private key of --tls-cert"},
 		&cli.BoolFlag{Name: "tls-required", Usage: "refuse connections that do not use TLS (FATAL 28000, as pg_hba.conf hostssl)"},
@@ -142,6 +143,9 @@ func serverConfig(c *cli.Context) (server.Config, error) {
 	if c.Duration("retention-interval") <= 0 {
 		return server.Config{}, usagef("--retention-interval %v: want a positive duration", c.Duration("retention-interval"))
 	}
+	if c.Duration("removed-timeline-grace") < 0 {
+		return server.Config{}, usagef("--removed-timeline-grace %v: want a duration ≥ 0 (0: never)", c.Duration("removed-timeline-grace"))
+	}
 	if c.Duration("slow-fsync-threshold") <= 0 {
 		return server.Config{}, usagef("--slow-fsync-threshold %v: want a positive duration", c.Duration("slow-fsync-threshold"))
 	}
@@ -213,7 +217,7 @@ func serverConfig(c *cli.Context) (server.Config, error) {
 		PartialBackupInterval: c.Duration("partial-backup-interval"), BackupTakeover: c.Duration("backup-takeover"), ArchiveRetention: retention,
 		NodeID: c.Uint64("id"), ListenPG: c.String("listen-pg"), DataDir: c.String("data-dir"),
 		Logger: log, UnsafeNoFsync: c.Bool("unsafe-no-fsync"),
-		WalSenderTimeout: walSenderTimeout, RetentionInterval: c.Duration("retention-interval"),
+		WalSenderTimeout: walSenderTimeout, RetentionInterval: c.Duration("retention-interval"), RemovedTimelineGrace: c.Duration("removed-timeline-grace"),
 		WalKeepSize: walKeep, MaxSlotWALKeepSize: slotKeep, MaxPeerWALKeepSize: peerKeep,
 		ListenHTTP: c.String("listen-http"), EnablePprof: c.Bool("enable-pprof"),
 		SlowFsyncThreshold: c.Duration("slow-fsync-threshold"),
