@@ -496,3 +496,74 @@ func TestRegisterAgainWritesTheNodeRecordOnlyWhenItChanged(t *testing.T) {
 		t.Errorf("registered at a new address: nodes/5 not rewritten")
 	}
 }
+
+// TestMigrationAndDrainRequests: a migration request is stored, listed,
+// ended with a failure (kept, with it) or done (gone); a fenced end whose
+// fence fails changes nothing; garbage under the prefix is named and left
+// out; a drain mark is stored until cancelled, and placement skips the
+// drained node.
+func TestMigrationAndDrainRequests(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	c := connect(t, etcd.Endpoints())
+	ctx := context.Background()
+	m := fleet.Migration{Tenant: id(1), Timeline: id(2), Members: []uint64{1, 2, 4}, From: []uint64{1, 2, 3}, Reason: "test"}
+	if err := c.RequestMigration(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RequestMigration(ctx, fleet.Migration{Tenant: id(1), Timeline: id(3), Members: []uint64{1, 1}}); err == nil {
+		t.Fatal("a migration to a member listed twice was stored")
+	}
+	got, ok, err := c.Migration(ctx, id(1), id(2))
+	if err != nil || !ok || !fleet.SameMembers(got.Members, m.Members) || got.Reason != "test" || got.Error != "" {
+		t.Fatalf("Migration: %+v %v %v", got, ok, err)
+	}
+	if _, err := c.Etcd().Put(ctx, c.MigrationKey(id(1), id(9)), `{"members": [0]}`); err != nil {
+		t.Fatal(err)
+	}
+	list, errs, err := c.Migrations(ctx)
+	if err != nil || len(list) != 1 || len(errs) != 1 || !strings.Contains(errs[0].Error(), c.MigrationKey(id(1), id(9))) {
+		t.Fatalf("Migrations: %+v, errs %v, %v", list, errs, err)
+	}
+	never := clientv3.Compare(clientv3.CreateRevision("/no/such/key"), ">", 0)
+	if err := c.EndMigration(ctx, m, "", never); !errors.Is(err, fleet.ErrFenced) {
+		t.Fatalf("EndMigration with a failing fence: %v, want ErrFenced", err)
+	}
+	if err := c.EndMigration(ctx, m, "rolled back"); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, _ := c.Migration(ctx, id(1), id(2)); !ok || got.Error != "rolled back" {
+		t.Fatalf("after a failure: %+v %v", got, ok)
+	}
+	if err := c.EndMigration(ctx, got, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := c.Migration(ctx, id(1), id(2)); ok || err != nil {
+		t.Fatalf("after done: still there (%v, %v)", ok, err)
+	}
+
+	for i, zone := range []string{"a", "b", "c", "a"} {
+		register(t, c, uint64(i+1), zone, fmt.Sprint("i", i), 10*time.Second)
+	}
+	if err := c.RequestDrain(ctx, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RequestDrain(ctx, 2, 0); err == nil {
+		t.Fatal("a drain of 0 at a time was stored")
+	}
+	for i := 0; i < 4; i++ {
+		p, err := c.Place(ctx, id(5), id(byte(10+i)), 3)
+		if err != nil || slices.Contains(p.Config.Members, 1) {
+			t.Fatalf("placement %d with node 1 drained: %+v, %v", i, p.Config, err)
+		}
+	}
+	drains, _, err := c.Drains(ctx)
+	if err != nil || len(drains) != 1 || drains[0].ID != 1 || drains[0].Parallel != 2 {
+		t.Fatalf("Drains: %+v, %v", drains, err)
+	}
+	if err := c.CancelDrain(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if drains, _, _ := c.Drains(ctx); len(drains) != 0 {
+		t.Fatalf("after cancel: %+v", drains)
+	}
+}

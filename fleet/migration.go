@@ -24,6 +24,10 @@ type Migration struct {
 	Timeline proto.ID `json:"-"`
 	// Members are the node ids the timeline is to be on.
 	Members []uint64 `json:"members"`
+	// From are the members it had when the move was asked for: the ones to
+	// tell of the final configuration, also when the controller that
+	// wrote it died before it could.
+	From []uint64 `json:"from,omitempty"`
 	// Reason says who asked ("timeline migrate", "drain of node 3", "node
 	// 3 dead for 30m0s").
 	Reason string `json:"reason,omitempty"`

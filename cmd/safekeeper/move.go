@@ -130,7 +130,7 @@ func timelineMigrateCommand() *cli.Command {
 					return usagef("node %d has never registered in etcd: no safekeeper to move the timeline to", id)
 				}
 			}
-			m := fleet.Migration{Tenant: tenant, Timeline: timeline, Members: members, Reason: "timeline migrate"}
+			m := fleet.Migration{Tenant: tenant, Timeline: timeline, Members: members, From: cfg.All(), Reason: "timeline migrate"}
 			if err := ec.RequestMigration(ctx, m); err != nil {
 				return err
 			}

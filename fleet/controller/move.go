@@ -112,6 +112,11 @@ func (c *Controller) move(ctx context.Context, t Term, m fleet.Migration) error 
 		}
 		switch {
 		case !cfg.Joint() && fleet.SameMembers(cfg.Members, m.Members):
+			// Done. Tell the members and the old ones again (the final
+			// push of a controller that died right after its write may
+			// not have reached them; a configuration they hold already
+			// changes nothing).
+			c.push(ctx, key, cfg, slices.Concat(cfg.Members, m.From), byID)
 			return nil
 		case !cfg.Joint():
 			if err := c.prepull(ctx, key, cfg, m.Members, byID); err != nil {

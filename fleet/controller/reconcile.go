@@ -111,7 +111,8 @@ func (c *Controller) pending(ctx context.Context, deadSince map[uint64]time.Time
 	for _, e := range tls {
 		k := proto.TimelineKey{TenantID: e.Tenant, TimelineID: e.Timeline}
 		if e.Config.Joint() && !asked[k] {
-			work = append(work, fleet.Migration{Tenant: e.Tenant, Timeline: e.Timeline, Members: e.Config.NewMembers, Reason: "a change found under way"})
+			work = append(work, fleet.Migration{Tenant: e.Tenant, Timeline: e.Timeline, Members: e.Config.NewMembers, From: e.Config.Members,
+				Reason: "a change found under way"})
 			asked[k] = true
 		}
 	}
@@ -188,7 +189,7 @@ func (c *Controller) pending(ctx context.Context, deadSince map[uint64]time.Time
 		if !changed {
 			continue
 		}
-		m := fleet.Migration{Tenant: e.Tenant, Timeline: e.Timeline, Members: members, Reason: reason}
+		m := fleet.Migration{Tenant: e.Tenant, Timeline: e.Timeline, Members: members, From: e.Config.Members, Reason: reason}
 		if err := c.Lead(ctx, func(ctx context.Context, t Term) error { return c.cfg.Client.RequestMigration(ctx, m, t.Fence()) }); err != nil {
 			return work, err
 		}
