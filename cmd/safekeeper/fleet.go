@@ -283,6 +283,7 @@ func timelineMembersCommand() *cli.Command {
 		Description: "Reads the timeline's configuration key in etcd (written by timeline create, changed only by\n" +
 			"compare-and-swap) and the members' registrations. --json prints\n" +
 			"{\"generation\": N, \"members\": [ids]}, with \"new_members\": [ids] while the membership changes,\n" +
+			"\"migration\": the move asked for (timeline migrate, node drain) while it is under way or failed,\n" +
 			"and \"safekeepers\": each member's id, zone, advertised addresses and liveness.\n" +
 			"Exit codes: 0, 1 etcd unreachable, 2 usage, 4 no configuration (or one that does not parse).",
 		OnUsageError: func(c *cli.Context, err error, _ bool) error { return usageError{err} },
@@ -298,8 +299,20 @@ func timelineMembersCommand() *cli.Command {
 			}
 			defer tl.etcd.Close()
 			r := tl.resolved
+			// A move asked for and not done (or failed): where the change
+			// stands before its joint configuration, or why it stopped.
+			m, moving, err := tl.etcd.Migration(c.Context, tl.tenant, tl.timeline)
+			if err != nil {
+				return err
+			}
 			if !c.Bool("json") {
 				fmt.Fprintf(c.App.Writer, "timeline %s/%s: %s\n", tl.tenant, tl.timeline, describeMembers(r.Config, r.Members))
+				switch {
+				case moving && m.Error != "":
+					fmt.Fprintf(c.App.Writer, "the move to %v failed: %s\n", m.Members, m.Error)
+				case moving:
+					fmt.Fprintf(c.App.Writer, "a move to %v is under way (%s)\n", m.Members, m.Reason)
+				}
 				return nil
 			}
 			type sk struct {
@@ -317,6 +330,9 @@ func timelineMembersCommand() *cli.Command {
 				"generation": r.Config.Generation, "members": r.Config.Members, "safekeepers": sks}
 			if len(r.Config.NewMembers) > 0 {
 				out["new_members"] = r.Config.NewMembers
+			}
+			if moving {
+				out["migration"] = m
 			}
 			return writeJSONLine(c, out)
 		},
