@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -61,12 +59,8 @@ func timelineCreateCommand() *cli.Command {
 				if c.IsSet("replicas") {
 					return usagef("--members and --replicas exclude each other: the members given are the replicas")
 				}
-				for _, f := range strings.Split(c.String("members"), ",") {
-					id, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
-					if err != nil || id == 0 {
-						return usagef("--members %q: want node ids such as 1,2,3", c.String("members"))
-					}
-					members = append(members, id)
+				if members, err = parseIDList("members", c.String("members")); err != nil {
+					return err
 				}
 			}
 			if err := checkTimelineFlags(c); err != nil {
