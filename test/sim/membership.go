@@ -128,20 +128,23 @@ func (a position) less(b position) bool {
 
 func (a position) String() string { return fmt.Sprintf("(%d, %s)", a.term, a.lsn) }
 
-// ctlMsg is a membership call in flight (PUT .../membership): a request
-// from the controller to safekeeper sk, or the safekeeper's answer. Like a
-// connection's frames it is delivered when the scheduler picks it, and may
-// be lost (a fault, a crashed safekeeper, a crashed controller).
+// ctlMsg is a call of the controller in flight: a membership call (PUT
+// .../membership) or a term bump (POST .../term_bump) to safekeeper sk, or
+// the safekeeper's answer. Like a connection's frames it is delivered when
+// the scheduler picks it, and may be lost (a fault, a crashed safekeeper, a
+// crashed controller).
 type ctlMsg struct {
 	ctl    int  // the controller incarnation that sent the request
 	sk     int  // safekeeper index
-	answer bool // false: a request carrying conf
-	conf   proto.Configuration
-	// The answer: the configuration held afterwards, the term, and the
-	// position (MembershipSwitch), or the error.
+	answer bool // false: a request
+	// A request: conf to push, or (bump) the term to raise voted_for to.
+	bump bool
+	conf proto.Configuration
 	term uint64
-	pos  position
-	err  string
+	// The answer (to either): the configuration held afterwards, the term
+	// and the position, or the error.
+	pos position
+	err string
 }
 
 // ctlPhase is where the controller is in a change.
@@ -169,18 +172,26 @@ var ctlPhaseNames = [...]string{"idle", "switch", "catch-up", "final"}
 func (p ctlPhase) String() string { return ctlPhaseNames[p] }
 
 // controller is the one process changing the timeline's members, following
-// README_PROTO.md's change: write the joint configuration by
-// compare-and-swap; push it to the old and the new members; once a
-// majority of the old members holds it, take the sync position — the
-// highest (last_log_term, flush_lsn) among their answers: every WAL
-// committed in the old configuration is at or below it, and from then on
-// no commit can do without a majority of the new members; wait until a
-// majority of the new members is at or past it (a proposer in the joint
-// configuration streams to them); then write the final configuration
-// (generation + 2, the new members) and push it. A controller that crashes
-// is replaced by another (a new incarnation) that resumes from the store:
-// a joint configuration there is finished or rolled back (generation + 2
-// with the old members), at random.
+// README_PROTO.md's change and fleet/controller's move (RFC 035): write the
+// joint configuration by compare-and-swap; push it to the old and the new
+// members; once a majority of the old members holds it, take the sync
+// position — the highest (last_log_term, flush_lsn) among their answers:
+// every WAL committed in the old configuration is at or below it, and from
+// then on no commit can do without a majority of the new members — and the
+// sync term, the highest term among them: every term a proposer of the old
+// configuration was elected in is at or below it; raise the new members
+// that are not old ones to the sync term (term bump); wait until a majority
+// of the new members is at or past the sync position and the sync term (a
+// proposer in the joint configuration streams to them); then write the
+// final configuration (generation + 2, the new members) and push it. A
+// controller that crashes is replaced by another (a new incarnation) that
+// resumes from the store: a joint configuration there is finished or
+// rolled back (generation + 2 with the old members), at random.
+//
+// Without the term bump a majority of the new members may never have seen
+// a term that a proposer of the old configuration won with votes given just
+// before the switch; a proposer of the final configuration elected by them
+// then wins the same term (seed 1671 found it; docs/correctness.md).
 type controller struct {
 	w     *World
 	id    int // incarnation
@@ -196,6 +207,7 @@ type controller struct {
 	answers  []*ctlMsg
 	pushed   []int
 	sync     position
+	syncTerm uint64
 	deadline int // ctlCatchUp: roll back after this step
 	// poll is the number of steps between polls of a new member catching
 	// up, patience how long the catch-up may take before the change is
@@ -315,8 +327,17 @@ func (c *controller) tick() {
 			return
 		}
 		for _, id := range c.joint.NewMembers {
-			if a := c.answers[id-1]; a == nil || a.pos.less(c.sync) {
-				c.pushIfDue(int(id-1), c.joint, c.poll)
+			i := int(id - 1)
+			a := c.answers[i]
+			switch {
+			case c.caughtUp(a):
+			case !slices.Contains(c.joint.Members, id) && a != nil && a.term < c.syncTerm && !w.cfg.ControllerSkipsTermBump:
+				if w.step-c.pushed[i] >= ctlRetry {
+					c.pushed[i] = w.step
+					w.ctlNet = append(w.ctlNet, &ctlMsg{ctl: c.id, sk: i, bump: true, term: c.syncTerm})
+				}
+			default:
+				c.pushIfDue(i, c.joint, c.poll)
 			}
 		}
 	case ctlFinal:
@@ -372,18 +393,25 @@ func (c *controller) answer(m *ctlMsg) {
 		if len(got) <= len(c.joint.Members)/2 {
 			return
 		}
-		c.sync = got[0]
-		for _, p := range got[1:] {
-			if c.sync.less(p) {
-				c.sync = p
+		c.sync, c.syncTerm = position{}, 0
+		for _, id := range c.joint.Members {
+			if a := c.answers[id-1]; a != nil && a.conf.Generation >= c.joint.Generation {
+				if c.sync.less(a.pos) {
+					c.sync = a.pos
+				}
+				c.syncTerm = max(c.syncTerm, a.term)
 			}
 		}
 		c.phase, c.deadline = ctlCatchUp, w.step+c.patience
-		w.tracef("controller %d: a majority of %v holds generation %d; sync position %s", c.id, c.joint.Members, c.joint.Generation, c.sync)
+		for i := range c.pushed {
+			c.pushed[i] = -ctlRetry // bump or poll at once
+		}
+		w.tracef("controller %d: a majority of %v holds generation %d; sync position %s, sync term %d",
+			c.id, c.joint.Members, c.joint.Generation, c.sync, c.syncTerm)
 	case ctlCatchUp:
 		n := 0
 		for _, id := range c.joint.NewMembers {
-			if a := c.answers[id-1]; a != nil && a.conf.Generation >= c.joint.Generation && !a.pos.less(c.sync) {
+			if c.caughtUp(c.answers[id-1]) {
 				n++
 			}
 		}
@@ -410,6 +438,14 @@ func (c *controller) answer(m *ctlMsg) {
 			c.phase = ctlIdle
 		}
 	}
+}
+
+// caughtUp reports whether answer a shows a new member ready to form a
+// quorum of the final configuration: in the joint configuration, at or past
+// the sync position, and at or above the sync term.
+func (c *controller) caughtUp(a *ctlMsg) bool {
+	return a != nil && a.conf.Generation >= c.joint.Generation && !a.pos.less(c.sync) &&
+		(a.term >= c.syncTerm || c.w.cfg.ControllerSkipsTermBump)
 }
 
 // finish writes the final configuration of the joint one: the new members.
@@ -449,9 +485,17 @@ func (w *World) deliverCtl(k int) {
 		return
 	}
 	s := w.sks[m.sk]
-	w.tracef("membership call to sk%d: %s", m.sk, m.conf)
+	if m.bump {
+		w.tracef("term bump of sk%d to %d", m.sk, m.term)
+	} else {
+		w.tracef("membership call to sk%d: %s", m.sk, m.conf)
+	}
 	if !s.up() {
 		return // connection refused: the controller sends it again
+	}
+	if m.bump {
+		w.ctlNet = append(w.ctlNet, s.termBump(m))
+		return
 	}
 	w.ctlNet = append(w.ctlNet, s.membership(m))
 }

@@ -324,3 +324,24 @@ func (s *server) membership(m *ctlMsg) *ctlMsg {
 	}
 	return a
 }
+
+// termBump is the term bump (POST .../term_bump) of request m:
+// Session.TermBump. A safekeeper that does not hold the timeline refuses
+// (404); the answer is as the membership call's.
+func (s *server) termBump(m *ctlMsg) *ctlMsg {
+	a := &ctlMsg{ctl: m.ctl, sk: s.idx, answer: true}
+	if s.sess == nil {
+		a.err = errNoTimeline.Error()
+		return a
+	}
+	r, _, current, err := s.sess.TermBump(m.term)
+	s.act(r)
+	if err != nil {
+		a.err = err.Error()
+		return a
+	}
+	s.w.count("sk: term bumped")
+	st := s.sess.State()
+	a.conf, a.term, a.pos = st.Configuration, current, position{st.LastLogTerm(), st.FlushLSN}
+	return a
+}
