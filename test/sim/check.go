@@ -125,8 +125,8 @@ func (c *checker) check() {
 			// The acceptor's state is its durable state: it commits
 			// before it changes (style rule 3).
 			if a := s.sess.State(); !sameState(&a, &st) && !c.w.cfg.NoReplyDurabilityCheck {
-				w.violate(InvPersistThenReply, "invariant 7 (decisions are durable before use): sk%d acts on state voted_for %s flush %s commit %s, its disk has voted_for %s flush %s commit %s",
-					i, a.VotedFor, a.FlushLSN, a.CommitLSN, st.VotedFor, st.FlushLSN, st.CommitLSN)
+				w.violate(InvPersistThenReply, "invariant 7 (decisions are durable before use): sk%d acts on state voted_for %s flush %s commit %s in %s, its disk has voted_for %s flush %s commit %s in %s",
+					i, a.VotedFor, a.FlushLSN, a.CommitLSN, a.Configuration, st.VotedFor, st.FlushLSN, st.CommitLSN, st.Configuration)
 				return
 			}
 			// What readers are served from may hold commit_lsn and
