@@ -69,8 +69,11 @@ type Config struct {
 type Membership int
 
 const (
+	// MembershipBySeed: seven seeds in eight run with membership changes.
 	MembershipBySeed Membership = iota
+	// MembershipOff: generation 0, every safekeeper holding the timeline.
 	MembershipOff
+	// MembershipOn: configurations from generation 1, and changes.
 	MembershipOn
 )
 
