@@ -12,10 +12,12 @@ const (
 	SkipCommonPointCheck PlantedBug = iota + 1
 	// ReplyBeforeFlush plants hooks.replyBeforeFlush.
 	ReplyBeforeFlush
+	// AcceptOlderGeneration plants hooks.acceptOlderGeneration.
+	AcceptOlderGeneration
 )
 
 func (b PlantedBug) String() string {
-	return [...]string{"?", "SkipCommonPointCheck", "ReplyBeforeFlush"}[b]
+	return [...]string{"?", "SkipCommonPointCheck", "ReplyBeforeFlush", "AcceptOlderGeneration"}[b]
 }
 
 // NewPlantedSession returns NewSession with bug planted.
@@ -26,6 +28,8 @@ func NewPlantedSession(bug PlantedBug) func(Config, State, Storage) (*Session, e
 		h.skipCommonPointCheck = true
 	case ReplyBeforeFlush:
 		h.replyBeforeFlush = true
+	case AcceptOlderGeneration:
+		h.acceptOlderGeneration = true
 	}
 	return func(cfg Config, st State, store Storage) (*Session, error) { return newSession(cfg, st, store, h) }
 }

@@ -64,8 +64,12 @@ func (c *checker) noteCommit(term uint64, lsn proto.LSN) {
 	}
 }
 
+// grant is who granted one proposer's ballot of a term, and in which
+// generation its connections greeted (its session's configuration, by
+// whose quorums the grants count).
 type grant struct {
 	uuid proto.ID
+	gen  uint64
 	sks  []bool
 }
 
@@ -83,6 +87,8 @@ type skSeen struct {
 	// verified: WAL [start, verified) was compared with the WAL its history
 	// names; agreed: [start, agreed) with the committed WAL.
 	verified, agreed proto.LSN
+	// gen is the generation of its stored configuration.
+	gen uint64
 }
 
 func newChecker(w *World) *checker {
@@ -106,14 +112,21 @@ func (c *checker) check() {
 			c.proposerCommit(p)
 		}
 	}
+	c.checkConfigurations()
+	if w.err != nil {
+		return
+	}
 	for i, s := range w.sks {
+		if s.disk == nil {
+			continue // it does not hold the timeline
+		}
 		st := s.disk.state
-		if s.up() {
+		if s.sess != nil {
 			// The acceptor's state is its durable state: it commits
 			// before it changes (style rule 3).
 			if a := s.sess.State(); !sameState(&a, &st) && !c.w.cfg.NoReplyDurabilityCheck {
-				w.violate(InvPersistThenReply, "invariant 7 (decisions are durable before use): sk%d acts on state voted_for %s flush %s commit %s, its disk has voted_for %s flush %s commit %s",
-					i, a.VotedFor, a.FlushLSN, a.CommitLSN, st.VotedFor, st.FlushLSN, st.CommitLSN)
+				w.violate(InvPersistThenReply, "invariant 7 (decisions are durable before use): sk%d acts on state voted_for %s flush %s commit %s in %s, its disk has voted_for %s flush %s commit %s in %s",
+					i, a.VotedFor, a.FlushLSN, a.CommitLSN, a.Configuration, st.VotedFor, st.FlushLSN, st.CommitLSN, st.Configuration)
 				return
 			}
 			// What readers are served from may hold commit_lsn and
@@ -140,7 +153,57 @@ func (c *checker) check() {
 
 func sameState(a, b *acceptor.State) bool {
 	return a.VotedFor == b.VotedFor && a.FlushLSN == b.FlushLSN && a.CommitLSN == b.CommitLSN &&
-		a.TruncateLSN == b.TruncateLSN && a.TimelineStartLSN == b.TimelineStartLSN && a.History.Equal(b.History)
+		a.TruncateLSN == b.TruncateLSN && a.TimelineStartLSN == b.TimelineStartLSN && a.History.Equal(b.History) &&
+		a.Configuration.Equal(b.Configuration)
+}
+
+// checkConfigurations checks the configurations every safekeeper stores
+// and every proposer proposes in: each is the one the store created for its
+// generation (invariant 8), and no safekeeper's generation ever decreases,
+// also across crash-restart (invariant 10).
+func (c *checker) checkConfigurations() {
+	w := c.w
+	same := func(conf proto.Configuration) bool {
+		if conf.Generation == 0 {
+			return conf.Validate() == nil
+		}
+		if w.store == nil {
+			return false
+		}
+		stored, ok := w.store.get(conf.Generation)
+		return ok && stored.Equal(conf)
+	}
+	for i, s := range w.sks {
+		if s.disk == nil {
+			continue
+		}
+		conf := s.disk.state.Configuration
+		if !same(conf) {
+			w.violate(InvOneConfigurationPerGeneration, "invariant 8 (one configuration per generation): sk%d stores %s, which the store did not create", i, conf)
+			return
+		}
+		seen := &c.sks[i]
+		if conf.Generation < seen.gen && !w.cfg.NoGenerationCheck {
+			w.violate(InvGenerationNeverDecreases, "invariant 10 (a safekeeper never moves to a lower generation): sk%d went from generation %d to %s",
+				i, seen.gen, conf)
+			return
+		}
+		seen.gen = conf.Generation
+	}
+	for _, p := range w.props {
+		if !same(p.conf) {
+			w.violate(InvOneConfigurationPerGeneration, "invariant 8 (one configuration per generation): p%d proposes in %s, which the store did not create", p.idx, p.conf)
+			return
+		}
+	}
+}
+
+// inGeneration reports whether safekeeper s may grant a vote or acknowledge
+// WAL on connection c in state r (invariant 11, rule 9): c greeted in the
+// generation r holds, and s is a member (or new member) of it.
+func inGeneration(s *server, c *conn, r *acceptor.State) bool {
+	g := &r.Configuration
+	return g.Generation == c.gen && (g.Generation == 0 || g.IsMember(s.cfg.NodeID))
 }
 
 func (c *checker) checkSK(i int, s *server, st *acceptor.State) {
@@ -337,27 +400,42 @@ func (c *checker) raiseCommit(term uint64, to proto.LSN, h proto.TermHistory, wh
 // was durable when the session produced it (invariant 7: persist, then
 // reply — rules 2 and 6): it is one of the states the disk held since the
 // server last sent replies. A commit_lsn it reports joins the committed WAL.
-func (c *checker) reply(s *server, m proto.Message) {
+//
+// A SafeKeeperResponse acknowledges WAL: it must also be sent in a state in
+// which the safekeeper is a member of the generation its connection greeted
+// in (invariant 11).
+func (c *checker) reply(s *server, conn *conn, m proto.Message) {
 	var voted proto.Ballot
 	var flush, commit proto.LSN
+	var conf *proto.Configuration
 	response := false
 	switch m := m.(type) {
 	case *proto.SafeKeeperInfo:
-		voted, flush, commit = m.VotedFor, m.FlushLSN, m.CommitLSN
+		voted, flush, commit, conf = m.VotedFor, m.FlushLSN, m.CommitLSN, &m.Configuration
 	case *proto.SafeKeeperResponse:
 		voted, flush, commit, response = proto.Ballot{Term: m.Term}, m.FlushLSN, m.CommitLSN, true
 	}
 	st := &s.disk.state
-	found := false
+	found, member := false, false
 	for k := range s.disk.recent {
 		r := &s.disk.recent[k]
-		if (voted == r.VotedFor || response && voted.Term == r.VotedFor.Term) && flush == r.FlushLSN && commit == r.CommitLSN {
+		match := (voted == r.VotedFor || response && voted.Term == r.VotedFor.Term) && flush == r.FlushLSN && commit == r.CommitLSN &&
+			(conf == nil || conf.Equal(r.Configuration))
+		if match {
 			st, found = r, true
+		}
+		if match || c.w.cfg.NoReplyDurabilityCheck {
+			member = member || inGeneration(s, conn, r)
 		}
 	}
 	if !found && !c.w.cfg.NoReplyDurabilityCheck {
 		c.w.violate(InvPersistThenReply, "invariant 7 (persist, then reply): sk%d replies voted_for %s flush %s commit %s; durable: voted_for %s flush %s commit %s",
 			s.idx, voted, flush, commit, st.VotedFor, st.FlushLSN, st.CommitLSN)
+		return
+	}
+	if response && !member {
+		c.w.violate(InvMembersOnly, "invariant 11 (only members acknowledge WAL, in their generation): sk%d acknowledges flush %s on conn%d greeted in generation %d; it holds %s",
+			s.idx, flush, conn.id, conn.gen, s.disk.state.Configuration)
 		return
 	}
 	if response && len(c.sks) > 0 {
@@ -377,44 +455,71 @@ func (c *checker) reply(s *server, m proto.Message) {
 // granted records a vote sent (invariant 2: no two uuids ever hold a quorum
 // of grants for the same term — counted from the grants the safekeepers
 // sent, whether or not the proposer received them).
-func (c *checker) granted(s *server, b proto.Ballot) {
+//
+// A quorum is counted in the configuration of the generation the grants'
+// connections greeted in (the proposer's session's); in generation 0, a
+// majority of all safekeepers. A grant must also be sent in a state in
+// which the safekeeper is a member of that generation (invariant 11).
+func (c *checker) granted(s *server, conn *conn, b proto.Ballot) {
 	w := c.w
 	gs := c.grants[b.Term]
 	k := -1
 	for j := range gs {
-		if gs[j].uuid == b.UUID {
+		if gs[j].uuid == b.UUID && gs[j].gen == conn.gen {
 			k = j
 		}
 	}
 	if k < 0 {
-		gs = append(gs, grant{uuid: b.UUID, sks: make([]bool, len(w.sks))})
+		gs = append(gs, grant{uuid: b.UUID, gen: conn.gen, sks: make([]bool, len(w.sks))})
 		k = len(gs) - 1
 	}
 	gs[k].sks[s.idx] = true
 	c.grants[b.Term] = gs
-	quorum := len(w.sks)/2 + 1
 	var winners []proto.ID
 	for _, g := range gs {
-		n := 0
-		for _, v := range g.sks {
-			if v {
-				n++
-			}
-		}
-		if n >= quorum {
+		if c.quorum(g) && !slices.Contains(winners, g.uuid) {
 			winners = append(winners, g.uuid)
 		}
 	}
 	if len(winners) > 1 {
 		w.violate(InvOneProposerPerTerm, "invariant 2 (at most one proposer per term): term %d granted by a quorum to both %s and %s", b.Term, winners[0], winners[1])
 	}
-	durable := false
-	for _, r := range s.disk.recent {
-		durable = durable || r.VotedFor == b
+	durable, member := false, false
+	for k := range s.disk.recent {
+		r := &s.disk.recent[k]
+		if r.VotedFor == b || c.w.cfg.NoReplyDurabilityCheck {
+			durable = durable || r.VotedFor == b
+			member = member || inGeneration(s, conn, r)
+		}
 	}
 	if !c.w.cfg.NoReplyDurabilityCheck && !durable {
 		w.violate(InvPersistThenReply, "invariant 7 (persist, then reply): sk%d grants %s, its disk says voted_for %s", s.idx, b, s.disk.state.VotedFor)
+		return
 	}
+	if !member {
+		w.violate(InvMembersOnly, "invariant 11 (only members vote, in their generation): sk%d grants %s on conn%d greeted in generation %d; it holds %s",
+			s.idx, b, conn.id, conn.gen, s.disk.state.Configuration)
+	}
+}
+
+// quorum reports whether g's grants make a quorum of its generation's
+// configuration.
+func (c *checker) quorum(g grant) bool {
+	if g.gen == 0 {
+		n := 0
+		for _, v := range g.sks {
+			if v {
+				n++
+			}
+		}
+		return n > len(g.sks)/2
+	}
+	conf, ok := c.w.store.get(g.gen)
+	if !ok {
+		c.w.violate(Harness, "grants in generation %d, which the store never created", g.gen)
+		return false
+	}
+	return isQuorum(conf, func(id uint64) bool { return id >= 1 && int(id) <= len(g.sks) && g.sks[id-1] })
 }
 
 // elected checks an election when it happens: one winner per term, and

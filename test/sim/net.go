@@ -26,6 +26,10 @@ type frame struct {
 	payload []byte // an encoded proto.Message
 	eof     bool   // the sender closed its end (EOF)
 	err     string // safekeeper → proposer: ErrorResponse, then close
+	// code and detail are the ErrorResponse's SQLSTATE and Detail where
+	// the server sets them from the error (server/errors.go): SK001 and
+	// SK002 carry the safekeeper's configuration in Detail.
+	code, detail string
 }
 
 type conn struct {
@@ -43,6 +47,12 @@ type conn struct {
 	// nothing more but the end of the stream); eofQueued once that end is
 	// in toSK.
 	dead, eofQueued bool
+
+	// gen is the generation of the configuration the proposer greeted
+	// with on this connection (the checker's view of rule 9); create is
+	// START_WAL_PUSH's allow_timeline_creation (README_PROTO.md, rule 1).
+	gen    uint64
+	create bool
 }
 
 func (c *conn) closed() bool { return !c.pOpen && !c.sOpen }

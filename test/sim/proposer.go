@@ -19,10 +19,25 @@ import (
 // timeout, and — where the real driver stops when deposed — being
 // "restarted by its operator" a while later, which is how competing
 // proposers keep rising terms.
+//
+// Membership (README_PROTO.md, "Membership and generations"): a proposer
+// greets in the configuration it knows and connects to its members and new
+// members. A greeting answered with a newer configuration, or an SK001 or
+// SK002 refusal carrying one, ends its session (*session.ConfigurationError)
+// and the next one starts at once in that configuration, as proposer.Run
+// does. A proposer that follows the store (`propose --etcd-endpoints`)
+// reads it when a session starts — most of the time: a watch may lag. A
+// static one (`propose --safekeepers`, every safekeeper listed) starts in
+// generation 0, keeps what it adopted until its process restarts, and
+// connects to every safekeeper, members or not.
 type simProposer struct {
 	w    *World
 	idx  int
 	uuid proto.ID
+	// conf is the configuration it proposes in; static: it lists every
+	// safekeeper and does not read the store.
+	conf   proto.Configuration
+	static bool
 
 	lastTerm  uint64 // highest term any earlier session saw
 	sess      *session.Session
@@ -45,21 +60,51 @@ func (p *simProposer) active() bool { return p.sess != nil }
 
 func (p *simProposer) elected() bool { return p.sess != nil && p.sess.Core().Election() != nil }
 
-// startSession begins a new term: connect to every safekeeper.
+// startSession begins a new term: connect to every safekeeper of the
+// configuration (of the list, for a static proposer).
 func (p *simProposer) startSession() {
+	w := p.w
+	if w.store != nil && !p.static && (w.rng.IntN(4) != 0 || !w.faultsOn) {
+		p.adopt(w.store.current())
+	}
+	ids := make([]uint64, len(w.sks))
+	for i := range ids {
+		ids[i] = uint64(i + 1)
+	}
 	p.sess = session.New(session.Config{
-		N: len(p.w.sks), UUID: p.uuid, LastTerm: p.lastTerm, MaxInFlight: maxInFlight,
-		HeartbeatInterval: 50 * stepTime,
+		N: len(w.sks), UUID: p.uuid, LastTerm: p.lastTerm, MaxInFlight: maxInFlight,
+		HeartbeatInterval: 50 * stepTime, Configuration: p.conf.Clone(), IDs: ids, Hooks: w.cfg.ProposerHooks,
 	}, p)
 	p.log = nil
-	p.links = make([]*link, len(p.w.sks))
+	p.links = make([]*link, len(w.sks))
 	for i := range p.links {
 		p.links[i] = &link{}
 	}
-	p.deadline = p.w.step + 200 + p.w.rng.IntN(200)
-	p.w.tracef("p%d: new session (terms seen up to %d)", p.idx, p.lastTerm)
-	for i := range p.links {
+	p.deadline = w.step + 200 + w.rng.IntN(200)
+	w.tracef("p%d: new session (terms seen up to %d) in %s", p.idx, p.lastTerm, p.conf)
+	for _, i := range p.targets() {
 		p.connect(i)
+	}
+}
+
+// targets are the safekeepers the proposer connects to: its
+// configuration's, or every one (static, or generation 0).
+func (p *simProposer) targets() []int {
+	var out []int
+	for i := range p.w.sks {
+		if p.static || p.conf.Generation == 0 || p.conf.IsMember(uint64(i+1)) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// adopt takes c if it is newer than the proposer's configuration (never
+// an older one).
+func (p *simProposer) adopt(c proto.Configuration) {
+	if c.Generation > p.conf.Generation {
+		p.w.tracef("p%d: adopts %s", p.idx, c)
+		p.conf = c.Clone()
 	}
 }
 
@@ -90,7 +135,18 @@ func (p *simProposer) connect(i int) {
 	}
 	l.c = p.w.dial(p.idx, i)
 	l.greeting = true
-	p.send(i, &p.w.serverInfo)
+	// START_WAL_PUSH (allow_timeline_creation): only while another
+	// safekeeper it is connected to holds the timeline (a new member, or a
+	// replaced disk, joins), as proposer/safekeepers.go decides.
+	for j, o := range p.links {
+		if j != i && o.c != nil && !o.greeting {
+			l.c.create = true
+		}
+	}
+	l.c.gen = p.conf.Generation
+	si := p.w.serverInfo
+	si.Configuration = p.conf.Clone()
+	p.send(i, &si)
 }
 
 // close closes the proposer's end of link i's connection (what it sent is
@@ -136,6 +192,12 @@ func (p *simProposer) receive(c *conn, f frame) {
 	if f.err != "" || f.eof {
 		p.w.tracef("p%d: sk%d closed conn%d: %q", p.idx, i, c.id, f.err)
 		c.pOpen = false
+		if ce := p.newerConfiguration(i, f); ce != nil {
+			// The safekeeper switched to it under a running connection
+			// (proposer/driver.go: newerConfiguration).
+			p.sessionError(ce)
+			return
+		}
 		p.disconnected(i)
 		return
 	}
@@ -189,12 +251,42 @@ func (p *simProposer) note(events []session.Event) {
 	}
 }
 
+// newerConfiguration is the configuration an SK001 or SK002 refusal
+// carries in its Detail, as a *session.ConfigurationError if it is newer
+// than the proposer's; nil otherwise (as proposer/driver.go's).
+func (p *simProposer) newerConfiguration(i int, f frame) *session.ConfigurationError {
+	if f.code != "SK001" && f.code != "SK002" {
+		return nil
+	}
+	c, err := proto.ParseConfigurationDetail(f.detail)
+	if err != nil {
+		p.w.violate(Harness, "p%d: the Detail of sk%d's %s: %v", p.idx, i, f.code, err)
+		return nil
+	}
+	if c.Generation <= p.conf.Generation {
+		return nil
+	}
+	return &session.ConfigurationError{Safekeeper: i, Configuration: c, Ours: p.conf.Generation}
+}
+
 func (p *simProposer) sessionError(err error) {
 	idle := 5 + p.w.rng.IntN(40)
-	if errors.Is(err, session.ErrDeposed) {
+	var ce *session.ConfigurationError
+	switch {
+	case errors.As(err, &ce):
+		// proposer.Run: a new session at once, in that configuration.
+		p.w.count("p: newer configuration")
+		p.adopt(ce.Configuration)
+		idle = 0
+	case errors.Is(err, session.ErrDeposed):
+		// Run exits (3); its operator restarts it a while later: a
+		// static proposer's process starts in generation 0 again.
 		p.w.count("p: deposed")
 		idle = 50 + p.w.rng.IntN(300)
-	} else if errors.Is(err, session.ErrVoteRefused) {
+		if p.static {
+			p.conf = proto.Configuration{}
+		}
+	case errors.Is(err, session.ErrVoteRefused):
 		p.w.count("p: vote refused")
 	}
 	p.endSession(err, idle)

@@ -45,18 +45,15 @@ func ruleCluster(t *testing.T, n int) []*ruleSK {
 // ProposerElected messages it sent.
 func ruleTerm(t *testing.T, w *walStore, sks []*ruleSK, uuid byte, voters, writers []int, nrec int) (*session.Core, map[int]*proto.ProposerElected) {
 	t.Helper()
-	c := session.NewCore(len(sks), proto.ID{uuid})
-	for _, i := range voters {
-		info, err := sks[i].acc.ServerInfo(&ruleSI)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Greeted(i, info)
-	}
-	b, err := c.Campaign()
-	if err != nil {
-		t.Fatal(err)
-	}
+	return ruleTermIn(t, w, sks, proto.Configuration{}, uuid, voters, writers, nrec)
+}
+
+// ruleTermIn is ruleTerm for a proposer in configuration conf (safekeeper
+// i has id i+1).
+func ruleTermIn(t *testing.T, w *walStore, sks []*ruleSK, conf proto.Configuration, uuid byte, voters, writers []int, nrec int) (*session.Core, map[int]*proto.ProposerElected) {
+	t.Helper()
+	c := ruleCampaign(t, sks, conf, uuid, voters)
+	b := c.Ballot()
 	for _, i := range voters {
 		v, fresh, err := sks[i].acc.RequestVote(&proto.RequestVote{Candidate: b})
 		if err != nil {
@@ -115,6 +112,34 @@ func ruleTerm(t *testing.T, w *walStore, sks []*ruleSK, uuid byte, voters, write
 		c.Response(i, r)
 	}
 	return c, pes
+}
+
+// ruleCampaign greets the safekeepers greeted in configuration conf
+// (safekeeper i has id i+1) and campaigns: the core's ballot is above
+// every term they showed.
+func ruleCampaign(t *testing.T, sks []*ruleSK, conf proto.Configuration, uuid byte, greeted []int) *session.Core {
+	t.Helper()
+	c := session.NewCore(len(sks), proto.ID{uuid})
+	ids := make([]uint64, len(sks))
+	for i := range ids {
+		ids[i] = uint64(i + 1)
+	}
+	c.Configure(conf, ids)
+	si := ruleSI
+	si.Configuration = conf
+	for _, i := range greeted {
+		info, err := sks[i].acc.ServerInfo(&si)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Greeted(i, info); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Campaign(); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // Rule 4: a duplicated or late ProposerElected from the same term never
@@ -225,5 +250,81 @@ func TestRuleDonorIsChosenByLastLogTermNotCurrentTerm(t *testing.T) {
 	}
 	if st := sks[0].acc.State(); st.FlushLSN != sks[1].acc.State().FlushLSN || st.LastLogTerm() != 4 {
 		t.Fatalf("sk0 flush %s last_log_term %d, want sk1's %s and 4", st.FlushLSN, st.LastLogTerm(), sks[1].acc.State().FlushLSN)
+	}
+}
+
+// Rule 9, the change (README_PROTO.md, "Membership and generations"; RFC
+// 035's term bump): before the final configuration is written, the new
+// members are raised to the sync term, the highest term a majority of the
+// old members answered the joint configuration with. Without it, a term
+// that a proposer of the old configuration won just before the change (its
+// voters switched right after voting) is unknown to a majority of the new
+// members, and a proposer of the final configuration elected by them wins
+// it again: two proposers in one term (invariant 2), whose WAL a later
+// election cannot tell apart where their terms start at the same LSN. The
+// simulation found it (seed 1671; docs/correctness.md, section 3).
+//
+// {1,2,3} → {1,2,4}: term 1 writes on all three; B (generation 1) wins
+// term 2 with the votes of 1 and 3; the joint configuration reaches 1 and 2
+// (answering terms 2 and 1: sync term 2) and 4; 1 and 2 are at the sync
+// position, so the final configuration {1,2,4} may be written; C, in it,
+// greets 2 and 4.
+func TestRuleChangeRaisesNewMembersToTheSyncTerm(t *testing.T) {
+	for _, bump := range []bool{false, true} {
+		w := newWALStore(segSize, ruleSI.SystemID)
+		sks := ruleCluster(t, 4)
+		g1 := proto.Configuration{Generation: 1, Members: []uint64{1, 2, 3}}
+		for _, i := range []int{0, 1, 2} {
+			if _, err := sks[i].acc.SetConfiguration(g1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ruleTermIn(t, w, sks, g1, 0xa1, []int{0, 1, 2}, []int{0, 1, 2}, 5)
+		b := ruleCampaign(t, sks, g1, 0xb2, []int{0, 2}).Ballot()
+		for _, i := range []int{0, 2} {
+			if _, _, err := sks[i].acc.RequestVote(&proto.RequestVote{Candidate: b}); err != nil {
+				t.Fatalf("sk%d refuses %s: %v", i, b, err)
+			}
+		}
+		joint := proto.Configuration{Generation: 2, Members: []uint64{1, 2, 3}, NewMembers: []uint64{1, 2, 4}}
+		var syncTerm uint64
+		for _, i := range []int{0, 1, 3} {
+			if _, err := sks[i].acc.SetConfiguration(joint); err != nil {
+				t.Fatal(err)
+			}
+			if i != 3 {
+				syncTerm = max(syncTerm, sks[i].acc.State().VotedFor.Term)
+			}
+		}
+		if syncTerm != b.Term || b.Term != 2 {
+			t.Fatalf("setup: B's ballot %s, sync term %d", b, syncTerm)
+		}
+		if bump {
+			if _, err := sks[3].acc.TermBump(syncTerm); err != nil {
+				t.Fatal(err)
+			}
+		}
+		final := proto.Configuration{Generation: 3, Members: []uint64{1, 2, 4}}
+		for _, i := range []int{0, 1, 3} {
+			if _, err := sks[i].acc.SetConfiguration(final); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := ruleCampaign(t, sks, final, 0xc3, []int{1, 3}).Ballot()
+		if bump {
+			if c.Term <= b.Term {
+				t.Fatalf("with the term bump, C campaigns in term %d, not above B's %d", c.Term, b.Term)
+			}
+			continue
+		}
+		// Without it: C campaigns in B's term, and 2 and 4 grant it.
+		if c.Term != b.Term {
+			t.Fatalf("without the term bump C campaigns in term %d; the scenario needs B's %d", c.Term, b.Term)
+		}
+		for _, i := range []int{1, 3} {
+			if _, _, err := sks[i].acc.RequestVote(&proto.RequestVote{Candidate: c}); err != nil {
+				t.Fatalf("without the term bump sk%d refuses %s: %v", i, c, err)
+			}
+		}
 	}
 }

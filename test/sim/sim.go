@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -24,7 +25,8 @@ type Config struct {
 	// restarted, one proposer left; it must commit new WAL within this many
 	// steps. 0 skips the phase.
 	LivenessSteps int
-	// Safekeepers is the number of acceptors (0: 3 or 5, chosen by the seed).
+	// Safekeepers is the number of acceptors (0: chosen by the seed: 3 or 5
+	// in generation 0, 5 or 6 with membership changes).
 	Safekeepers int
 	// Proposers is the number of competing proposers (0: 2..3 by the seed).
 	Proposers int
@@ -39,7 +41,44 @@ type Config struct {
 	// durable state), so that the planted-bug test can show a durability bug
 	// is also caught by its consequence.
 	NoReplyDurabilityCheck bool
+	// Membership: 0 lets the seed choose (one seed in eight runs in
+	// generation 0); MembershipOff runs in generation 0 (a fixed list of
+	// safekeepers, every one holding the timeline, no store, no changes);
+	// MembershipOn in configurations from generation 1, with 3 members
+	// and changes of them (README_PROTO.md, "Membership and generations").
+	Membership Membership
+	// ProposerHooks are planted in every proposer's session (the
+	// planted-bug test: session.Hooks{NewMembersOnly: true}).
+	ProposerHooks session.Hooks
+	// ControllerSkipsCatchUp plants a bug in the simulation's controller:
+	// it writes the final configuration right after the joint one, without
+	// waiting for a majority of the new members to reach the sync position.
+	ControllerSkipsCatchUp bool
+	// ControllerSkipsTermBump plants another: the change as README_PROTO.md
+	// states it, without RFC 035's term bump — the new members are not
+	// raised to the sync term, and a new member counts as caught up
+	// whatever its term.
+	ControllerSkipsTermBump bool
+	// NoGenerationCheck turns off invariant 10 (a safekeeper never moves to
+	// a lower generation), so that the planted-bug test can show the bug
+	// is also caught by its consequence.
+	NoGenerationCheck bool
 }
+
+// Membership says whether a run has configurations (Config.Membership).
+type Membership int
+
+const (
+	// MembershipBySeed: seven seeds in eight run with membership changes.
+	MembershipBySeed Membership = iota
+	// MembershipOff: generation 0, every safekeeper holding the timeline.
+	MembershipOff
+	// MembershipOn: configurations from generation 1, and changes.
+	MembershipOn
+)
+
+// initialMembers is the size of the first configuration.
+const initialMembers = 3
 
 // faults are the per-step probabilities of each fault, in 1/10000 (at most
 // 1000 for a kind, so all together stay well below 1). Each seed
@@ -55,6 +94,11 @@ type faults struct {
 	crashAfter int
 	// slowConn: percentage of new connections that are slow.
 	slowConn int
+	// Membership: a change starts (migrate) or is abandoned mid-way
+	// (ctlAbort: rolled back), the controller crashes and another takes
+	// over (ctlCrash, ctlRestart), a membership call or its answer is
+	// lost (ctlLoss).
+	migrate, ctlAbort, ctlCrash, ctlRestart, ctlLoss int
 }
 
 // Result is the outcome of a run.
@@ -95,6 +139,12 @@ type World struct {
 	wal        *walStore
 	chk        *checker
 
+	// Membership (nil store, ctl in generation 0): the configuration
+	// store, the controller, and the membership calls in flight.
+	store  *confStore
+	ctl    *controller
+	ctlNet []*ctlMsg
+
 	trace  []traceEntry // ring of recent events, formatted only on failure
 	traceN int
 	counts []Count
@@ -114,10 +164,21 @@ const (
 // created (rule 1) and no WAL, no proposer session yet.
 func NewWorld(cfg Config) *World {
 	w := &World{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5afe_4ee9e7)), faultsOn: true}
+	if w.cfg.Membership == MembershipBySeed {
+		w.cfg.Membership = MembershipOn
+		if w.rng.IntN(8) == 0 {
+			w.cfg.Membership = MembershipOff
+		}
+	}
+	membership := w.cfg.Membership == MembershipOn
 	if w.cfg.Safekeepers == 0 {
-		w.cfg.Safekeepers = 3
-		if w.rng.IntN(4) == 0 {
+		switch {
+		case membership:
+			w.cfg.Safekeepers = 5 + w.rng.IntN(2) // 3 members, 2 or 3 outside
+		case w.rng.IntN(4) == 0:
 			w.cfg.Safekeepers = 5
+		default:
+			w.cfg.Safekeepers = 3
 		}
 	}
 	if w.cfg.Proposers == 0 {
@@ -135,6 +196,13 @@ func NewWorld(cfg Config) *World {
 		diskFull:    w.rng.IntN(40),
 		diskFreed:   100 + w.rng.IntN(900),
 	}
+	if membership {
+		w.faults.migrate = 5 + w.rng.IntN(25)
+		w.faults.ctlAbort = w.rng.IntN(20)
+		w.faults.ctlCrash = w.rng.IntN(15)
+		w.faults.ctlRestart = 30 + w.rng.IntN(300)
+		w.faults.ctlLoss = w.rng.IntN(100)
+	}
 	w.maxWAL = maxWAL
 	if w.rng.IntN(8) == 0 {
 		w.maxWAL = maxWALLong
@@ -148,14 +216,42 @@ func NewWorld(cfg Config) *World {
 	}
 	w.wal = newWALStore(segSize, w.serverInfo.SystemID)
 	w.chk = newChecker(w)
-	st := acceptor.NewState(&w.serverInfo)
+	// The timeline is created on its first members (generation 1), or on
+	// every safekeeper in generation 0; the others hold none yet.
+	var first proto.Configuration
+	if membership {
+		first.Generation = 1
+		for i := range min(initialMembers, w.cfg.Safekeepers) {
+			first.Members = append(first.Members, uint64(i+1))
+		}
+		w.store = &confStore{w: w}
+		w.store.cas(0, first)
+	}
+	si := w.serverInfo
+	si.Configuration = first
+	st := acceptor.NewState(&si)
 	for i := range w.cfg.Safekeepers {
-		s := &server{w: w, idx: i, cfg: acceptor.Config{NodeID: uint64(i + 1)}, disk: newDisk(st)}
+		s := &server{w: w, idx: i, cfg: acceptor.Config{NodeID: uint64(i + 1)}}
+		if !membership || first.IsMember(uint64(i+1)) {
+			s.disk = newDisk(st)
+		}
 		w.sks = append(w.sks, s)
 		s.restart()
 	}
+	if membership {
+		w.ctl = newController(w)
+	}
 	for i := range w.cfg.Proposers {
-		w.props = append(w.props, &simProposer{w: w, idx: i, uuid: proto.ID{0xa0 + byte(i), 0x55}, idleUntil: w.rng.IntN(30)})
+		p := &simProposer{w: w, idx: i, uuid: proto.ID{0xa0 + byte(i), 0x55}, idleUntil: w.rng.IntN(30)}
+		if membership {
+			// p0 follows the store (it must commit in the liveness
+			// phase); the others are static one time in three.
+			p.static = i > 0 && w.rng.IntN(3) == 0
+			if !p.static {
+				p.conf = first.Clone()
+			}
+		}
+		w.props = append(w.props, p)
 	}
 	return w
 }
@@ -202,6 +298,9 @@ func Run(cfg Config) Result {
 	}
 	if w.err == nil {
 		for _, s := range w.sks {
+			if s.disk == nil {
+				continue
+			}
 			if _, err := s.disk.verify(); err != nil {
 				w.violate(Harness, "sk%d at the end: %v", s.idx, err)
 			}
@@ -214,8 +313,15 @@ func (w *World) result() Result {
 	r := Result{Seed: w.cfg.Seed, Steps: w.step, Err: w.err, Counts: w.counts, Commit: w.chk.commit, Elected: w.chk.elections}
 	h := fnv.New64a()
 	for _, s := range w.sks {
+		if s.disk == nil {
+			fmt.Fprintf(h, "none|")
+			continue
+		}
 		fmt.Fprintf(h, "%+v %d %d|", s.disk.state, s.disk.start, len(s.disk.wal))
 		h.Write(s.disk.wal)
+	}
+	if w.store != nil {
+		fmt.Fprintf(h, "%v", w.store.confs)
 	}
 	r.Digest = h.Sum64()
 	if w.err != nil {
@@ -233,10 +339,13 @@ func (w *World) liveness() {
 	w.faultsOn = false
 	w.tracef("liveness phase: faults off")
 	for _, s := range w.sks {
-		s.disk.full = false
+		s.setFull(false)
 		if !s.up() {
 			s.restart()
 		}
+	}
+	if w.ctl != nil && !w.ctl.alive {
+		w.ctl.restart() // it finishes or rolls back a change under way
 	}
 	for _, p := range w.props[1:] {
 		p.endSession(fmt.Errorf("stopped for the liveness phase"), 0)
@@ -287,10 +396,10 @@ func (w *World) doStep() {
 		}
 	}
 	for _, s := range w.sks {
-		if s.up() && s.sess.Pending() > 0 {
+		if s.sess != nil && s.sess.Pending() > 0 {
 			add(60, func() { w.tracef("sk%d: group flush", s.idx); s.flush() })
 		}
-		if s.up() && s.sess.Unpersisted() {
+		if s.sess != nil && s.sess.Unpersisted() {
 			// The owner's 100 ms timer: rarer than a flush, so that
 			// crashes find commit_lsn held in memory only.
 			add(10, func() { w.tracef("sk%d: persist commit_lsn", s.idx); s.persist() })
@@ -308,12 +417,19 @@ func (w *World) doStep() {
 			if p.elected() && (p.walEnd()-w.tlStart < w.maxWAL || !w.faultsOn) {
 				add(25, func() { p.generate() })
 			}
-			for i, l := range p.links {
-				if l.c == nil && w.sks[i].up() {
+			for _, i := range p.targets() {
+				if p.links[i].c == nil && w.sks[i].up() {
 					add(10, func() { w.tracef("p%d: reconnect sk%d", p.idx, i); p.connect(i) })
 				}
 			}
 		}
+	}
+	// Membership calls in flight, and the controller's timer.
+	for k := range w.ctlNet {
+		add(30, func() { w.deliverCtl(k) })
+	}
+	if w.ctl != nil && w.ctl.busy() {
+		add(5, w.ctl.tick)
 	}
 	if w.faultsOn {
 		// A fault takes the step with its own probability, independent of
@@ -368,10 +484,31 @@ func (w *World) addFaults(add func(int, func())) {
 		} else {
 			add(f.restart/max(down, 1), func() { w.count("fault: restart"); w.tracef("sk%d restarts", s.idx); s.restart() })
 		}
-		if !s.disk.full {
-			add(f.diskFull/len(w.sks), func() { w.count("fault: disk full"); w.tracef("FAULT sk%d: disk full", s.idx); s.disk.full = true })
+		if !s.full {
+			add(f.diskFull/len(w.sks), func() { w.count("fault: disk full"); w.tracef("FAULT sk%d: disk full", s.idx); s.setFull(true) })
 		} else {
-			add(f.diskFreed/len(w.sks), func() { w.tracef("sk%d: disk space freed", s.idx); s.disk.full = false })
+			add(f.diskFreed/len(w.sks), func() { w.tracef("sk%d: disk space freed", s.idx); s.setFull(false) })
+		}
+	}
+	if c := w.ctl; c != nil {
+		if c.alive && c.phase == ctlIdle {
+			add(f.migrate, c.start)
+		}
+		if c.alive && (c.phase == ctlSwitch || c.phase == ctlCatchUp) {
+			add(f.ctlAbort, func() { w.count("controller abandons a change"); c.rollBack(c.joint) })
+		}
+		if c.alive {
+			add(f.ctlCrash, func() { w.count("fault: controller crash"); c.crash() })
+		} else {
+			add(f.ctlRestart, c.restart)
+		}
+		if len(w.ctlNet) > 0 {
+			add(f.ctlLoss, func() {
+				k := w.rng.IntN(len(w.ctlNet))
+				w.count("fault: membership call lost")
+				w.tracef("FAULT membership call to/from sk%d lost", w.ctlNet[k].sk)
+				w.ctlNet = slices.Delete(w.ctlNet, k, k+1)
+			})
 		}
 	}
 	if len(w.conns) > 0 {
@@ -486,7 +623,7 @@ func (w *World) cut(c *conn, serverAlive bool) {
 	c.toSK, c.toP = nil, nil
 	if c.sOpen {
 		c.sOpen = false
-		if s := w.sks[c.s]; serverAlive && s.up() {
+		if s := w.sks[c.s]; serverAlive && s.sess != nil {
 			// The end of the stream reaches the session at once.
 			id := acceptor.ConnID(c.id)
 			s.act(s.sess.End(id))
@@ -553,9 +690,10 @@ func describe(b []byte) string {
 	}
 	switch m := m.(type) {
 	case *proto.ServerInfo:
-		return "ServerInfo"
+		return fmt.Sprintf("ServerInfo generation %d", m.Configuration.Generation)
 	case *proto.SafeKeeperInfo:
-		return fmt.Sprintf("SafeKeeperInfo voted_for %s last_log_term %d flush %s commit %s", m.VotedFor, m.LastLogTerm, m.FlushLSN, m.CommitLSN)
+		return fmt.Sprintf("SafeKeeperInfo voted_for %s last_log_term %d flush %s commit %s generation %d",
+			m.VotedFor, m.LastLogTerm, m.FlushLSN, m.CommitLSN, m.Configuration.Generation)
 	case *proto.RequestVote:
 		return fmt.Sprintf("RequestVote %s", m.Candidate)
 	case *proto.VoteResponse:

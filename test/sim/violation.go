@@ -9,15 +9,19 @@ type Invariant int
 const (
 	// Harness: the simulation itself went wrong (a bug in test/sim, or
 	// code under test failing in a way no invariant describes).
-	Harness               Invariant = iota
-	InvCommittedWAL                 // 1: committed WAL is never truncated or changed
-	InvOneProposerPerTerm           // 2: at most one proposer per term
-	InvCommitBounds                 // 3: commit_lsn ≤ flush_lsn, never decreasing
-	InvAgreement                    // 4: safekeepers agree on committed WAL
-	InvHistories                    // 5: term histories strictly ascend
-	InvLogMatching                  // 6: log matching
-	InvPersistThenReply             // 7: persist, then reply
-	InvLiveness                     // L: liveness (bounded)
+	Harness                          Invariant = iota
+	InvCommittedWAL                            // 1: committed WAL is never truncated or changed
+	InvOneProposerPerTerm                      // 2: at most one proposer per term
+	InvCommitBounds                            // 3: commit_lsn ≤ flush_lsn, never decreasing
+	InvAgreement                               // 4: safekeepers agree on committed WAL
+	InvHistories                               // 5: term histories strictly ascend
+	InvLogMatching                             // 6: log matching
+	InvPersistThenReply                        // 7: persist, then reply
+	InvOneConfigurationPerGeneration           // 8: one configuration per generation
+	InvQuorumIntersection                      // 9: consecutive configurations' quorums intersect
+	InvGenerationNeverDecreases                // 10: a safekeeper never moves to a lower generation
+	InvMembersOnly                             // 11: no vote or WAL acknowledged outside the configuration
+	InvLiveness                                // L: liveness (bounded)
 )
 
 func (i Invariant) String() string {
