@@ -649,7 +649,11 @@ func (o *owner) slotWait() (<-chan struct{}, <-chan time.Time) {
 		}
 	}
 	o.slotNext = time.Now().Add(slotReportInterval)
-	_, changed = o.t.repl.slotsGen()
+	// changed is the channel of the generation read before the table: a
+	// change between the two has closed it already, so run looks again at
+	// once. (Taking the channel after the table lost such a change until
+	// the next one: a stream ending a millisecond after the report was due
+	// left its slot's tombstone unreported.)
 	return changed, nil
 }
 
