@@ -507,14 +507,16 @@ func TestMigrationAndDrainRequests(t *testing.T) {
 	c := connect(t, etcd.Endpoints())
 	ctx := context.Background()
 	m := fleet.Migration{Tenant: id(1), Timeline: id(2), Members: []uint64{1, 2, 4}, From: []uint64{1, 2, 3}, Reason: "test"}
-	if err := c.RequestMigration(ctx, m); err != nil {
+	rev, err := c.RequestMigration(ctx, m)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.RequestMigration(ctx, fleet.Migration{Tenant: id(1), Timeline: id(3), Members: []uint64{1, 1}}); err == nil {
+	m.Rev = rev
+	if _, err := c.RequestMigration(ctx, fleet.Migration{Tenant: id(1), Timeline: id(3), Members: []uint64{1, 1}}); err == nil {
 		t.Fatal("a migration to a member listed twice was stored")
 	}
 	got, ok, err := c.Migration(ctx, id(1), id(2))
-	if err != nil || !ok || !fleet.SameMembers(got.Members, m.Members) || got.Reason != "test" || got.Error != "" {
+	if err != nil || !ok || !fleet.SameMembers(got.Members, m.Members) || got.Reason != "test" || got.Error != "" || got.Rev != rev {
 		t.Fatalf("Migration: %+v %v %v", got, ok, err)
 	}
 	if _, err := c.Etcd().Put(ctx, c.MigrationKey(id(1), id(9)), `{"members": [0]}`); err != nil {
@@ -525,16 +527,29 @@ func TestMigrationAndDrainRequests(t *testing.T) {
 		t.Fatalf("Migrations: %+v, errs %v, %v", list, errs, err)
 	}
 	never := clientv3.Compare(clientv3.CreateRevision("/no/such/key"), ">", 0)
-	if err := c.EndMigration(ctx, m, "", never); !errors.Is(err, fleet.ErrFenced) {
+	if _, err := c.EndMigration(ctx, m, "", never); !errors.Is(err, fleet.ErrFenced) {
 		t.Fatalf("EndMigration with a failing fence: %v, want ErrFenced", err)
 	}
-	if err := c.EndMigration(ctx, m, "rolled back"); err != nil {
+	// A request that replaced the one carried out is not ended with it.
+	newer := m
+	newer.Members = []uint64{1, 2, 5}
+	if _, err := c.RequestMigration(ctx, newer); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok, _ := c.Migration(ctx, id(1), id(2)); !ok || got.Error != "rolled back" {
+	if replaced, err := c.EndMigration(ctx, m, "rolled back"); err != nil || !replaced {
+		t.Fatalf("ending a replaced request: replaced %v, %v", replaced, err)
+	}
+	got, ok, _ = c.Migration(ctx, id(1), id(2))
+	if !ok || got.Error != "" || !fleet.SameMembers(got.Members, newer.Members) {
+		t.Fatalf("the newer request after the older one ended: %+v %v", got, ok)
+	}
+	if _, err := c.EndMigration(ctx, got, "rolled back"); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, _ = c.Migration(ctx, id(1), id(2)); !ok || got.Error != "rolled back" {
 		t.Fatalf("after a failure: %+v %v", got, ok)
 	}
-	if err := c.EndMigration(ctx, got, ""); err != nil {
+	if _, err := c.EndMigration(ctx, got, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, err := c.Migration(ctx, id(1), id(2)); ok || err != nil {

@@ -34,6 +34,9 @@ type Migration struct {
 	// Error is why the controller gave up (the configuration was rolled
 	// back to the old members); empty while it is under way.
 	Error string `json:"error,omitempty"`
+	// Rev is the request key's mod revision when it was read (0: no key):
+	// EndMigration ends only that request, not one that replaced it.
+	Rev int64 `json:"-"`
 }
 
 func (c *Client) migrationsPrefix() string { return c.prefix + "/migrations/" }
@@ -46,10 +49,11 @@ func (c *Client) MigrationKey(tenant, timeline proto.ID) string {
 // RequestMigration asks for timeline to be moved to members, replacing a
 // request that failed or is under way (a change under way is finished
 // first either way: see README_PROTO.md, "Membership and generations").
-// The members must be distinct and not 0.
-func (c *Client) RequestMigration(ctx context.Context, m Migration, fence ...clientv3.Cmp) error {
+// The members must be distinct and not 0. It returns the request's
+// revision (Migration.Rev).
+func (c *Client) RequestMigration(ctx context.Context, m Migration, fence ...clientv3.Cmp) (int64, error) {
 	if err := validConfig(Config{Generation: 1, Members: m.Members}); err != nil {
-		return fmt.Errorf("fleet: migration of %s/%s: %w", m.Tenant, m.Timeline, err)
+		return 0, fmt.Errorf("fleet: migration of %s/%s: %w", m.Tenant, m.Timeline, err)
 	}
 	m.Error = ""
 	val, _ := json.Marshal(m)
@@ -57,12 +61,12 @@ func (c *Client) RequestMigration(ctx context.Context, m Migration, fence ...cli
 	defer cancel()
 	resp, err := c.cli.Txn(octx).If(fence...).Then(clientv3.OpPut(c.MigrationKey(m.Tenant, m.Timeline), string(val))).Commit()
 	if err != nil {
-		return c.unavailable(err)
+		return 0, c.unavailable(err)
 	}
 	if !resp.Succeeded {
-		return ErrFenced
+		return 0, ErrFenced
 	}
-	return nil
+	return resp.Header.Revision, nil
 }
 
 // Migration reads timeline's migration request; ok is false when there is
@@ -79,6 +83,7 @@ func (c *Client) Migration(ctx context.Context, tenant, timeline proto.ID) (m Mi
 		return Migration{}, false, nil
 	}
 	m, err = parseMigration(key, resp.Kvs[0].Value, tenant, timeline)
+	m.Rev = resp.Kvs[0].ModRevision
 	return m, err == nil, err
 }
 
@@ -121,14 +126,17 @@ func (c *Client) Migrations(ctx context.Context) (out []Migration, errs []error,
 			errs = append(errs, err)
 			continue
 		}
+		m.Rev = kv.ModRevision
 		out = append(out, m)
 	}
 	return out, errs, nil
 }
 
-// EndMigration ends timeline's request: deleted when it was carried out
-// (failure ""), else kept with the failure for `timeline migrate` to show.
-func (c *Client) EndMigration(ctx context.Context, m Migration, failure string, fence ...clientv3.Cmp) error {
+// EndMigration ends request m (as read, at m.Rev): deleted when it was
+// carried out (failure ""), else kept with the failure for `timeline
+// migrate` to show. A request that replaced m meanwhile is left alone
+// (replaced true): the next pass carries it out.
+func (c *Client) EndMigration(ctx context.Context, m Migration, failure string, fence ...clientv3.Cmp) (replaced bool, err error) {
 	key := c.MigrationKey(m.Tenant, m.Timeline)
 	op := clientv3.OpDelete(key)
 	if failure != "" {
@@ -138,14 +146,22 @@ func (c *Client) EndMigration(ctx context.Context, m Migration, failure string, 
 	}
 	octx, cancel := opCtx(ctx)
 	defer cancel()
-	resp, err := c.cli.Txn(octx).If(fence...).Then(op).Commit()
+	cond := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", m.Rev)}, fence...)
+	resp, err := c.cli.Txn(octx).If(cond...).Then(op).Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
-		return c.unavailable(err)
+		return false, c.unavailable(err)
 	}
-	if !resp.Succeeded {
-		return ErrFenced
+	if resp.Succeeded {
+		return false, nil
 	}
-	return nil
+	var now int64
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		now = kvs[0].ModRevision
+	}
+	if now != m.Rev {
+		return true, nil
+	}
+	return false, ErrFenced
 }
 
 // SwapConfigFenced is SwapConfig that tells a lost race (false, nil: the

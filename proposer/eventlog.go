@@ -43,8 +43,14 @@ func logEvents(log *slog.Logger, names []string, quiet func(i int) bool, events 
 			log.Log(ctx, linkLevel(quiet(ev.Safekeeper)), "safekeeper streaming", "safekeeper", name, "start_streaming_at", ev.StartStreamingAt)
 		case session.EventDropped:
 			log.Error("unexpected message from safekeeper; dropping the connection", "safekeeper", name, "message", fmt.Sprintf("%T", ev.Msg))
+		case session.EventNotMember:
+			log.Log(ctx, linkLevel(quiet(ev.Safekeeper)), "safekeeper is not a member of the configuration; it sits out", "safekeeper", name, "err", ev.Err)
+		case session.EventWrongSafekeeper:
+			log.Warn("another safekeeper than the configuration names answers at the address; dropping the connection", "safekeeper", name, "err", ev.Err)
 		default:
-			panic(fmt.Sprintf("proposer: session event %v not logged", ev.Kind))
+			// Every kind has its case above (TestEveryEventIsLogged); a
+			// new one is logged plainly rather than stopping the proposer.
+			log.Warn("session event", "kind", ev.Kind.String(), "safekeeper", name, "err", ev.Err)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -251,6 +252,10 @@ func describeMembers(cfg fleet.Config, members []fleet.NodeView) string {
 	one := func(ids []uint64) string {
 		var parts []string
 		for _, id := range ids {
+			if members == nil { // no views: the ids alone
+				parts = append(parts, strconv.FormatUint(id, 10))
+				continue
+			}
 			for _, m := range members {
 				if m.ID != id {
 					continue

@@ -131,7 +131,7 @@ func timelineMigrateCommand() *cli.Command {
 				}
 			}
 			m := fleet.Migration{Tenant: tenant, Timeline: timeline, Members: members, From: cfg.All(), Reason: "timeline migrate"}
-			if err := ec.RequestMigration(ctx, m); err != nil {
+			if _, err := ec.RequestMigration(ctx, m); err != nil {
 				return err
 			}
 			if leader, err := ec.Leader(ctx); err == nil && leader == "" {

@@ -76,8 +76,16 @@ func (c *Controller) runMove(ctx context.Context, t Term, m fleet.Migration) {
 	if err != nil {
 		failure = err.Error()
 	}
-	if err := c.Lead(ctx, func(ctx context.Context, t Term) error { return c.cfg.Client.EndMigration(ctx, m, failure, t.Fence()) }); err != nil {
+	var replaced bool
+	if err := c.Lead(ctx, func(ctx context.Context, t Term) error {
+		var err error
+		replaced, err = c.cfg.Client.EndMigration(ctx, m, failure, t.Fence())
+		return err
+	}); err != nil {
 		log.Warn("ending the migration request failed", "err", err)
+	}
+	if replaced {
+		log.Info("the migration request was replaced while this move ran; the new one is carried out next")
 	}
 }
 
@@ -190,7 +198,11 @@ func (c *Controller) pending(ctx context.Context, deadSince map[uint64]time.Time
 			continue
 		}
 		m := fleet.Migration{Tenant: e.Tenant, Timeline: e.Timeline, Members: members, From: e.Config.Members, Reason: reason}
-		if err := c.Lead(ctx, func(ctx context.Context, t Term) error { return c.cfg.Client.RequestMigration(ctx, m, t.Fence()) }); err != nil {
+		if err := c.Lead(ctx, func(ctx context.Context, t Term) error {
+			var err error
+			m.Rev, err = c.cfg.Client.RequestMigration(ctx, m, t.Fence())
+			return err
+		}); err != nil {
 			return work, err
 		}
 		c.log.Info("asked to move a timeline off a leaving node", "tenant_id", e.Tenant, "timeline_id", e.Timeline, "from", e.Config.Members, "to", members, "why", reason)
