@@ -95,6 +95,11 @@ type Config struct {
 	// Stats, when set, is where Run shows its state for monitoring
 	// (NewStats with these Safekeepers); nil: Run keeps its own.
 	Stats *Stats
+	// OwnTerm is the highest term an earlier Run of this same proposer
+	// owned (a caller that restarts Run, as propose --etcd-endpoints does
+	// on a new configuration): a proposer streaming in that term or below
+	// is this one, not another to wait for (ProposerLease). 0: none.
+	OwnTerm uint64
 	// ProposerLease: before each campaign Run asks the safekeepers whether
 	// a proposer of a higher term than its own last one streamed to the
 	// timeline this recently, over a connection still open, and waits while

@@ -54,7 +54,7 @@ func Run(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
 	cfg.Stats.configuration(cfg.Configuration)
 	bo := backoff{min: cfg.ReconnectMin, max: cfg.ReconnectMax}
-	var lastTerm, ownTerm uint64
+	lastTerm, ownTerm := cfg.OwnTerm, cfg.OwnTerm
 	createWarned := new(atomic.Bool)
 	gaps := make([]responseGap, len(cfg.Safekeepers))
 	defer func() { logLinkStats(log, cfg.Safekeepers, gaps) }()

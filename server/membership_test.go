@@ -154,9 +154,25 @@ func TestRemovedMemberRefusesAndDeletes(t *testing.T) {
 		p.c.Close()
 	}
 	url := func(tl proto.ID) string { return fmt.Sprintf("%s/v1/tenant/%s/timeline/%s", base, tTenant, tl) }
+	// A reader streaming when the safekeeper learns it is removed.
+	live := newStream(t, s.Addr().String())
+	live.c = replConnect(t, s.Addr().String(), false, fmt.Sprintf("-c tenant_id=%s -c timeline_id=%s", tTenant, tTimeline))
+	live.start("START_REPLICATION " + tStart.String())
+	live.next()
 	var sw httpapi.MembershipSwitch
 	if code := putJSON(t, url(tTimeline)+"/membership", `{"generation": 3, "members": [2, 3, 4]}`, &sw); code != 200 || !sw.Switched {
 		t.Fatalf("PUT a configuration without node 1: %d %+v", code, sw)
+	}
+	for {
+		m, err := live.c.ReceiveMessage(live.ctx)
+		if _, ok := m.(*pgproto3.CopyData); ok && err == nil {
+			continue
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "SK002" || pe.Severity != "FATAL" {
+			t.Fatalf("the stream of a reader when its safekeeper was removed: %T %v, want FATAL SK002", m, err)
+		}
+		break
 	}
 	if code := putJSON(t, url(other)+"/membership", `{"generation": 3, "members": [1, 3, 4]}`, &sw); code != 200 || !sw.Switched {
 		t.Fatalf("PUT a configuration with node 1: %d %+v", code, sw)

@@ -440,6 +440,14 @@ func (w *walSender) loop() streamEnd {
 		if w.cmd.HasTerm && st.VotedFor.Term != w.cmd.Term {
 			return w.fatal(pgwire.Errorf(codeStaleTerm, "term changed from %d to %d: this stream of term %d ends", w.cmd.Term, st.VotedFor.Term, w.cmd.Term))
 		}
+		if w.c.srv.removedFrom(st.Configuration) {
+			// Moved away: this copy gets no more WAL, so a reader here would
+			// wait for nothing without a word. It is told, and reads from a
+			// member.
+			w.c.log.Info("ending WAL stream: this safekeeper was removed from the timeline's configuration", "generation", st.Configuration.Generation,
+				"members", fmt.Sprint(st.Configuration.Members), "sent_up_to", w.pos)
+			return w.fatal(errRemoved(w.c.srv.cfg.NodeID, st.Configuration))
+		}
 		if !w.hist.on && st.PgTimeline != w.tli {
 			// The timeline switched under this stream (a promoted primary's
 			// proposer): what it streams is historic now, up to the switch.

@@ -162,6 +162,7 @@ func proposeCommand() *cli.Command {
 				}
 				defer stop()
 			}
+			var ownTerm uint64 // the last term a Run of this process owned
 			for {
 				runCtx, restart := context.WithCancel(ctx)
 				changed := watchMembers(runCtx, log, tl, sks, restart)
@@ -169,9 +170,12 @@ func proposeCommand() *cli.Command {
 					Upstream: c.String("upstream"), Safekeepers: sks, TenantID: tenant, TimelineID: timeline,
 					SlotName: slot, ApplicationName: appName, Logger: log, Create: c.Bool("create"),
 					BufferSize: bufSize, ProposerLease: lease, Security: sec, Stats: stats.Load(),
-					Configuration: tl.resolved.Config, SafekeeperIDs: resolvedIDs(tl),
+					Configuration: tl.resolved.Config, SafekeeperIDs: resolvedIDs(tl), OwnTerm: ownTerm,
 				})
 				restart()
+				// The next Run does not wait for this one's term to end
+				// (its connections may still be open on the safekeepers).
+				ownTerm = max(ownTerm, stats.Load().Snapshot(time.Now()).Term)
 				next, ok := <-changed
 				if !ok || ctx.Err() != nil {
 					break
