@@ -29,6 +29,15 @@ type Configuration struct {
 // (each list), as decoded from the wire.
 const MaxMembers = 16
 
+// MaxGeneration bounds a configuration's generation, and MaxTerm a term
+// an operator may raise a safekeeper to (term_bump): far above any a
+// fleet reaches, and far enough below 2^64 that the next one (+1) never
+// wraps to 0.
+const (
+	MaxGeneration = 1 << 62
+	MaxTerm       = 1 << 62
+)
+
 // Validate checks what every configuration holds: generation 0 has no
 // members; from generation 1 on there are members, and new members only
 // beside them; ids are not 0, none twice in one list, at most MaxMembers.
@@ -38,6 +47,9 @@ func (c Configuration) Validate() error {
 			return errors.New("generation 0 (no configuration) lists members")
 		}
 		return nil
+	}
+	if c.Generation > MaxGeneration {
+		return fmt.Errorf("generation %d is above %d", c.Generation, uint64(MaxGeneration))
 	}
 	if len(c.Members) == 0 {
 		return fmt.Errorf("generation %d has no members", c.Generation)

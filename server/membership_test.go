@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/safekeeper/safekeeper/proposer"
 	"github.com/safekeeper/safekeeper/proto"
 	"github.com/safekeeper/safekeeper/server/httpapi"
 )
@@ -107,6 +108,12 @@ func TestPullTimelineOnline(t *testing.T) {
 	key := proto.TimelineKey{TenantID: tTenant, TimelineID: tTimeline}
 	cl := httpapi.NewClient("http://"+b.HTTPAddr().String(), nil, "")
 	ctx := testCtx(t)
+	// An empty copy, never voted (what an interrupted pull leaves) is
+	// replaced, not taken for held.
+	if _, err := proposer.CreateTimeline(ctx, proposer.CreateConfig{Safekeepers: []string{b.Addr().String()}, TenantID: tTenant, TimelineID: tTimeline,
+		SystemID: tSysID, WalSegSize: tSeg}); err != nil {
+		t.Fatal(err)
+	}
 	res, err := cl.PullTimeline(ctx, key, a.Addr().String())
 	if err != nil || res.Existed || res.FlushLSN != p.pos || res.Term != 1 {
 		t.Fatalf("pull: %+v, %v; want flush_lsn %s, term 1", res, err, p.pos)
@@ -123,6 +130,11 @@ func TestPullTimelineOnline(t *testing.T) {
 	}
 	if tb, err := cl.TermBump(ctx, key, 3); err != nil || tb.PreviousTerm != 7 || tb.CurrentTerm != 7 {
 		t.Fatalf("term_bump 3 after 7: %+v, %v", tb, err)
+	}
+	for _, bad := range []uint64{0, proto.MaxTerm + 1, 1<<64 - 1} {
+		if _, err := cl.TermBump(ctx, key, bad); err == nil || !strings.Contains(err.Error(), "400") {
+			t.Fatalf("term_bump %d: %v, want 400", bad, err)
+		}
 	}
 	if _, err := cl.PullTimeline(ctx, proto.TimelineKey{TenantID: tTenant, TimelineID: proto.ID{0xee}}, a.Addr().String()); err == nil {
 		t.Fatal("pull of a timeline the peer does not hold succeeded")

@@ -478,6 +478,10 @@ func (a *API) termBump(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if req.Term == 0 || req.Term > proto.MaxTerm {
+		writeError(w, &apiError{http.StatusBadRequest, "bad_request", fmt.Sprintf("term_bump: term %d: want 1 to %d", req.Term, uint64(proto.MaxTerm))})
+		return
+	}
 	prev, cur, err := tl.TermBump(req.Term)
 	if err != nil {
 		writeError(w, err)
@@ -498,8 +502,9 @@ func (a *API) pullTimeline(w http.ResponseWriter, r *http.Request) {
 	}
 	tenant, err1 := proto.ParseID(req.TenantID)
 	tl, err2 := proto.ParseID(req.TimelineID)
-	if err := errors.Join(err1, err2); err != nil || req.From == "" {
-		msg := "pull_timeline: from (host:port) is required"
+	_, _, addrErr := net.SplitHostPort(req.From)
+	if err := errors.Join(err1, err2); err != nil || addrErr != nil {
+		msg := fmt.Sprintf("pull_timeline: from %q: want the peer's host:port", req.From)
 		if err != nil {
 			msg = "pull_timeline: " + err.Error()
 		}

@@ -233,26 +233,43 @@ func existingAncestor(dir string) string {
 // an empty timeline that a new pull, or a proposer, fills.
 func (r *Registry) PullOnline(ctx context.Context, c PullConfig) (res PullResult, existed bool, err error) {
 	key := c.Key
-	r.mu.Lock()
-	switch {
-	case r.stopping:
-		r.mu.Unlock()
-		return PullResult{}, false, ErrStopped
-	case r.timelines[key] != nil:
-		r.mu.Unlock()
-		return PullResult{}, true, nil
-	}
-	if _, ok := r.pulling[key]; ok {
-		r.mu.Unlock()
-		return PullResult{}, false, &Error{Kind: ErrBusy, Msg: fmt.Sprintf("timeline %s is being pulled already", key)}
-	}
-	if _, ok := r.deleting[key]; ok {
-		r.mu.Unlock()
-		return PullResult{}, false, &Error{Kind: ErrBusy, Msg: fmt.Sprintf("timeline %s is being deleted", key)}
-	}
-	if _, ok := r.opening[key]; ok {
-		r.mu.Unlock()
-		return PullResult{}, true, nil // a greeting creates or opens it: held
+	for replaced := false; ; {
+		r.mu.Lock()
+		t := r.timelines[key]
+		switch {
+		case r.stopping:
+			r.mu.Unlock()
+			return PullResult{}, false, ErrStopped
+		case t != nil:
+			r.mu.Unlock()
+			st := t.State()
+			if st.VotedFor.Term != 0 || st.TimelineStartLSN != 0 || replaced {
+				return PullResult{WALStart: st.TimelineStartLSN, FlushLSN: st.FlushLSN, Term: st.VotedFor.Term, CommitLSN: st.CommitLSN}, true, nil
+			}
+			// Open but empty and never voted: what an interrupted pull
+			// leaves (its state goes in last). Nothing is lost by
+			// replacing it; left alone, it would count as held, and the
+			// move would leave it for the proposer to fill from the start.
+			if _, err := r.Delete(key, false); err != nil {
+				return PullResult{}, false, fmt.Errorf("replacing the empty timeline an earlier pull left: %w", err)
+			}
+			r.log.Info("deleted the empty timeline an interrupted pull left; pulling again", "tenant_id", key.TenantID, "timeline_id", key.TimelineID)
+			replaced = true
+			continue
+		}
+		if _, ok := r.pulling[key]; ok {
+			r.mu.Unlock()
+			return PullResult{}, false, &Error{Kind: ErrBusy, Msg: fmt.Sprintf("timeline %s is being pulled already", key)}
+		}
+		if _, ok := r.deleting[key]; ok {
+			r.mu.Unlock()
+			return PullResult{}, false, &Error{Kind: ErrBusy, Msg: fmt.Sprintf("timeline %s is being deleted", key)}
+		}
+		if _, ok := r.opening[key]; ok {
+			r.mu.Unlock()
+			return PullResult{}, true, nil // a greeting creates or opens it: held
+		}
+		break
 	}
 	r.pulling[key] = struct{}{}
 	r.openWG.Add(1) // Close waits for the copy
