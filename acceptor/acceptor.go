@@ -183,8 +183,8 @@ func (a *Acceptor) Configuration() proto.Configuration { return a.st.Configurati
 // SetConfiguration adopts c if its generation is above the stored one,
 // durably (rule 9): a safekeeper never goes back to an older generation,
 // and a lower one is ignored (switched false). The same generation with
-// other members is refused (ErrIncompatible in a *ConfigurationError): a
-// generation names one configuration.
+// other members is refused (ErrConfigurationConflict in a
+// *ConfigurationError): a generation names one configuration.
 func (a *Acceptor) SetConfiguration(c proto.Configuration) (switched bool, err error) {
 	if err := a.flushStaged(); err != nil {
 		return false, err
@@ -198,7 +198,7 @@ func (a *Acceptor) SetConfiguration(c proto.Configuration) (switched bool, err e
 		return false, nil
 	case c.Generation == cur.Generation:
 		if !c.Equal(cur) {
-			return false, &ConfigurationError{Err: ErrIncompatible, Configuration: cur.Clone(),
+			return false, &ConfigurationError{Err: ErrConfigurationConflict, Configuration: cur.Clone(),
 				Msg: fmt.Sprintf("configuration %s differs from the stored %s of the same generation", c, cur)}
 		}
 		return false, nil

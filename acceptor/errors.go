@@ -37,14 +37,18 @@ var (
 	// configuration (it was removed, or never added): it takes no part in
 	// elections or commits (SK002). A *ConfigurationError.
 	ErrNotMember = errors.New("acceptor: not a member of the configuration")
+	// ErrConfigurationConflict: a configuration of the generation stored
+	// names other members: a generation names one configuration, so one of
+	// the two did not come from the configuration store (22023, as a
+	// ServerInfo that does not match the timeline). A *ConfigurationError.
+	ErrConfigurationConflict = errors.New("acceptor: another configuration of the same generation")
 	// ErrStorage: the storage failed; the acceptor refuses every further
 	// message and must be rebuilt from what is durable (58030).
 	ErrStorage = errors.New("acceptor: storage failure")
 )
 
 // ConfigurationError is a refusal for the timeline's configuration
-// (ErrStaleGeneration, ErrNotMember, or ErrIncompatible for two different
-// configurations of one generation): Configuration is the one this
+// (ErrStaleGeneration, ErrNotMember, ErrConfigurationConflict): Configuration is the one this
 // safekeeper holds, which the server sends along (README_PROTO.md) so that
 // the proposer can adopt it.
 type ConfigurationError struct {

@@ -42,7 +42,7 @@ func TestRule9_GreetingAdoptsHigherGeneration(t *testing.T) {
 	si := testInfo
 	si.Configuration = conf(1, []uint64{7, 8, 10})
 	r := f.s.Step(3, &si)
-	f.want("same generation, other members", r, 3, ErrIncompatible)
+	f.want("same generation, other members", r, 3, ErrConfigurationConflict)
 	var ce *ConfigurationError
 	if !errors.As(r.Out[0].Err, &ce) || !ce.Configuration.Equal(g1) {
 		t.Fatalf("refusal %v does not carry the stored configuration", r.Out[0].Err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,6 +59,7 @@ func timelineMigrateCommand() *cli.Command {
 			&cli.StringFlag{Name: "members", Usage: "the new members' node ids, e.g. 1,2,4 (instead of --from/--to)"},
 			&cli.BoolFlag{Name: "no-wait", Usage: "return once the request is in etcd"},
 			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Minute, Usage: "give up waiting (exit 1; the move goes on) after this long"},
+			&cli.BoolFlag{Name: "allow-fewer-members", Usage: "allow --members to name fewer safekeepers than the timeline has (fewer copies of its WAL)"},
 		}, etcdFlags()),
 		Action: func(c *cli.Context) error {
 			log, err := logger(c)
@@ -125,9 +127,22 @@ func timelineMigrateCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			base := cfg.Members
+			if cfg.Joint() {
+				base = cfg.NewMembers
+			}
+			if len(members) < len(base) && !c.Bool("allow-fewer-members") {
+				return usagef("--members %v: fewer safekeepers than the timeline's %d (%v): its WAL would have fewer copies; pass --allow-fewer-members if that is meant",
+					members, len(base), base)
+			}
 			for _, id := range members {
-				if !slices.ContainsFunc(nodes, func(n fleet.NodeView) bool { return n.ID == id }) {
+				i := slices.IndexFunc(nodes, func(n fleet.NodeView) bool { return n.ID == id })
+				switch {
+				case i < 0:
 					return usagef("node %d has never registered in etcd: no safekeeper to move the timeline to", id)
+				case !nodes[i].Live() && !slices.Contains(base, id):
+					return cli.Exit(fmt.Sprintf("node %d is down (no lease in etcd): it could not copy the timeline, and the move would wait --catch-up-timeout "+
+						"and roll back; nothing was asked", id), 1)
 				}
 			}
 			m := fleet.Migration{Tenant: tenant, Timeline: timeline, Members: members, From: cfg.All(), Reason: "timeline migrate"}
@@ -160,7 +175,7 @@ func waitMigration(ctx context.Context, c *cli.Context, log *slog.Logger, ec *fl
 		switch {
 		case err != nil || merr != nil:
 			if ctx.Err() == nil {
-				log.Warn("reading the timeline's configuration from etcd failed; retrying", "err", errors.Join(err, merr))
+				log.Warn("reading the timeline's configuration from etcd failed; retrying", "err", cmp.Or(err, merr))
 			}
 		case asked && m.Error != "":
 			return cli.Exit(fmt.Sprintf("timeline %s/%s: the move to %v failed: %s", tenant, timeline, m.Members, m.Error), 1)
@@ -233,19 +248,19 @@ func nodeDrainCommand() *cli.Command {
 			defer ec.Close()
 			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 			defer cancel()
-			if c.Bool("cancel") {
-				if err := ec.CancelDrain(ctx, id); err != nil {
-					return err
-				}
-				fmt.Fprintf(c.App.Writer, "node %d: drain mark removed\n", id)
-				return nil
-			}
 			nodes, _, _, err := ec.Nodes(ctx)
 			if err != nil {
 				return err
 			}
 			if !slices.ContainsFunc(nodes, func(n fleet.NodeView) bool { return n.ID == id }) {
 				return usagef("node %d has never registered in etcd", id)
+			}
+			if c.Bool("cancel") {
+				if err := ec.CancelDrain(ctx, id); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.App.Writer, "node %d: drain mark removed\n", id)
+				return nil
 			}
 			if err := ec.RequestDrain(ctx, id, c.Int("parallel")); err != nil {
 				return err
@@ -285,7 +300,7 @@ func nodeDrainCommand() *cli.Command {
 						return nil
 					}
 				} else if ctx.Err() == nil {
-					log.Warn("reading the fleet from etcd failed; retrying", "err", errors.Join(err, merr))
+					log.Warn("reading the fleet from etcd failed; retrying", "err", cmp.Or(err, merr))
 				}
 				select {
 				case <-ctx.Done():

@@ -123,6 +123,10 @@ type Controller struct {
 	lead *leadership // nil when not leading
 
 	view atomic.Pointer[fleet.ClusterStatus] // the last fleet read, for /metrics
+
+	// warned is when each rate-limited warning was last logged (the
+	// reconcile loop's goroutine only).
+	warned map[string]time.Time
 }
 
 // leadership is one term as the leader.

@@ -154,6 +154,11 @@ func (c *Controller) move(ctx context.Context, t Term, m fleet.Migration) error 
 	}
 }
 
+// newMembersDownGrace is how long a move waits, once fewer than a
+// majority of its new members hold a lease in etcd, before it rolls back:
+// the commits of a joint configuration wait for a new majority.
+const newMembersDownGrace = 15 * time.Second
+
 // errRolledBack: the new members did not catch up in time; the old
 // members are the configuration again.
 var errRolledBack = errors.New("rolled back to the old members")
@@ -243,11 +248,32 @@ func (c *Controller) finish(ctx context.Context, t Term, key proto.TimelineKey, 
 	for _, id := range cfg.NewMembers {
 		if n, ok := byID[id]; ok && n.HTTP != "" && !slices.Contains(cfg.Members, id) {
 			if _, err := c.cfg.Safekeeper(n.HTTP).TermBump(ctx, key, syncTerm); err != nil {
-				log.Info("term bump of a new member failed", "node", id, "term", syncTerm, "err", err)
+				c.log.Warn("term bump of a new member failed", "tenant_id", key.TenantID, "timeline_id", key.TimelineID, "node", id, "term", syncTerm, "err", err)
 			}
 		}
 	}
+	var downSince time.Time // since when too few new members are live
 	for {
+		if nodes, _, _, err := cl.Nodes(ctx); err == nil {
+			live := 0
+			for _, n := range nodes {
+				if n.Live() && slices.Contains(cfg.NewMembers, n.ID) {
+					live++
+				}
+			}
+			switch {
+			case live >= majority(len(cfg.NewMembers)):
+				downSince = time.Time{}
+			case downSince.IsZero():
+				downSince = time.Now()
+			case time.Since(downSince) >= newMembersDownGrace:
+				// They cannot catch up while down, and the commits wait
+				// for them: give the timeline back to the old members now
+				// rather than at the catch-up timeout.
+				return c.rollback(ctx, t, key, cfg, rev, byID, fmt.Sprintf("%d of the new members %v are live (a majority is %d) for %v",
+					live, cfg.NewMembers, majority(len(cfg.NewMembers)), newMembersDownGrace))
+			}
+		}
 		caught := 0
 		for _, a := range c.push(ctx, key, cfg, cfg.NewMembers, byID) {
 			if a.Configuration.Generation > cfg.Generation {

@@ -22,12 +22,16 @@ func (c *Controller) reconcile(ctx context.Context, t Term) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	deadSince := map[uint64]time.Time{}
+	c.warned = map[string]time.Time{}
 	tick := time.NewTicker(c.cfg.ReconcileInterval)
 	defer tick.Stop()
 	for {
 		work, err := c.pending(ctx, deadSince)
 		if err != nil && ctx.Err() == nil {
 			c.log.Debug("reconcile: reading etcd failed", "err", err)
+			// While etcd cannot be read no lease can be renewed either:
+			// the time a node looks dead starts again once it can.
+			clear(deadSince)
 		}
 		for _, m := range work {
 			key := proto.TimelineKey{TenantID: m.Tenant, TimelineID: m.Timeline}
@@ -188,8 +192,13 @@ func (c *Controller) pending(ctx context.Context, deadSince map[uint64]time.Time
 			others := slices.Delete(slices.Clone(members), i, i+1)
 			to, ok := replacement(nodes, held, exclude, others, zone[id])
 			if !ok {
-				c.log.Warn("no live node can take a timeline off a leaving node", "tenant_id", e.Tenant, "timeline_id", e.Timeline, "node", id, "why", why)
+				c.warnEvery(fmt.Sprintf("full %s %d", k, id), "no live node can take a timeline off a leaving node (waiting for room)",
+					"tenant_id", e.Tenant, "timeline_id", e.Timeline, "node", id, "why", why)
 				continue
+			}
+			if z := zone[to]; z != zone[id] && slices.ContainsFunc(others, func(o uint64) bool { return zone[o] == z }) {
+				c.warnEvery(fmt.Sprintf("spread %s %d", k, id), "moving a timeline off a leaving node puts two of its members in one zone: no live node with room in the leaving node's zone or a zone the timeline is not in",
+					"tenant_id", e.Tenant, "timeline_id", e.Timeline, "node", id, "to", to, "zone", z, "why", why)
 			}
 			members[i], changed, reason = to, true, why
 			held[to]++
@@ -212,4 +221,14 @@ func (c *Controller) pending(ctx context.Context, deadSince map[uint64]time.Time
 		room--
 	}
 	return work, nil
+}
+
+// warnEvery logs a warning at most once a minute per key (the reconcile
+// pass runs every second).
+func (c *Controller) warnEvery(key, msg string, args ...any) {
+	if last, ok := c.warned[key]; ok && time.Since(last) < time.Minute {
+		return
+	}
+	c.warned[key] = time.Now()
+	c.log.Warn(msg, args...)
 }

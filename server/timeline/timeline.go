@@ -288,7 +288,7 @@ func (t *Timeline) Commit() {
 // configuration held afterwards and the state. What the connections staged
 // is committed first; connections greeted in an older generation are
 // refused from their next message on. The same generation with other
-// members is an *acceptor.ConfigurationError (ErrIncompatible).
+// members is an *acceptor.ConfigurationError (ErrConfigurationConflict).
 func (t *Timeline) SetConfiguration(c proto.Configuration) (proto.Configuration, acceptor.State, error) {
 	t.ownMu.Lock()
 	defer t.unlockOwner()
