@@ -293,7 +293,7 @@ func (r *Registration) run(ctx context.Context) {
 				break
 			}
 			if ctx.Err() == nil {
-				log.Error("etcd registration failed; retrying", "node_id", r.cfg.Node.ID, "err", err, "retry_in", wait.String())
+				log.Warn("etcd registration failed; retrying", "node_id", r.cfg.Node.ID, "err", err, "retry_in", wait.String())
 			}
 			select {
 			case <-ctx.Done():

@@ -214,7 +214,7 @@ func register(c *cli.Context, srv *server.Server, cfg server.Config, log *slog.L
 				return
 			}
 			if bg.Err() == nil {
-				log.Error("etcd registration failed; retrying", "err", err, "retry_in", wait.String())
+				log.Warn("etcd registration failed; retrying", "err", err, "retry_in", wait.String())
 			}
 			select {
 			case <-bg.Done():

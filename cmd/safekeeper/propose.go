@@ -362,7 +362,9 @@ func timelineArgsFor(c *cli.Context, resolve bool) (*slog.Logger, timelineFlags,
 		f.etcd.Close()
 		return nil, f, err
 	}
-	log.Info("configuration read from etcd", "generation", f.resolved.Config.Generation, "members", f.resolved.Config.All(),
+	// Debug: every command naming a timeline through etcd reads it
+	// (timeline members would log it at each call); propose logs its own.
+	log.Debug("configuration read from etcd", "generation", f.resolved.Config.Generation, "members", f.resolved.Config.All(),
 		"safekeepers", strings.Join(f.safekeepers, ","))
 	return log, f, nil
 }
