@@ -114,7 +114,17 @@ func TestPullTimelineOnline(t *testing.T) {
 		SystemID: tSysID, WalSegSize: tSeg}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := cl.PullTimeline(ctx, key, a.Addr().String())
+	// The creating greeting's connection may still be closing on the
+	// server: the copy is replaced only once it has (409 busy until then).
+	var res *httpapi.PullResponse
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		res, err = cl.PullTimeline(ctx, key, a.Addr().String())
+		if err == nil || !strings.Contains(err.Error(), "409") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err != nil || res.Existed || res.FlushLSN != p.pos || res.Term != 1 {
 		t.Fatalf("pull: %+v, %v; want flush_lsn %s, term 1", res, err, p.pos)
 	}
