@@ -172,7 +172,7 @@ var ctlPhaseNames = [...]string{"idle", "switch", "catch-up", "final"}
 func (p ctlPhase) String() string { return ctlPhaseNames[p] }
 
 // controller is the one process changing the timeline's members, following
-// README_PROTO.md's change and fleet/controller's move (RFC 035): write the
+// README_PROTO.md's change and fleet/controller's move: write the
 // joint configuration by compare-and-swap; push it to the old and the new
 // members; once a majority of the old members holds it, take the sync
 // position — the highest (last_log_term, flush_lsn) among their answers:

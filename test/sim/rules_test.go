@@ -253,8 +253,8 @@ func TestRuleDonorIsChosenByLastLogTermNotCurrentTerm(t *testing.T) {
 	}
 }
 
-// Rule 9, the change (README_PROTO.md, "Membership and generations"; RFC
-// 035's term bump): before the final configuration is written, the new
+// Rule 9, the change (README_PROTO.md, "Membership and generations", its
+// term bump): before the final configuration is written, the new
 // members are raised to the sync term, the highest term a majority of the
 // old members answered the joint configuration with. Without it, a term
 // that a proposer of the old configuration won just before the change (its

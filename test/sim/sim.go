@@ -54,8 +54,8 @@ type Config struct {
 	// it writes the final configuration right after the joint one, without
 	// waiting for a majority of the new members to reach the sync position.
 	ControllerSkipsCatchUp bool
-	// ControllerSkipsTermBump plants another: the change as README_PROTO.md
-	// states it, without RFC 035's term bump — the new members are not
+	// ControllerSkipsTermBump plants another: the change without its term
+	// bump (README_PROTO.md, "Membership and generations") — the new members are not
 	// raised to the sync term, and a new member counts as caught up
 	// whatever its term.
 	ControllerSkipsTermBump bool
