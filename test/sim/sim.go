@@ -54,10 +54,10 @@ type Config struct {
 	// it writes the final configuration right after the joint one, without
 	// waiting for a majority of the new members to reach the sync position.
 	ControllerSkipsCatchUp bool
-	// ControllerSkipsTermBump plants another: the change without its term
-	// bump (README_PROTO.md, "Membership and generations") — the new members are not
-	// raised to the sync term, and a new member counts as caught up
-	// whatever its term.
+	// ControllerSkipsTermBump plants another: the change without its
+	// term bump (README_PROTO.md, "Membership and generations"): the new
+	// members are not raised to the sync term, and a new member counts as
+	// caught up whatever its term.
 	ControllerSkipsTermBump bool
 	// NoGenerationCheck turns off invariant 10 (a safekeeper never moves to
 	// a lower generation), so that the planted-bug test can show the bug
